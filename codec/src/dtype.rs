@@ -1,0 +1,145 @@
+//! Element types and their on-disk codes.
+
+use std::fmt;
+
+/// The element type of a tensor.
+///
+/// Float types go through the byte-plane codec; integer and boolean types are stored as
+/// raw bytes (still byte-planed and entropy coded, but never rotated). The numeric code of
+/// each variant is part of the segment format and never changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum DType {
+    /// IEEE 754 binary32.
+    F32,
+    /// IEEE 754 binary16.
+    F16,
+    /// bfloat16: the top half of a binary32.
+    BF16,
+    /// IEEE 754 binary64.
+    F64,
+    /// Signed 8-bit integer.
+    I8,
+    /// Unsigned 8-bit integer.
+    U8,
+    /// Signed 16-bit integer.
+    I16,
+    /// Unsigned 16-bit integer.
+    U16,
+    /// Signed 32-bit integer.
+    I32,
+    /// Unsigned 32-bit integer.
+    U32,
+    /// Signed 64-bit integer.
+    I64,
+    /// Unsigned 64-bit integer.
+    U64,
+    /// Boolean, one byte per element.
+    Bool,
+}
+
+impl DType {
+    /// Every dtype, in code order.
+    pub const ALL: [DType; 13] = [
+        DType::F32,
+        DType::F16,
+        DType::BF16,
+        DType::F64,
+        DType::I8,
+        DType::U8,
+        DType::I16,
+        DType::U16,
+        DType::I32,
+        DType::U32,
+        DType::I64,
+        DType::U64,
+        DType::Bool,
+    ];
+
+    /// Bytes per element.
+    pub const fn size(self) -> usize {
+        match self {
+            DType::I8 | DType::U8 | DType::Bool => 1,
+            DType::F16 | DType::BF16 | DType::I16 | DType::U16 => 2,
+            DType::F32 | DType::I32 | DType::U32 => 4,
+            DType::F64 | DType::I64 | DType::U64 => 8,
+        }
+    }
+
+    /// Whether this is a floating-point type (F32, F16, BF16, F64).
+    pub const fn is_float(self) -> bool {
+        matches!(self, DType::F32 | DType::F16 | DType::BF16 | DType::F64)
+    }
+
+    /// The stable one-byte code used in the segment header.
+    pub const fn code(self) -> u8 {
+        match self {
+            DType::F32 => 0,
+            DType::F16 => 1,
+            DType::BF16 => 2,
+            DType::F64 => 3,
+            DType::I8 => 4,
+            DType::U8 => 5,
+            DType::I16 => 6,
+            DType::U16 => 7,
+            DType::I32 => 8,
+            DType::U32 => 9,
+            DType::I64 => 10,
+            DType::U64 => 11,
+            DType::Bool => 12,
+        }
+    }
+
+    /// The dtype of a header code, or `None` for an unknown code.
+    pub fn from_code(code: u8) -> Option<DType> {
+        DType::ALL.get(usize::from(code)).copied()
+    }
+
+    /// The lower-case name used by the CLI and in safetensors-like listings.
+    pub const fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F16 => "f16",
+            DType::BF16 => "bf16",
+            DType::F64 => "f64",
+            DType::I8 => "i8",
+            DType::U8 => "u8",
+            DType::I16 => "i16",
+            DType::U16 => "u16",
+            DType::I32 => "i32",
+            DType::U32 => "u32",
+            DType::I64 => "i64",
+            DType::U64 => "u64",
+            DType::Bool => "bool",
+        }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_round_trip_and_are_dense() {
+        for (i, d) in DType::ALL.iter().enumerate() {
+            assert_eq!(usize::from(d.code()), i);
+            assert_eq!(DType::from_code(d.code()), Some(*d));
+        }
+        assert_eq!(DType::from_code(13), None);
+        assert_eq!(DType::from_code(255), None);
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(DType::BF16.size(), 2);
+        assert_eq!(DType::F64.size(), 8);
+        assert!(DType::F16.is_float());
+        assert!(!DType::I32.is_float());
+    }
+}

@@ -1,0 +1,31 @@
+//! # strata-codec
+//!
+//! The codec every other part of Strata stands on. No I/O; builds for `wasm32-unknown-unknown`.
+//!
+//! - [`bits`]: signed codes of width 1..=8 packed LSB-first into one bitstream (ADR-019).
+//! - [`quant`]: symmetric per-group quantization at 8, 7, 5 and 3 bits, two-level 3-bit.
+//! - [`lossless`]: bit-exact float codec: XOR against a base, byte planes, zstd per plane.
+//! - [`segment`]: the self-describing, checksummed byte string that stores one block.
+//!
+//! ```
+//! use strata_codec::{segment::{self, Segment}, lossless::LosslessOptions, DType};
+//!
+//! let v1: Vec<u8> = [0.5f32, -1.25, 3.0].iter().flat_map(|x| x.to_le_bytes()).collect();
+//! let v2: Vec<u8> = [0.5f32, -1.5, 3.0].iter().flat_map(|x| x.to_le_bytes()).collect();
+//! let opts = LosslessOptions::default();
+//! let key = segment::encode_keyframe(DType::F32, &v1, &opts)?;
+//! let delta = segment::encode_delta(DType::F32, &v2, &v1, &opts)?;
+//!
+//! let base = Segment::parse(&key)?.decode_lossless(None, 1 << 20)?;
+//! let back = Segment::parse(&delta)?.decode_lossless(Some(&base), 1 << 20)?;
+//! assert_eq!(back, v2);
+//! # Ok::<(), strata_codec::segment::SegmentError>(())
+//! ```
+
+pub mod bits;
+mod dtype;
+pub mod lossless;
+pub mod quant;
+pub mod segment;
+
+pub use dtype::DType;

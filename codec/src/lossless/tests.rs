@@ -1,0 +1,175 @@
+use super::*;
+use proptest::prelude::*;
+
+fn round_trip(dtype: DType, data: &[u8], base: Option<&[u8]>) -> Vec<u8> {
+    let mut payload = Vec::new();
+    let stats =
+        encode(dtype, data, base, &LosslessOptions::default(), &mut payload).expect("encode");
+    assert_eq!(stats.payload_bytes, payload.len());
+    let mut out = vec![0xEEu8; data.len()];
+    decode(dtype, &payload, base, &mut out).expect("decode");
+    assert_eq!(out, data, "{dtype} round trip");
+    payload
+}
+
+fn special_f32() -> impl Strategy<Value = u32> {
+    prop_oneof![
+        any::<u32>(),
+        (-1.0f32..1.0).prop_map(f32::to_bits),
+        Just(f32::NAN.to_bits()),
+        Just(0x7FC0_1234u32), // quiet NaN with payload
+        Just(0xFF80_0001u32), // signalling NaN, negative
+        Just(0x8000_0000u32), // -0.0
+        Just(0x0000_0001u32), // smallest subnormal
+        Just(f32::INFINITY.to_bits()),
+        Just(f32::NEG_INFINITY.to_bits()),
+    ]
+}
+
+fn bytes_of(words: &[u32]) -> Vec<u8> {
+    words.iter().flat_map(|w| w.to_le_bytes()).collect()
+}
+
+#[test]
+fn every_dtype_round_trips() {
+    let data: Vec<u8> = (0..4096u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    let base: Vec<u8> = data.iter().map(|b| b.rotate_left(3) ^ 0x5A).collect();
+    for dtype in DType::ALL {
+        round_trip(dtype, &data, None);
+        round_trip(dtype, &data, Some(&base));
+        round_trip(dtype, &[], None);
+    }
+}
+
+#[test]
+fn identical_to_base_is_tiny() {
+    let data: Vec<u8> = bytes_of(
+        &(0..10_000)
+            .map(|i: u32| (i as f32 * 0.001).to_bits())
+            .collect::<Vec<_>>(),
+    );
+    let payload = round_trip(DType::F32, &data, Some(&data));
+    // Four constant planes: 4 * (5 + 1) bytes.
+    assert_eq!(payload.len(), 24);
+}
+
+#[test]
+fn smooth_weights_compress() {
+    // Gaussian-ish bf16 weights: the exponent plane must code well below 8 bits.
+    let mut x = 0x1234_5678u32;
+    let words: Vec<u16> = (0..65_536)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            let u = (x as f32 / u32::MAX as f32) - 0.5;
+            let v = u * u * u * 0.05;
+            (v.to_bits() >> 16) as u16
+        })
+        .collect();
+    let data: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let payload = round_trip(DType::BF16, &data, None);
+    assert!(
+        payload.len() * 10 < data.len() * 8,
+        "ratio {}",
+        data.len() as f64 / payload.len() as f64
+    );
+}
+
+#[test]
+fn argument_errors() {
+    let mut out = Vec::new();
+    assert_eq!(
+        encode(
+            DType::F32,
+            &[0; 6],
+            None,
+            &LosslessOptions::default(),
+            &mut out
+        ),
+        Err(LosslessError::RaggedLength {
+            len: 6,
+            dtype: DType::F32
+        })
+    );
+    assert_eq!(
+        encode(
+            DType::F32,
+            &[0; 8],
+            Some(&[0; 4]),
+            &LosslessOptions::default(),
+            &mut out
+        ),
+        Err(LosslessError::BaseLength { base: 4, data: 8 })
+    );
+}
+
+#[test]
+fn corrupt_payloads_are_errors() {
+    let data: Vec<u8> = (0..2000u32)
+        .flat_map(|i| ((i as f32).sin() * 0.02).to_bits().to_le_bytes())
+        .collect();
+    let mut payload = Vec::new();
+    encode(
+        DType::F32,
+        &data,
+        None,
+        &LosslessOptions::default(),
+        &mut payload,
+    )
+    .unwrap();
+    let mut out = vec![0u8; data.len()];
+    assert!(matches!(
+        decode(DType::F32, &payload[..10], None, &mut out),
+        Err(LosslessError::Truncated { .. })
+    ));
+    let mut long = payload.clone();
+    long.push(1);
+    assert_eq!(
+        decode(DType::F32, &long, None, &mut out),
+        Err(LosslessError::TrailingBytes { extra: 1 })
+    );
+    let mut bad = payload.clone();
+    bad[0] = 9;
+    assert_eq!(
+        decode(DType::F32, &bad, None, &mut out),
+        Err(LosslessError::UnknownMethod {
+            plane: 0,
+            method: 9
+        })
+    );
+    // Wrong element count for the payload.
+    let mut short_out = vec![0u8; data.len() - 4];
+    assert!(decode(DType::F32, &payload, None, &mut short_out).is_err());
+}
+
+proptest! {
+    #[test]
+    fn f32_specials_round_trip(words in prop::collection::vec(special_f32(), 0..700), base in prop::collection::vec(special_f32(), 700)) {
+        let data = bytes_of(&words);
+        round_trip(DType::F32, &data, None);
+        let b = bytes_of(&base[..words.len()]);
+        round_trip(DType::F32, &data, Some(&b));
+    }
+
+    #[test]
+    fn half_types_round_trip(words in prop::collection::vec(any::<u16>(), 0..900), near in any::<bool>()) {
+        // Either arbitrary bits or a slowly varying series (so zstd planes are exercised).
+        let words: Vec<u16> = if near { words.iter().enumerate().map(|(i, w)| 0x3C00 ^ (w & 0x0F) ^ (i as u16 & 0x100)).collect() } else { words };
+        let data: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let base: Vec<u8> = data.iter().map(|b| b ^ 0x01).collect();
+        for dtype in [DType::BF16, DType::F16, DType::I16, DType::U16] {
+            round_trip(dtype, &data, None);
+            round_trip(dtype, &data, Some(&base));
+        }
+    }
+
+    #[test]
+    fn f64_round_trip(v in prop::collection::vec(any::<u64>(), 0..300)) {
+        let data: Vec<u8> = v.iter().flat_map(|w| w.to_le_bytes()).collect();
+        round_trip(DType::F64, &data, None);
+        round_trip(DType::I64, &data, Some(&data.iter().rev().copied().collect::<Vec<_>>()));
+    }
+}
