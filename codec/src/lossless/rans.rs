@@ -1,0 +1,433 @@
+//! Order-0 rANS entropy coder for one byte plane (method 3 of the lossless payload).
+//!
+//! A static model per plane: symbol frequencies normalized to `2^PROB_BITS`, stored with the
+//! data. Four interleaved 64-bit states (symbol `i` goes to state `i % 4`) each emit and
+//! consume 32-bit words of their own stream, after ryg's `rans64`; the encoder divides by
+//! multiplying with a precomputed reciprocal. Decoding is a table lookup, a multiply and a
+//! branch-free refill, and the four states share no data, so they run in parallel.
+//!
+//! # Stream layout
+//!
+//! | bytes | field |
+//! |---|---|
+//! | 32 | bitmap of the symbols present (bit `s % 8` of byte `s / 8`) |
+//! | varies | LEB128 frequency of each present symbol, ascending; they sum to `2^PROB_BITS` |
+//! | 32 | the four final encoder states, u64 LE (the decoder's initial states) |
+//! | 16 | the number of words in each state's stream, u32 LE |
+//! | `4 * k` | the four word streams one after the other, u32 LE, in decoder order |
+//!
+//! A plane with one distinct symbol is never rANS-coded (the constant method is smaller).
+
+use super::LosslessError;
+
+/// Frequency precision: frequencies sum to `2^PROB_BITS`.
+const PROB_BITS: u32 = 12;
+const PROB_SCALE: u32 = 1 << PROB_BITS;
+const MASK: u64 = (PROB_SCALE - 1) as u64;
+/// Lower bound of the normalized state interval `[L, L << 32)`.
+const RANS_L: u64 = 1 << 31;
+const STATES: usize = 4;
+
+/// Byte histogram of a plane.
+pub(crate) fn histogram(plane: &[u8]) -> [u32; 256] {
+    // Four sub-histograms hide the store-to-load latency of repeated symbols.
+    let mut h = [[0u32; 256]; 4];
+    let chunks = plane.chunks_exact(4);
+    let tail = chunks.remainder();
+    for c in chunks {
+        h[0][usize::from(c[0])] += 1;
+        h[1][usize::from(c[1])] += 1;
+        h[2][usize::from(c[2])] += 1;
+        h[3][usize::from(c[3])] += 1;
+    }
+    for &b in tail {
+        h[0][usize::from(b)] += 1;
+    }
+    let mut out = [0u32; 256];
+    for (s, o) in out.iter_mut().enumerate() {
+        *o = h[0][s] + h[1][s] + h[2][s] + h[3][s];
+    }
+    out
+}
+
+/// Scales counts to frequencies summing to `PROB_SCALE`, every present symbol at least 1.
+/// Needs at least two distinct symbols. Rounds to nearest, then settles the difference on
+/// the most frequent symbols, whose code lengths it changes least.
+fn normalize(hist: &[u32; 256]) -> [u32; 256] {
+    let total: u64 = hist.iter().map(|&c| u64::from(c)).sum();
+    let mut freq = [0u32; 256];
+    let mut sum = 0i64;
+    for (f, &c) in freq.iter_mut().zip(hist) {
+        if c > 0 {
+            let scaled = (u64::from(c) * u64::from(PROB_SCALE) + total / 2) / total;
+            *f = scaled.max(1) as u32;
+            sum += i64::from(*f);
+        }
+    }
+    let mut order: Vec<usize> = (0..256).filter(|&s| freq[s] > 0).collect();
+    order.sort_unstable_by(|&a, &b| freq[b].cmp(&freq[a]));
+    let mut diff = i64::from(PROB_SCALE) - sum;
+    if diff > 0 {
+        freq[order[0]] += diff as u32;
+    }
+    // Take from the largest first; each keeps at least 1 (enough room: at most 256
+    // symbols were raised to 1 from below, and the largest holds at least SCALE/256).
+    let mut i = 0;
+    while diff < 0 {
+        let s = order[i % order.len()];
+        if freq[s] > 1 {
+            let take = (-diff)
+                .min(i64::from(freq[s] - 1))
+                .min(i64::from(freq[s] / 4).max(1));
+            freq[s] -= take as u32;
+            diff += take;
+        }
+        i += 1;
+    }
+    freq
+}
+
+/// Estimated coded size in bytes of a plane with this histogram: the order-0 entropy
+/// (12-bit frequencies cost well under 0.1 % more on real planes) plus tables and states.
+pub(crate) fn estimate(hist: &[u32; 256]) -> usize {
+    let total: f64 = hist.iter().map(|&c| f64::from(c)).sum();
+    let mut bits = 0.0;
+    let mut table = 32 + 8 * STATES + 4 * STATES;
+    for &c in hist.iter().filter(|&&c| c > 0) {
+        let p = f64::from(c) / total;
+        bits -= f64::from(c) * p.log2();
+        table += if p * f64::from(PROB_SCALE) < 127.5 { 1 } else { 2 };
+    }
+    (bits / 8.0) as usize + table
+}
+
+struct EncSymbol {
+    x_max: u64,
+    rcp_freq: u64,
+    bias: u64,
+    cmpl_freq: u64,
+    rcp_shift: u32,
+}
+
+impl EncSymbol {
+    fn new(start: u32, freq: u32) -> EncSymbol {
+        let x_max = ((RANS_L >> PROB_BITS) << 32) * u64::from(freq);
+        let cmpl_freq = u64::from(PROB_SCALE - freq);
+        if freq < 2 {
+            EncSymbol {
+                x_max,
+                rcp_freq: u64::MAX,
+                bias: u64::from(start + PROB_SCALE - 1),
+                cmpl_freq,
+                rcp_shift: 0,
+            }
+        } else {
+            let shift = 32 - (freq - 1).leading_zeros(); // ceil(log2(freq))
+            let rcp = ((1u128 << (shift + 63)) + u128::from(freq) - 1) / u128::from(freq);
+            EncSymbol {
+                x_max,
+                rcp_freq: rcp as u64,
+                bias: u64::from(start),
+                cmpl_freq,
+                rcp_shift: shift - 1,
+            }
+        }
+    }
+}
+
+/// Encodes `plane` (two or more distinct symbols) with histogram `hist`, appending to `out`.
+pub(crate) fn encode(plane: &[u8], hist: &[u32; 256], out: &mut Vec<u8>) {
+    let freq = normalize(hist);
+    let mut bitmap = [0u8; 32];
+    for (s, &f) in freq.iter().enumerate() {
+        if f > 0 {
+            bitmap[s / 8] |= 1 << (s % 8);
+        }
+    }
+    out.extend_from_slice(&bitmap);
+    let mut syms: Vec<EncSymbol> = Vec::with_capacity(256);
+    let mut start = 0u32;
+    for &f in &freq {
+        if f > 0 {
+            write_leb128(out, f);
+        }
+        syms.push(EncSymbol::new(start, f.max(1)));
+        start += f;
+    }
+
+    // Encode backwards (symbol i with state i % 4); each state's words come out in
+    // reverse and are flipped at the end so the decoder reads forwards.
+    let mut words: [Vec<u32>; STATES] = Default::default();
+    for w in &mut words {
+        w.reserve(plane.len() / 8 + 4);
+    }
+    let mut x = [RANS_L; STATES];
+    let full = plane.len() / STATES * STATES;
+    for (j, &b) in plane[full..].iter().enumerate().rev() {
+        put(&mut x[j], &syms[usize::from(b)], &mut words[j]);
+    }
+    let [mut x0, mut x1, mut x2, mut x3] = x;
+    let [w0, w1, w2, w3] = &mut words;
+    for c in plane[..full].chunks_exact(STATES).rev() {
+        put(&mut x3, &syms[usize::from(c[3])], w3);
+        put(&mut x2, &syms[usize::from(c[2])], w2);
+        put(&mut x1, &syms[usize::from(c[1])], w1);
+        put(&mut x0, &syms[usize::from(c[0])], w0);
+    }
+    for s in [x0, x1, x2, x3] {
+        out.extend_from_slice(&s.to_le_bytes());
+    }
+    for w in &words {
+        out.extend_from_slice(&(w.len() as u32).to_le_bytes());
+    }
+    out.reserve(words.iter().map(|w| w.len() * 4).sum());
+    for w in &words {
+        for v in w.iter().rev() {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+}
+
+#[inline(always)]
+fn put(x: &mut u64, sym: &EncSymbol, words: &mut Vec<u32>) {
+    let mut v = *x;
+    if v >= sym.x_max {
+        words.push(v as u32);
+        v >>= 32;
+    }
+    let q = ((u128::from(v) * u128::from(sym.rcp_freq)) >> 64) as u64 >> sym.rcp_shift;
+    *x = v + sym.bias + q * sym.cmpl_freq;
+}
+
+fn write_leb128(out: &mut Vec<u8>, mut v: u32) {
+    loop {
+        let b = (v & 0x7F) as u8;
+        v >>= 7;
+        if v == 0 {
+            out.push(b);
+            return;
+        }
+        out.push(b | 0x80);
+    }
+}
+
+/// Decodes a stream written by [`encode`] into `out` (`out.len()` symbols).
+///
+/// # Errors
+/// [`LosslessError::Rans`] for a bad table, a truncated stream, leftover words, or final
+/// states that do not return to the initial state (all signs of corruption).
+pub(crate) fn decode(src: &[u8], plane: usize, out: &mut [u8]) -> Result<(), LosslessError> {
+    let bad = |reason: &'static str| LosslessError::Rans { plane, reason };
+    let bitmap = src.get(..32).ok_or(bad("truncated table"))?;
+    let mut pos = 32;
+    // Per slot: symbol | freq << 8 | (slot - start) << 20; freq < 4096 as a plane has
+    // at least two symbols.
+    let mut table = vec![0u32; PROB_SCALE as usize];
+    let mut start = 0u32;
+    let mut present = 0;
+    for s in 0..256u32 {
+        if bitmap[(s / 8) as usize] >> (s % 8) & 1 == 0 {
+            continue;
+        }
+        let (f, used) = read_leb128(&src[pos.min(src.len())..]).ok_or(bad("bad frequency"))?;
+        pos += used;
+        if f == 0 || f >= PROB_SCALE || start + f > PROB_SCALE {
+            return Err(bad("frequencies do not sum to the scale"));
+        }
+        for slot in start..start + f {
+            table[slot as usize] = s | f << 8 | (slot - start) << 20;
+        }
+        start += f;
+        present += 1;
+    }
+    if start != PROB_SCALE || present < 2 {
+        return Err(bad("frequencies do not sum to the scale"));
+    }
+    let states = src
+        .get(pos..pos + 8 * STATES)
+        .ok_or(bad("truncated states"))?;
+    let mut x = [0u64; STATES];
+    for (s, b) in x.iter_mut().zip(states.chunks_exact(8)) {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        *s = u64::from_le_bytes(a);
+        if *s < RANS_L {
+            return Err(bad("initial state out of range"));
+        }
+    }
+    pos += 8 * STATES;
+    let counts = src
+        .get(pos..pos + 4 * STATES)
+        .ok_or(bad("truncated stream lengths"))?;
+    pos += 4 * STATES;
+    let mut rest = &src[pos..];
+    let mut readers: [Reader<'_>; STATES] = Default::default();
+    for (r, c) in readers.iter_mut().zip(counts.chunks_exact(4)) {
+        let len = (u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as usize).checked_mul(4);
+        let len = len
+            .filter(|&l| l <= rest.len())
+            .ok_or(bad("stream lengths exceed the data"))?;
+        let (words, next) = rest.split_at(len);
+        *r = Reader {
+            words,
+            pos: 0,
+            overrun: false,
+        };
+        rest = next;
+    }
+    if !rest.is_empty() {
+        return Err(bad("trailing bytes after the word streams"));
+    }
+
+    let full = out.len() / STATES * STATES;
+    let (head, tail) = out.split_at_mut(full);
+    let [mut x0, mut x1, mut x2, mut x3] = x;
+    let [r0, r1, r2, r3] = &mut readers;
+    // A group of four symbols reads at most one word per stream; while every stream has
+    // one left, the refill needs no branch.
+    let mut groups = head.chunks_exact_mut(STATES);
+    for c in &mut groups {
+        if r0.left() && r1.left() && r2.left() && r3.left() {
+            c[0] = step_fast(&table, &mut x0, r0);
+            c[1] = step_fast(&table, &mut x1, r1);
+            c[2] = step_fast(&table, &mut x2, r2);
+            c[3] = step_fast(&table, &mut x3, r3);
+        } else {
+            c[0] = step(&table, &mut x0, r0);
+            c[1] = step(&table, &mut x1, r1);
+            c[2] = step(&table, &mut x2, r2);
+            c[3] = step(&table, &mut x3, r3);
+        }
+    }
+    let mut x = [x0, x1, x2, x3];
+    for (j, o) in tail.iter_mut().enumerate() {
+        *o = step(&table, &mut x[j], &mut readers[j]);
+    }
+    if readers.iter().any(|r| r.overrun || r.pos != r.words.len()) {
+        return Err(bad("word stream length does not match the data"));
+    }
+    if x.iter().any(|&s| s != RANS_L) {
+        return Err(bad("final state mismatch"));
+    }
+    Ok(())
+}
+
+#[derive(Default)]
+struct Reader<'a> {
+    words: &'a [u8],
+    pos: usize,
+    overrun: bool,
+}
+
+impl Reader<'_> {
+    #[inline(always)]
+    fn left(&self) -> bool {
+        self.pos + 4 <= self.words.len()
+    }
+}
+
+/// One decode step with a checked refill (near the end of a stream).
+#[inline(always)]
+fn step(table: &[u32], x: &mut u64, r: &mut Reader<'_>) -> u8 {
+    let (sym, mut v) = advance(table, *x);
+    if v < RANS_L {
+        match r.words.get(r.pos..r.pos + 4) {
+            Some(w) => v = (v << 32) | u64::from(u32::from_le_bytes([w[0], w[1], w[2], w[3]])),
+            None => r.overrun = true,
+        }
+        r.pos += 4;
+    }
+    *x = v;
+    sym
+}
+
+/// One decode step with a branch-free refill; needs 4 readable bytes at `r.pos`.
+/// The refill is arithmetic (shift by 0 or 32, add 0 or the word) so that it compiles to
+/// no branch: whether a state refills is data, and a branch on it mispredicts often.
+#[inline(always)]
+fn step_fast(table: &[u32], x: &mut u64, r: &mut Reader<'_>) -> u8 {
+    let (sym, v) = advance(table, *x);
+    let w = &r.words[r.pos..r.pos + 4];
+    let w = u64::from(u32::from_le_bytes([w[0], w[1], w[2], w[3]]));
+    let need = u64::from(v < RANS_L);
+    *x = (v << (need * 32)) | (w * need);
+    r.pos += 4 * need as usize;
+    sym
+}
+
+#[inline(always)]
+fn advance(table: &[u32], x: u64) -> (u8, u64) {
+    let e = table[(x & MASK) as usize];
+    let f = u64::from(e >> 8 & 0xFFF);
+    let off = u64::from(e >> 20);
+    (e as u8, f * (x >> PROB_BITS) + off)
+}
+
+fn read_leb128(b: &[u8]) -> Option<(u32, usize)> {
+    let mut v = 0u32;
+    for (i, &byte) in b.iter().take(3).enumerate() {
+        v |= u32::from(byte & 0x7F) << (7 * i);
+        if byte & 0x80 == 0 {
+            return Some((v, i + 1));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn round_trip(plane: &[u8]) -> usize {
+        let hist = histogram(plane);
+        let mut out = Vec::new();
+        encode(plane, &hist, &mut out);
+        let mut back = vec![0u8; plane.len()];
+        decode(&out, 0, &mut back).expect("decode");
+        assert_eq!(back, plane);
+        out.len()
+    }
+
+    #[test]
+    fn skewed_plane_codes_near_entropy() {
+        let plane: Vec<u8> = (0..100_000u32)
+            .map(|i| if i % 10 == 0 { (i % 7) as u8 } else { 120 })
+            .collect();
+        let size = round_trip(&plane);
+        let est = estimate(&histogram(&plane));
+        assert!(size <= est + 64, "size {size} vs estimate {est}");
+        assert!(size < plane.len() / 3);
+    }
+
+    #[test]
+    fn corrupt_streams_fail() {
+        let plane: Vec<u8> = (0..5000u32).map(|i| (i * i % 13) as u8).collect();
+        let mut enc = Vec::new();
+        encode(&plane, &histogram(&plane), &mut enc);
+        let mut back = vec![0u8; plane.len()];
+        assert!(decode(&enc[..enc.len() - 4], 0, &mut back).is_err());
+        let mut long = enc.clone();
+        long.extend_from_slice(&[0; 4]);
+        assert!(decode(&long, 0, &mut back).is_err());
+        assert!(decode(&enc[..20], 0, &mut back).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn round_trips(plane in prop::collection::vec(0u8..6, 2..3000), extra in any::<u8>()) {
+            let mut plane = plane;
+            plane.push(extra);
+            plane.push(extra.wrapping_add(1));
+            round_trip(&plane);
+        }
+
+        #[test]
+        fn round_trips_any_bytes(plane in prop::collection::vec(any::<u8>(), 2..2000)) {
+            let mut plane = plane;
+            plane[0] = 0;
+            plane[1] = 1;
+            round_trip(&plane);
+        }
+    }
+}
