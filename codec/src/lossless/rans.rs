@@ -28,6 +28,9 @@ const MASK: u64 = (PROB_SCALE - 1) as u64;
 const RANS_L: u64 = 1 << 31;
 const STATES: usize = 4;
 
+/// Decode table: per slot, symbol | freq << 8 | (slot - start) << 20.
+type Table = [u32; PROB_SCALE as usize];
+
 /// Byte histogram of a plane.
 pub(crate) fn histogram(plane: &[u8]) -> [u32; 256] {
     // Four sub-histograms hide the store-to-load latency of repeated symbols.
@@ -222,7 +225,7 @@ pub(crate) fn decode(src: &[u8], plane: usize, out: &mut [u8]) -> Result<(), Los
     let mut pos = 32;
     // Per slot: symbol | freq << 8 | (slot - start) << 20; freq < 4096 as a plane has
     // at least two symbols.
-    let mut table = vec![0u32; PROB_SCALE as usize];
+    let mut table: Box<Table> = Box::new([0u32; PROB_SCALE as usize]);
     let mut start = 0u32;
     let mut present = 0;
     for s in 0..256u32 {
@@ -328,7 +331,7 @@ impl Reader<'_> {
 
 /// One decode step with a checked refill (near the end of a stream).
 #[inline(always)]
-fn step(table: &[u32], x: &mut u64, r: &mut Reader<'_>) -> u8 {
+fn step(table: &Table, x: &mut u64, r: &mut Reader<'_>) -> u8 {
     let (sym, mut v) = advance(table, *x);
     if v < RANS_L {
         match r.words.get(r.pos..r.pos + 4) {
@@ -345,10 +348,14 @@ fn step(table: &[u32], x: &mut u64, r: &mut Reader<'_>) -> u8 {
 /// The refill is arithmetic (shift by 0 or 32, add 0 or the word) so that it compiles to
 /// no branch: whether a state refills is data, and a branch on it mispredicts often.
 #[inline(always)]
-fn step_fast(table: &[u32], x: &mut u64, r: &mut Reader<'_>) -> u8 {
+fn step_fast(table: &Table, x: &mut u64, r: &mut Reader<'_>) -> u8 {
     let (sym, v) = advance(table, *x);
-    let w = &r.words[r.pos..r.pos + 4];
-    let w = u64::from(u32::from_le_bytes([w[0], w[1], w[2], w[3]]));
+    debug_assert!(r.left());
+    // SAFETY: callers check `r.left()` (`pos + 4 <= words.len()`) before a group of four
+    // steps, and each step of a group uses a different reader, so this reader has at
+    // least 4 bytes at `pos`; `read_unaligned` has no alignment requirement.
+    let w = unsafe { r.words.as_ptr().add(r.pos).cast::<[u8; 4]>().read_unaligned() };
+    let w = u64::from(u32::from_le_bytes(w));
     let need = u64::from(v < RANS_L);
     *x = (v << (need * 32)) | (w * need);
     r.pos += 4 * need as usize;
@@ -356,7 +363,7 @@ fn step_fast(table: &[u32], x: &mut u64, r: &mut Reader<'_>) -> u8 {
 }
 
 #[inline(always)]
-fn advance(table: &[u32], x: u64) -> (u8, u64) {
+fn advance(table: &Table, x: u64) -> (u8, u64) {
     let e = table[(x & MASK) as usize];
     let f = u64::from(e >> 8 & 0xFFF);
     let off = u64::from(e >> 20);
