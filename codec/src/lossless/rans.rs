@@ -212,48 +212,53 @@ pub(crate) fn encode<C: Contexts>(plane: &[u8], ctx: C, hists: &[Hist], out: &mu
         models.push(syms);
     }
 
-    // Encode backwards (symbol i with state i % 4); each state's words come out in
-    // reverse and are flipped at the end so the decoder reads forwards.
-    let mut words: [Vec<u32>; STATES] = Default::default();
-    for w in &mut words {
-        w.reserve(plane.len() / 8 + 4);
-    }
+    // Encode backwards (symbol i with state i % 4). A symbol emits at most one word, so
+    // each state's stream is sized for its symbol count and written branch-free; the
+    // words come out in reverse and are flipped at the end so the decoder reads forwards.
+    let per_state = plane.len() / STATES + 1;
+    let mut words = [vec![0u32; per_state], vec![0u32; per_state], vec![0u32; per_state], vec![0u32; per_state]];
+    let mut used = [0usize; STATES];
     let sym = |i: usize, b: u8| &models[ctx.at(i)][usize::from(b)];
     let mut x = [RANS_L; STATES];
     let full = plane.len() / STATES * STATES;
     for (j, &b) in plane[full..].iter().enumerate().rev() {
-        put(&mut x[j], sym(full + j, b), &mut words[j]);
+        put(&mut x[j], sym(full + j, b), &mut words[j], &mut used[j]);
     }
     let [mut x0, mut x1, mut x2, mut x3] = x;
     let [w0, w1, w2, w3] = &mut words;
+    let [mut u0, mut u1, mut u2, mut u3] = used;
     for (g, c) in plane[..full].chunks_exact(STATES).enumerate().rev() {
         let i = g * STATES;
-        put(&mut x3, sym(i + 3, c[3]), w3);
-        put(&mut x2, sym(i + 2, c[2]), w2);
-        put(&mut x1, sym(i + 1, c[1]), w1);
-        put(&mut x0, sym(i, c[0]), w0);
+        put(&mut x3, sym(i + 3, c[3]), w3, &mut u3);
+        put(&mut x2, sym(i + 2, c[2]), w2, &mut u2);
+        put(&mut x1, sym(i + 1, c[1]), w1, &mut u1);
+        put(&mut x0, sym(i, c[0]), w0, &mut u0);
     }
+    let used = [u0, u1, u2, u3];
     for s in [x0, x1, x2, x3] {
         out.extend_from_slice(&s.to_le_bytes());
     }
-    for w in &words {
-        out.extend_from_slice(&(w.len() as u32).to_le_bytes());
+    for &u in &used {
+        out.extend_from_slice(&(u as u32).to_le_bytes());
     }
-    out.reserve(words.iter().map(|w| w.len() * 4).sum());
-    for w in &words {
-        for v in w.iter().rev() {
+    out.reserve(used.iter().sum::<usize>() * 4);
+    for (w, &u) in words.iter().zip(&used) {
+        for v in w[..u].iter().rev() {
             out.extend_from_slice(&v.to_le_bytes());
         }
     }
 }
 
+/// Encodes one symbol into state `x`, emitting a word to `words[*used]` when the state
+/// would leave its interval. The word is always written and `used` advances by 0 or 1,
+/// so no branch depends on the data.
 #[inline(always)]
-fn put(x: &mut u64, sym: &EncSymbol, words: &mut Vec<u32>) {
-    let mut v = *x;
-    if v >= sym.x_max {
-        words.push(v as u32);
-        v >>= 32;
-    }
+fn put(x: &mut u64, sym: &EncSymbol, words: &mut [u32], used: &mut usize) {
+    let v = *x;
+    let emit = u64::from(v >= sym.x_max);
+    words[*used] = v as u32;
+    *used += emit as usize;
+    let v = v >> (32 * emit);
     let q = ((u128::from(v) * u128::from(sym.rcp_freq)) >> 64) as u64 >> sym.rcp_shift;
     *x = v + sym.bias + q * sym.cmpl_freq;
 }
