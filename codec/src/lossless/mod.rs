@@ -243,11 +243,19 @@ fn check_lengths(dtype: DType, data: &[u8], base: Option<&[u8]>) -> Result<(), L
 /// The byte that holds (the top of) each word's exponent: the top byte of the rotated word.
 fn exponent_bytes(dtype: DType, data: &[u8]) -> Vec<u8> {
     match dtype.size() {
-        2 => data.chunks_exact(2).map(|c| (u16::from_le_bytes([c[0], c[1]]) >> 7) as u8).collect(),
-        4 => data.chunks_exact(4).map(|c| (u32::from_le_bytes([c[0], c[1], c[2], c[3]]) >> 23) as u8).collect(),
+        2 => data
+            .chunks_exact(2)
+            .map(|c| (u16::from_le_bytes([c[0], c[1]]) >> 7) as u8)
+            .collect(),
+        4 => data
+            .chunks_exact(4)
+            .map(|c| (u32::from_le_bytes([c[0], c[1], c[2], c[3]]) >> 23) as u8)
+            .collect(),
         _ => data
             .chunks_exact(8)
-            .map(|c| (u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) >> 55) as u8)
+            .map(|c| {
+                (u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) >> 55) as u8
+            })
             .collect(),
     }
 }

@@ -216,7 +216,12 @@ pub(crate) fn encode<C: Contexts>(plane: &[u8], ctx: C, hists: &[Hist], out: &mu
     // each state's stream is sized for its symbol count and written branch-free; the
     // words come out in reverse and are flipped at the end so the decoder reads forwards.
     let per_state = plane.len() / STATES + 1;
-    let mut words = [vec![0u32; per_state], vec![0u32; per_state], vec![0u32; per_state], vec![0u32; per_state]];
+    let mut words = [
+        vec![0u32; per_state],
+        vec![0u32; per_state],
+        vec![0u32; per_state],
+        vec![0u32; per_state],
+    ];
     let mut used = [0usize; STATES];
     let sym = |i: usize, b: u8| &models[ctx.at(i)][usize::from(b)];
     let mut x = [RANS_L; STATES];
