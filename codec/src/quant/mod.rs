@@ -414,10 +414,14 @@ pub fn dequantize(
     // First pass over the scales: validate, count two-level groups and their values.
     let mut two_groups = 0usize;
     let mut two_values = 0usize;
+    // The encoder keeps `qmax * scale <= f32::MAX`; a larger scale would decode to
+    // infinity, so it is refused like a non-finite one.
+    let max_scale = f64::from(f32::MAX) / f64::from(shape.bits.qmax());
+    let scale_ok = |s: f32| s.is_finite() && f64::from(s.abs()) <= max_scale;
     for (g, b) in scale_bytes.chunks_exact(4).enumerate() {
         let s = read_f32(b);
         let marked = s.is_sign_negative();
-        if !s.is_finite() || (marked && !(shape.two_level && shape.bits == QuantBits::B3)) {
+        if !scale_ok(s) || (marked && !(shape.two_level && shape.bits == QuantBits::B3)) {
             return Err(QuantError::InvalidScale {
                 group: g,
                 value: s,
@@ -440,7 +444,7 @@ pub fn dequantize(
     let (flags, code_bytes) = rest.split_at(two_values.div_ceil(8));
     for (i, b) in secondary.chunks_exact(4).enumerate() {
         let s = read_f32(b);
-        if !s.is_finite() || s.is_sign_negative() {
+        if !scale_ok(s) || s.is_sign_negative() {
             return Err(QuantError::InvalidScale {
                 group: i,
                 value: s,

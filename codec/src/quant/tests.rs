@@ -223,6 +223,13 @@ fn decoder_rejects_bad_payloads() {
         dequantize(&bad, shape, &mut out),
         Err(QuantError::InvalidScale { group: 0, .. })
     ));
+    // A finite scale whose product with qmax overflows would decode to infinity.
+    let mut bad = payload.clone();
+    bad[..4].copy_from_slice(&f32::MAX.to_le_bytes());
+    assert!(matches!(
+        dequantize(&bad, shape, &mut out),
+        Err(QuantError::InvalidScale { group: 0, .. })
+    ));
     let mut bad = payload.clone();
     bad[3] |= 0x80;
     assert!(matches!(
