@@ -1,0 +1,211 @@
+//! Corruption test: every single-byte flip and every truncation of an encoded segment must
+//! decode to an error, never to data.
+//!
+//! Each segment kind the codec writes is built from a few KB of weight-like data. For every
+//! byte position and the masks 0x01, 0x80 and 0xFF the byte is XORed, and the result is
+//! parsed and decoded through the public API (a delta with its correct base); every prefix
+//! `0..len` is tried the same way.
+
+use strata_codec::lossless::LosslessOptions;
+use strata_codec::quant::{QuantBits, QuantParams};
+use strata_codec::segment::{self, Encoding, Segment, SegmentError};
+use strata_codec::DType;
+
+/// Generous decode limit: the segments here decode to a few KB.
+const LIMIT: usize = 1 << 24;
+const MASKS: [u8; 3] = [0x01, 0x80, 0xFF];
+
+/// splitmix64: deterministic, good enough for test data, no dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in (0, 1].
+    fn unit(&mut self) -> f64 {
+        ((self.next_u64() >> 11) as f64 + 1.0) / (1u64 << 53) as f64
+    }
+
+    /// Standard normal (Box-Muller).
+    fn normal(&mut self) -> f64 {
+        let (u, v) = (self.unit(), self.unit());
+        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
+    }
+}
+
+/// Weight-like values: N(0, std), as initialised layers look.
+fn weights(rng: &mut Rng, n: usize, std: f64) -> Vec<f32> {
+    (0..n).map(|_| (rng.normal() * std) as f32).collect()
+}
+
+/// One optimizer step: every value moves by a small fraction of its size.
+fn step(rng: &mut Rng, base: &[f32]) -> Vec<f32> {
+    base.iter()
+        .map(|&x| x + (rng.normal() * 1e-4) as f32 + x * 1e-3)
+        .collect()
+}
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn bf16_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter()
+        .flat_map(|&x| half::bf16::from_f32(x).to_le_bytes())
+        .collect()
+}
+
+/// What a decode gave back. Only its existence matters to the corruption checks.
+#[derive(Debug, PartialEq)]
+enum Decoded {
+    Bytes(Vec<u8>),
+    Floats(Vec<f32>),
+}
+
+/// Parses and decodes `bytes` by whatever its header claims; a delta gets `base`.
+fn decode(bytes: &[u8], base: Option<&[u8]>) -> Result<Decoded, SegmentError> {
+    let seg = Segment::parse(bytes)?;
+    match seg.header().encoding {
+        Encoding::Keyframe => seg.decode_lossless(None, LIMIT).map(Decoded::Bytes),
+        Encoding::Delta => seg.decode_lossless(base, LIMIT).map(Decoded::Bytes),
+        Encoding::Quantized(_) | Encoding::TwoLevel3 => seg.dequantize(LIMIT).map(Decoded::Floats),
+    }
+}
+
+/// The segment decodes as given; every flipped byte and every truncation fails.
+fn assert_corruption_detected(name: &str, seg: &[u8], base: Option<&[u8]>) {
+    assert!(
+        decode(seg, base).is_ok(),
+        "{name}: the intact segment must decode"
+    );
+    let mut bad = seg.to_vec();
+    for pos in 0..seg.len() {
+        for mask in MASKS {
+            bad[pos] ^= mask;
+            let got = decode(&bad, base);
+            assert!(
+                got.is_err(),
+                "{name}: byte {pos} ^ {mask:#04x} of {} decoded to data",
+                seg.len()
+            );
+            bad[pos] ^= mask;
+        }
+    }
+    for len in 0..seg.len() {
+        assert!(
+            decode(&seg[..len], base).is_err(),
+            "{name}: truncation to {len} of {} bytes decoded to data",
+            seg.len()
+        );
+    }
+}
+
+fn encoding_of(seg: &[u8]) -> Encoding {
+    Segment::parse(seg)
+        .expect("freshly encoded segment parses")
+        .header()
+        .encoding
+}
+
+#[test]
+fn keyframe_f32() {
+    let v = weights(&mut Rng(1), 1024, 0.02);
+    let seg = segment::encode_keyframe(DType::F32, &f32_bytes(&v), &LosslessOptions::default())
+        .expect("encode");
+    assert_eq!(encoding_of(&seg), Encoding::Keyframe);
+    assert_corruption_detected("keyframe f32", &seg, None);
+}
+
+#[test]
+fn keyframe_bf16() {
+    let v = weights(&mut Rng(2), 2048, 0.02);
+    let seg = segment::encode_keyframe(DType::BF16, &bf16_bytes(&v), &LosslessOptions::default())
+        .expect("encode");
+    assert_eq!(encoding_of(&seg), Encoding::Keyframe);
+    assert_corruption_detected("keyframe bf16", &seg, None);
+}
+
+#[test]
+fn delta_f32() {
+    let mut rng = Rng(3);
+    let base = weights(&mut rng, 1024, 0.02);
+    let next = step(&mut rng, &base);
+    let base = f32_bytes(&base);
+    let seg = segment::encode_delta(
+        DType::F32,
+        &f32_bytes(&next),
+        &base,
+        &LosslessOptions::default(),
+    )
+    .expect("encode");
+    assert_eq!(encoding_of(&seg), Encoding::Delta);
+    assert_eq!(
+        decode(&seg, Some(&base)),
+        Ok(Decoded::Bytes(f32_bytes(&next)))
+    );
+    assert_corruption_detected("delta f32", &seg, Some(&base));
+}
+
+#[test]
+fn delta_bf16() {
+    let mut rng = Rng(4);
+    let base = weights(&mut rng, 2048, 0.02);
+    let next = step(&mut rng, &base);
+    let base = bf16_bytes(&base);
+    let seg = segment::encode_delta(
+        DType::BF16,
+        &bf16_bytes(&next),
+        &base,
+        &LosslessOptions::default(),
+    )
+    .expect("encode");
+    assert_eq!(encoding_of(&seg), Encoding::Delta);
+    assert_corruption_detected("delta bf16", &seg, Some(&base));
+}
+
+#[test]
+fn quantized_every_width() {
+    let v = weights(&mut Rng(5), 4096, 0.02);
+    for bits in QuantBits::ALL {
+        // Plain groups at every width, 3 bits included: two-level off.
+        let params = QuantParams {
+            two_level: None,
+            ..QuantParams::new(bits)
+        };
+        let seg = segment::encode_quantized(DType::F32, &v, &params).expect("encode");
+        assert_eq!(encoding_of(&seg), Encoding::Quantized(bits));
+        assert_corruption_detected(&format!("quantized {}-bit", bits.bits()), &seg, None);
+    }
+}
+
+#[test]
+fn quantized_bf16_block() {
+    // A bf16 block quantizes its values as f32; the header records the dtype.
+    let v = weights(&mut Rng(6), 2048, 0.02);
+    let seg = segment::encode_quantized(DType::BF16, &v, &QuantParams::new(QuantBits::B7))
+        .expect("encode");
+    assert_eq!(encoding_of(&seg), Encoding::Quantized(QuantBits::B7));
+    assert_corruption_detected("quantized 7-bit bf16", &seg, None);
+}
+
+#[test]
+fn two_level_3bit() {
+    // Heavy-tailed groups: tiny values and one spike per group of 64, so
+    // max_abs / median_abs is far above the default threshold of 5.
+    let mut rng = Rng(7);
+    let mut v = weights(&mut rng, 4096, 1e-3);
+    for g in 0..v.len() / 64 {
+        let at = g * 64 + (rng.next_u64() % 64) as usize;
+        v[at] = if g % 2 == 0 { 0.5 } else { -0.75 };
+    }
+    let seg = segment::encode_quantized(DType::F32, &v, &QuantParams::new(QuantBits::B3))
+        .expect("encode");
+    assert_eq!(encoding_of(&seg), Encoding::TwoLevel3);
+    assert_corruption_detected("two-level 3-bit", &seg, None);
+}

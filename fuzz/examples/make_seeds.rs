@@ -1,0 +1,287 @@
+//! Writes seed inputs for both fuzz targets, built with strata-codec's own encoders.
+//!
+//! ```text
+//! cd fuzz && cargo run --release --example make_seeds [corpus-dir]   # default: corpus
+//! ```
+//!
+//! Writes `<corpus-dir>/segment_decode/seed-*` (whole segments of every kind) and
+//! `<corpus-dir>/payload_decode/seed-*` (the same payloads behind the 6-byte prefix that
+//! `payload_decode` reads). Deltas are made against [`base_pattern`], the base both targets
+//! supply, so they decode fully as they are. Seeds are small (at most a few KB) so
+//! libFuzzer's default input length stays modest.
+
+use std::error::Error;
+use std::path::{Path, PathBuf};
+
+use strata_codec::lossless::LosslessOptions;
+use strata_codec::quant::{QuantBits, QuantParams, TwoLevel};
+use strata_codec::segment::{self, Encoding, Segment};
+use strata_codec::DType;
+use strata_codec_fuzz::base_pattern;
+
+/// splitmix64, so the seeds are the same on every run.
+struct Rng(u64);
+
+impl Rng {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Roughly normal (sum of four uniforms), scaled by `std`.
+    fn weight(&mut self, std: f32) -> f32 {
+        let s: f32 = (0..4)
+            .map(|_| (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32 - 0.5)
+            .sum();
+        s * 1.7 * std
+    }
+}
+
+fn weights(rng: &mut Rng, n: usize, std: f32) -> Vec<f32> {
+    (0..n).map(|_| rng.weight(std)).collect()
+}
+
+/// `v` stored as `dtype` (floats converted, integers from the float's bits).
+fn as_dtype(dtype: DType, v: &[f32]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(v.len() * dtype.size());
+    for &x in v {
+        match dtype {
+            DType::F32 => out.extend_from_slice(&x.to_le_bytes()),
+            DType::F64 => out.extend_from_slice(&f64::from(x).to_le_bytes()),
+            DType::BF16 => out.extend_from_slice(&((x.to_bits() >> 16) as u16).to_le_bytes()),
+            DType::F16 => out.extend_from_slice(&f16_bits(x).to_le_bytes()),
+            DType::Bool => out.push(u8::from(x > 0.0)),
+            _ => {
+                // Small integers, as indices and counters look.
+                let i = (x * 1000.0) as i64;
+                out.extend_from_slice(&i.to_le_bytes()[..dtype.size()]);
+            }
+        }
+    }
+    out
+}
+
+/// f32 to IEEE binary16 (truncating; seeds only need plausible bit patterns).
+fn f16_bits(x: f32) -> u16 {
+    let b = x.to_bits();
+    let sign = ((b >> 16) & 0x8000) as u16;
+    let exp = ((b >> 23) & 0xFF) as i32 - 127 + 15;
+    let man = ((b >> 13) & 0x3FF) as u16;
+    if exp <= 0 {
+        sign
+    } else if exp >= 31 {
+        sign | 0x7C00
+    } else {
+        sign | ((exp as u16) << 10) | man
+    }
+}
+
+/// `base` with the low mantissa bits of every word whose exponent is even replaced by
+/// random bits, and every other word unchanged.
+fn exponent_step(dtype: DType, base: &[u8], rng: &mut Rng) -> Vec<u8> {
+    let mut out = base.to_vec();
+    for word in out.chunks_exact_mut(dtype.size()) {
+        // The top 16 bits of a bf16 or f32 word are sign, exponent and the top of the
+        // mantissa; `top >> 7` is sign and exponent.
+        let top = u16::from_le_bytes([word[word.len() - 2], word[word.len() - 1]]);
+        if (top >> 7) % 2 == 0 {
+            word[0] ^= (rng.next_u64() & 0x0F) as u8;
+        }
+    }
+    out
+}
+
+/// Whether any plane of a lossless segment uses base-exponent contexts (method 4).
+fn uses_base_contexts(seg: &[u8]) -> Result<bool, Box<dyn Error>> {
+    let parsed = Segment::parse(seg)?;
+    let width = parsed.header().dtype.size();
+    let table = parsed
+        .payload()
+        .get(..5 * width)
+        .ok_or("short plane table")?;
+    Ok(table.chunks_exact(5).any(|e| e[0] == 4))
+}
+
+struct Seeds {
+    segment_dir: PathBuf,
+    payload_dir: PathBuf,
+    count: usize,
+}
+
+impl Seeds {
+    /// Writes `seg` as a `segment_decode` seed and its payload as a `payload_decode` seed.
+    fn add(&mut self, name: &str, seg: &[u8]) -> Result<(), Box<dyn Error>> {
+        let parsed = Segment::parse(seg)?;
+        let h = parsed.header();
+        // The flags byte of `payload_decode`: a delta gets a base, a quantized payload its
+        // width and two-level shape.
+        let flags = match h.encoding {
+            Encoding::Keyframe => 0u8,
+            Encoding::Delta => 1,
+            Encoding::Quantized(bits) => width_index(bits) << 2,
+            Encoding::TwoLevel3 => (width_index(QuantBits::B3) << 2) | 0x10,
+        };
+        let n = u16::try_from(h.elements)?;
+        let gs = u16::try_from(h.group_size)?;
+        let mut p = vec![h.dtype.code()];
+        p.extend_from_slice(&n.to_le_bytes());
+        p.push(flags);
+        p.extend_from_slice(&gs.to_le_bytes());
+        p.extend_from_slice(parsed.payload());
+
+        std::fs::write(self.segment_dir.join(format!("seed-{name}")), seg)?;
+        std::fs::write(self.payload_dir.join(format!("seed-{name}")), &p)?;
+        self.count += 1;
+        Ok(())
+    }
+}
+
+fn width_index(bits: QuantBits) -> u8 {
+    QuantBits::ALL
+        .iter()
+        .position(|&b| b == bits)
+        .map_or(0, |i| i as u8)
+}
+
+fn main() -> Result<(), Box<dyn Error>> {
+    let root = std::env::args_os()
+        .nth(1)
+        .map_or_else(|| PathBuf::from("corpus"), PathBuf::from);
+    let mut seeds = Seeds {
+        segment_dir: root.join("segment_decode"),
+        payload_dir: root.join("payload_decode"),
+        count: 0,
+    };
+    std::fs::create_dir_all(&seeds.segment_dir)?;
+    std::fs::create_dir_all(&seeds.payload_dir)?;
+
+    let opts = LosslessOptions::default();
+    let mut rng = Rng(0x5EED);
+
+    // Keyframes of every dtype: 256 weight-like elements (zstd and raw planes).
+    let v = weights(&mut rng, 256, 0.02);
+    for dtype in DType::ALL {
+        let seg = segment::encode_keyframe(dtype, &as_dtype(dtype, &v), &opts)?;
+        seeds.add(&format!("key-{dtype}"), &seg)?;
+    }
+    // Small, empty and constant blocks: raw and constant planes.
+    let small = weights(&mut rng, 7, 1.0);
+    seeds.add(
+        "key-f32-small",
+        &segment::encode_keyframe(DType::F32, &as_dtype(DType::F32, &small), &opts)?,
+    )?;
+    seeds.add(
+        "key-f32-empty",
+        &segment::encode_keyframe(DType::F32, &[], &opts)?,
+    )?;
+    seeds.add(
+        "key-bf16-const",
+        &segment::encode_keyframe(DType::BF16, &as_dtype(DType::BF16, &[0.5; 300]), &opts)?,
+    )?;
+    let specials = [
+        f32::NAN,
+        -0.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        1e-45,
+        f32::MAX,
+        f32::MIN_POSITIVE,
+        1.0,
+    ];
+    seeds.add(
+        "key-f32-specials",
+        &segment::encode_keyframe(DType::F32, &as_dtype(DType::F32, &specials), &opts)?,
+    )?;
+
+    // Deltas against the targets' base (`base_pattern`), so they decode fully there.
+    for dtype in [DType::F32, DType::BF16, DType::F64, DType::I32, DType::U8] {
+        let data = as_dtype(dtype, &v);
+        let seg = segment::encode_delta(dtype, &data, &base_pattern(data.len()), &opts)?;
+        seeds.add(&format!("delta-pattern-{dtype}"), &seg)?;
+    }
+    // The base with a change that depends on each word's exponent, as a training step's
+    // does: the encoder picks base-exponent contexts (plane method 4).
+    for dtype in [DType::BF16, DType::F32] {
+        let base = base_pattern(4096 * dtype.size());
+        let seg =
+            segment::encode_delta(dtype, &exponent_step(dtype, &base, &mut rng), &base, &opts)?;
+        if !uses_base_contexts(&seg)? {
+            eprintln!("note: the {dtype} context seed does not use base contexts (method 4)");
+        }
+        seeds.add(&format!("delta-ctx-{dtype}"), &seg)?;
+    }
+    // A small weight update against a realistic base (decodes only in payload_decode).
+    let next: Vec<f32> = v.iter().map(|&x| x + rng.weight(1e-4)).collect();
+    for dtype in [DType::F32, DType::BF16] {
+        let seg =
+            segment::encode_delta(dtype, &as_dtype(dtype, &next), &as_dtype(dtype, &v), &opts)?;
+        seeds.add(&format!("delta-step-{dtype}"), &seg)?;
+    }
+    // zstd planes (opt-in): the same blocks at maximum ratio.
+    let zopts = LosslessOptions::max_ratio();
+    let sparse: Vec<f32> = (0..1024)
+        .map(|i| if i % 16 < 2 { v[i % 256] } else { 0.0 })
+        .collect();
+    seeds.add(
+        "key-zstd-f32",
+        &segment::encode_keyframe(DType::F32, &as_dtype(DType::F32, &sparse), &zopts)?,
+    )?;
+    let base = base_pattern(1024 * 2);
+    seeds.add(
+        "delta-zstd-bf16",
+        &segment::encode_delta(DType::BF16, &as_dtype(DType::BF16, &sparse), &base, &zopts)?,
+    )?;
+
+    // Quantized, every width; a ragged last group; groups of 1 and one group for all.
+    let q = weights(&mut rng, 200, 0.02);
+    for bits in QuantBits::ALL {
+        let params = QuantParams {
+            two_level: None,
+            ..QuantParams::new(bits)
+        };
+        let seg = segment::encode_quantized(DType::F32, &q, &params)?;
+        seeds.add(&format!("quant{}", bits.bits()), &seg)?;
+    }
+    for (name, gs) in [("gs1", 1), ("gs1000", 1000), ("gs7", 7)] {
+        let params = QuantParams::new(QuantBits::B5).with_group_size(gs);
+        let seg = segment::encode_quantized(DType::BF16, &q[..40], &params)?;
+        seeds.add(&format!("quant5-{name}"), &seg)?;
+    }
+    seeds.add(
+        "quant8-empty",
+        &segment::encode_quantized(DType::F32, &[], &QuantParams::new(QuantBits::B8))?,
+    )?;
+    seeds.add(
+        "quant3-zeros",
+        &segment::encode_quantized(DType::F16, &[0.0; 70], &QuantParams::new(QuantBits::B3))?,
+    )?;
+
+    // Two-level 3-bit: tiny values with a spike in every other group of 64.
+    let mut t = weights(&mut rng, 200, 1e-3);
+    t[10] = 0.5;
+    t[150] = -0.7;
+    let params = QuantParams {
+        two_level: Some(TwoLevel::default()),
+        ..QuantParams::new(QuantBits::B3)
+    };
+    let seg = segment::encode_quantized(DType::F32, &t, &params)?;
+    if Segment::parse(&seg)?.header().encoding != Encoding::TwoLevel3 {
+        return Err("two-level seed did not come out two-level".into());
+    }
+    seeds.add("twolevel3", &seg)?;
+
+    println!(
+        "wrote {} seeds to each of {} and {}",
+        seeds.count,
+        show(&seeds.segment_dir),
+        show(&seeds.payload_dir)
+    );
+    Ok(())
+}
+
+fn show(p: &Path) -> String {
+    p.display().to_string()
+}

@@ -1,0 +1,156 @@
+//! Fuzz target: a whole segment, as a reader gets it from disk.
+//!
+//! Every input first goes through [`Segment::parse`] exactly as given. Random bytes and
+//! mutated seeds almost never pass the checksum, so each input is then *resealed*: the
+//! checksum the parser computed is written into the header, and a delta's base hash is
+//! set to the hash of the fixed base [`base_pattern`] of the right length (both values
+//! are taken from the parser's own errors, so this target does not duplicate the format's
+//! hashing). The resealed segment runs through the same checks, which lets mutations
+//! reach the payload decoders through the public API.
+//!
+//! For a segment that parses and decodes to at most 4 MiB:
+//! - lossless: decode without a base and with the base [`base_pattern`] of the right
+//!   length (pseudo-random rather than zeros, so that a delta coded with base-exponent
+//!   contexts uses many contexts);
+//! - quantized: dequantize.
+//!
+//! Errors are fine, panics are not. Like lz4_flex's `fuzz_decomp_no_output_leak`, every
+//! decode runs into a buffer pre-filled with 0xAA and one pre-filled with 0x55: both must
+//! give the same result, so a decoder that leaves part of its output unwritten, or reads
+//! from it, is caught. The allocating API must agree with both.
+
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use strata_codec::segment::{Encoding, Segment, SegmentError};
+use strata_codec_fuzz::base_pattern;
+
+/// Blocks decoding to more bytes than this are parsed but not decoded.
+const MAX_DECODED: usize = 4 << 20;
+/// Offset of the base hash in the header (segment format version 1).
+const BASE_HASH_OFS: usize = 32;
+/// Offset of the checksum in the header (segment format version 1).
+const CHECKSUM_OFS: usize = 40;
+
+fuzz_target!(|data: &[u8]| {
+    exercise(data);
+    if let Some(sealed) = reseal(data) {
+        exercise(&sealed);
+    }
+});
+
+/// Parses `bytes` and, if that succeeds, decodes it every way the API allows.
+fn exercise(bytes: &[u8]) {
+    let Ok(seg) = Segment::parse(bytes) else {
+        return;
+    };
+    let header = *seg.header();
+    // `parse` has already checked that the decoded length fits in `usize`.
+    let Ok(len) = header.decoded_len() else {
+        return;
+    };
+    if len > MAX_DECODED {
+        return;
+    }
+    if header.encoding.is_lossless() {
+        check_lossless(&seg, None, len);
+        check_lossless(&seg, Some(&base_pattern(len)), len);
+    } else {
+        check_quantized(&seg, len / 4);
+    }
+}
+
+fn check_lossless(seg: &Segment<'_>, base: Option<&[u8]>, len: usize) {
+    let mut a = vec![0xAAu8; len];
+    let mut b = vec![0x55u8; len];
+    let ra = seg.decode_lossless_into(base, &mut a);
+    let rb = seg.decode_lossless_into(base, &mut b);
+    assert_same(
+        &ra,
+        &rb,
+        "decode result depends on the output buffer's contents",
+    );
+    let rc = seg.decode_lossless(base, MAX_DECODED);
+    match rc {
+        Ok(c) => {
+            assert!(ra.is_ok(), "decode_lossless succeeded where _into failed");
+            assert!(
+                a == b,
+                "decoded bytes depend on the output buffer's contents"
+            );
+            assert!(a == c, "decode_lossless and decode_lossless_into disagree");
+        }
+        Err(e) => assert_same(&ra, &Err(e), "decode_lossless and _into fail differently"),
+    }
+}
+
+fn check_quantized(seg: &Segment<'_>, n: usize) {
+    let mut a = vec![f32::from_bits(0xAAAA_AAAA); n];
+    let mut b = vec![f32::from_bits(0x5555_5555); n];
+    let ra = seg.dequantize_into(&mut a);
+    let rb = seg.dequantize_into(&mut b);
+    assert_same(
+        &ra,
+        &rb,
+        "dequantize result depends on the output buffer's contents",
+    );
+    let rc = seg.dequantize(MAX_DECODED);
+    match rc {
+        Ok(c) => {
+            assert!(ra.is_ok(), "dequantize succeeded where _into failed");
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert!(
+                bits(&a) == bits(&b),
+                "dequantized values depend on the output buffer's contents"
+            );
+            assert!(
+                bits(&a) == bits(&c),
+                "dequantize and dequantize_into disagree"
+            );
+        }
+        Err(e) => assert_same(&ra, &Err(e), "dequantize and _into fail differently"),
+    }
+}
+
+/// Asserts two results are the same. Compared by their `Debug` form: errors may hold a
+/// NaN scale, which `PartialEq` never finds equal to itself.
+fn assert_same(a: &Result<(), SegmentError>, b: &Result<(), SegmentError>, what: &str) {
+    let (a, b) = (format!("{a:?}"), format!("{b:?}"));
+    assert!(a == b, "{what}: {a} vs {b}");
+}
+
+/// A copy of `data` with a valid checksum and, for a delta, [`base_pattern`] recorded as
+/// its base; `None` when the header itself is invalid or nothing needed changing.
+fn reseal(data: &[u8]) -> Option<Vec<u8>> {
+    let mut v = data.to_vec();
+    let mut changed = false;
+    // At most three fixes: checksum, base hash, checksum again.
+    for _ in 0..3 {
+        match Segment::parse(&v) {
+            Err(SegmentError::ChecksumMismatch { computed, .. }) => {
+                v[CHECKSUM_OFS..CHECKSUM_OFS + 8].copy_from_slice(&computed.to_le_bytes());
+            }
+            Err(_) => return None,
+            Ok(seg) => {
+                let header = *seg.header();
+                if header.encoding != Encoding::Delta {
+                    break;
+                }
+                let len = header.decoded_len().ok()?;
+                if len > MAX_DECODED {
+                    break;
+                }
+                // The base hash is checked before the output length, so an empty output
+                // buffer learns the hash without decoding anything.
+                match seg.decode_lossless_into(Some(&base_pattern(len)), &mut []) {
+                    Err(SegmentError::BaseMismatch { actual, .. }) => {
+                        v[BASE_HASH_OFS..BASE_HASH_OFS + 8].copy_from_slice(&actual.to_le_bytes());
+                    }
+                    _ => break,
+                }
+            }
+        }
+        changed = true;
+    }
+    changed.then_some(v)
+}
