@@ -1,7 +1,92 @@
 //! # strata-store
 //!
-//! The versioned tensor database on redb, and the `strata` command-line tool.
-//! **Not implemented yet**: this crate is a placeholder in the workspace layout and exports
-//! only the codec it will build on. Its work is tracked by the store issue.
+//! The versioned tensor database of Strata, on one [redb](https://docs.rs/redb) file.
+//!
+//! ```no_run
+//! use strata_store::{DType, Store, TensorRef};
+//!
+//! let store = Store::open("weights.strata")?;
+//! let w: Vec<u8> = [0.5f32, -1.25, 3.0, 0.0].iter().flat_map(|x| x.to_le_bytes()).collect();
+//! store.put("layer.0.w", 100, &TensorRef { dtype: DType::F32, shape: &[2, 2], bytes: &w })?;
+//! let back = store.get("layer.0.w", 100)?;
+//! assert_eq!(back.data, w);
+//! # Ok::<(), strata_store::StoreError>(())
+//! ```
+//!
+//! ## Model
+//!
+//! A tensor is a name with versions at steps (`u64`). Each version is cut into blocks of
+//! [`Options::block_bytes`] raw bytes; each block is a codec segment: a lossless keyframe,
+//! or an XOR delta against the same block of a base version of the same tensor, chosen by
+//! the [`DeltaPolicy`] so that reading any block decodes at most [`Options::max_chain`]
+//! segments. A block equal to its base block stores no segment, only a 31-byte reference.
+//! Segments are content-addressed (xxh3-128) and reference-counted: identical blocks are
+//! stored once. Deleting a version re-bases its dependents in the same transaction.
+//!
+//! ## File format (store format 1)
+//!
+//! One redb file (redb 4 file format). Integers are little-endian unless marked BE. Keys
+//! are byte strings or fixed-width integers, never redb's `&str` or tuple types, whose
+//! decoders trust the file.
+//!
+//! | table | key | value |
+//! |---|---|---|
+//! | `strata.meta` | `b"format"` | `b"strata-store"`, u32 store format version (1) |
+//! | | `b"writer"` | version of the crate that created the file (text) |
+//! | | `b"next_segment_id"` | u64: the next local segment id |
+//! | `strata.versions` | u32 BE name length, name (UTF-8), u64 BE step | version record |
+//! | `strata.segments` | u128: content address, xxh3-128 of the segment bytes | u64 refcount, u64 length, u64 segment id, u32 chunk count, u32 tail piece count |
+//! | `strata.chunks` | `[u8; 12]`: u64 BE segment id, u32 BE chunk index | chunk bytes |
+//! | `strata.tails` | `[u8; 12]`: u64 BE segment id, u32 BE piece index | tail piece bytes |
+//! | `strata.checkpoints` | u64 step | checkpoint record |
+//! | `strata.tags` | tag name (UTF-8 bytes) | u64 checkpoint step |
+//!
+//! **Version record**: `u8 record version (1)`, `u8 dtype code`, `u8 ndim (<= 32)`,
+//! `u64 x ndim dims`, `u64 elements per block`, `u32 block count (= ceil(elements /
+//! elements per block))`, then 31 bytes per block: `u8 flags` (bit 0: delta, bit 1:
+//! reference, no new segment), `u128 segment address`, `u64 base step` (0 for a keyframe),
+//! `u8 depth` (segments decoded to read the block, 1 for a keyframe), `u8 run` (versions
+//! since the lineage's keyframe), `u32 segment length`.
+//!
+//! **Checkpoint record**: `u8 record version (1)`, `u32 length + metadata (UTF-8)`,
+//! `u32 tensor count`, per tensor `u32 length + name (UTF-8)`.
+//!
+//! **Segment pieces**: a segment is stored once per content address, under a local id from
+//! the `next_segment_id` counter. Its body goes to `strata.chunks` in pieces that each fill
+//! one redb leaf of `4 KiB << k` exactly (`(4096 << k) - 20` bytes, largest first); the
+//! rest (under 4 KiB) goes to `strata.tails` in pieces of at most 495 bytes, eight of
+//! which fill a 4 KiB leaf. Ids only grow, so both trees are appended at their right end,
+//! where redb packs leaves full. (A segment stored as one value would take a power-of-two
+//! page: +27 % on f32 checkpoints, +42 % on bf16 fine-tuning deltas.)
+//!
+//! A block's bytes are read by following `base` steps down to a keyframe (or a cached
+//! block), fetching each segment (its pieces must add up to the indexed length and hash to
+//! its address), then decoding upward with the codec, which checks the segment checksum and
+//! that each delta gets the base it was made against.
 
+mod cache;
+mod checkpoints;
+mod error;
+mod options;
+mod plan;
+mod reader;
+mod rebase;
+mod record;
+mod segstore;
+mod stats;
+mod store;
+mod tables;
+mod tensor;
+mod tensors;
+mod verify;
+mod write;
+
+pub use error::{Result, StoreError};
+pub use options::{DeltaPolicy, Options, PutOptions};
+pub use record::RecordError;
+pub use stats::{StoreStats, TensorStats};
+pub use store::Store;
 pub use strata_codec as codec;
+pub use strata_codec::DType;
+pub use tensor::{BlockEncoding, Checkpoint, Tensor, TensorRef, TensorSlice, VersionInfo};
+pub use verify::{Issue, VerifyReport};

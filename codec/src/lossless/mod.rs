@@ -225,7 +225,7 @@ pub fn encode(
 }
 
 fn check_lengths(dtype: DType, data: &[u8], base: Option<&[u8]>) -> Result<(), LosslessError> {
-    if data.len() % dtype.size() != 0 {
+    if !data.len().is_multiple_of(dtype.size()) {
         return Err(LosslessError::RaggedLength {
             len: data.len(),
             dtype,

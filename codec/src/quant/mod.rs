@@ -220,7 +220,7 @@ struct TwoLevelParts {
 
 impl TwoLevelParts {
     fn push_flag(&mut self, flag: bool) {
-        if self.flag_count % 8 == 0 {
+        if self.flag_count.is_multiple_of(8) {
             self.flags.push(0);
         }
         if flag {

@@ -1,0 +1,96 @@
+//! A least-recently-used cache of decoded blocks, bounded in bytes.
+//!
+//! Keyed by segment content address: a segment decodes to the same bytes wherever it is
+//! used (a delta's base is pinned by the hash in its header), so entries never go stale
+//! when versions are deleted, overwritten or re-based.
+
+use std::sync::Arc;
+
+use lru::LruCache;
+use parking_lot::Mutex;
+
+/// Decoded block bytes shared between the cache and readers.
+pub(crate) type Block = Arc<Vec<u8>>;
+
+/// The cache. Blocks larger than the whole budget are not kept.
+#[derive(Debug)]
+pub(crate) struct BlockCache {
+    inner: Mutex<Inner>,
+    capacity: usize,
+}
+
+#[derive(Debug)]
+struct Inner {
+    lru: LruCache<u128, Block>,
+    bytes: usize,
+}
+
+impl BlockCache {
+    pub(crate) fn new(capacity: usize) -> Self {
+        BlockCache {
+            inner: Mutex::new(Inner {
+                lru: LruCache::unbounded(),
+                bytes: 0,
+            }),
+            capacity,
+        }
+    }
+
+    /// Whether a block of `len` bytes would be kept (callers skip copying data otherwise).
+    pub(crate) fn wants(&self, len: usize) -> bool {
+        len <= self.capacity
+    }
+
+    pub(crate) fn get(&self, address: u128) -> Option<Block> {
+        if self.capacity == 0 {
+            return None;
+        }
+        self.inner.lock().lru.get(&address).cloned()
+    }
+
+    pub(crate) fn insert(&self, address: u128, block: Block) {
+        let len = block.len();
+        if !self.wants(len) {
+            return;
+        }
+        let mut inner = self.inner.lock();
+        if let Some(old) = inner.lru.put(address, block) {
+            inner.bytes -= old.len();
+        }
+        inner.bytes += len;
+        while inner.bytes > self.capacity {
+            match inner.lru.pop_lru() {
+                Some((_, b)) => inner.bytes -= b.len(),
+                None => break,
+            }
+        }
+    }
+
+    /// Bytes held.
+    #[cfg(test)]
+    pub(crate) fn bytes(&self) -> usize {
+        self.inner.lock().bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn evicts_to_the_byte_budget() {
+        let c = BlockCache::new(100);
+        c.insert(1, Arc::new(vec![0; 60]));
+        c.insert(2, Arc::new(vec![0; 30]));
+        assert!(c.get(1).is_some());
+        c.insert(3, Arc::new(vec![0; 30]));
+        assert!(c.get(2).is_none(), "least recently used goes first");
+        assert!(c.get(1).is_some() && c.get(3).is_some());
+        assert_eq!(c.bytes(), 90);
+        c.insert(4, Arc::new(vec![0; 101]));
+        assert!(c.get(4).is_none());
+        let off = BlockCache::new(0);
+        off.insert(1, Arc::new(vec![1]));
+        assert!(off.get(1).is_none());
+    }
+}

@@ -1,0 +1,301 @@
+//! The store's error type: every variant says what went wrong and where (file, tensor, step,
+//! block).
+
+use std::path::PathBuf;
+
+use strata_codec::segment::SegmentError;
+use thiserror::Error;
+
+use crate::record::RecordError;
+
+/// Shorthand for results of this crate.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in a [`crate::Store`].
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// Another process (or another handle in this one) has the file open.
+    #[error("store {path} is in use by another process or handle")]
+    InUse {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The file exists but is not a Strata store.
+    #[error("{path} is not a Strata store: {reason}")]
+    NotAStore {
+        /// The file.
+        path: PathBuf,
+        /// Why it was refused.
+        reason: String,
+    },
+    /// The store was written by a format this build does not read.
+    #[error(
+        "{path}: store format version {found} is not supported (this build reads {supported})"
+    )]
+    UnsupportedFormat {
+        /// The file.
+        path: PathBuf,
+        /// The version in the file.
+        found: u32,
+        /// The version this build reads and writes.
+        supported: u32,
+    },
+    /// The file is damaged at the database level (redb found it inconsistent).
+    #[error("store {path} is damaged: {reason}")]
+    Damaged {
+        /// The file.
+        path: PathBuf,
+        /// What redb reported.
+        reason: String,
+    },
+    /// An I/O error on the store file.
+    #[error("I/O error on {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// An error of the underlying database (redb) during an operation.
+    #[error("database error while {op}: {source}")]
+    Database {
+        /// The operation in progress.
+        op: &'static str,
+        /// redb's error.
+        #[source]
+        source: Box<redb::Error>,
+    },
+    /// Compaction could not run.
+    #[error("compaction failed: {source}")]
+    Compaction {
+        /// redb's error.
+        #[source]
+        source: Box<redb::CompactionError>,
+    },
+    /// Invalid [`crate::Options`].
+    #[error("invalid options: {reason}")]
+    InvalidOptions {
+        /// What is wrong.
+        reason: String,
+    },
+    /// A tensor name the store does not accept (empty, or too long).
+    #[error("invalid tensor name {name:?}: {reason}")]
+    InvalidName {
+        /// The name.
+        name: String,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// A shape whose element or byte count overflows, or that has too many dimensions.
+    #[error(
+        "tensor {tensor:?} step {step}: shape {shape:?} is too large or has too many dimensions"
+    )]
+    BadShape {
+        /// Tensor name.
+        tensor: String,
+        /// Step.
+        step: u64,
+        /// The shape given.
+        shape: Vec<u64>,
+    },
+    /// The data length does not match `shape x dtype size`.
+    #[error(
+        "tensor {tensor:?} step {step}: data is {actual} bytes, shape and dtype need {expected}"
+    )]
+    DataLength {
+        /// Tensor name.
+        tensor: String,
+        /// Step.
+        step: u64,
+        /// Bytes the shape and dtype need.
+        expected: u64,
+        /// Bytes given.
+        actual: u64,
+    },
+    /// The version exists and overwriting was not asked for.
+    #[error("tensor {tensor:?} already has a version at step {step}")]
+    StepExists {
+        /// Tensor name.
+        tensor: String,
+        /// Step.
+        step: u64,
+    },
+    /// No version of this tensor exists.
+    #[error("no tensor named {tensor:?}")]
+    TensorNotFound {
+        /// Tensor name.
+        tensor: String,
+    },
+    /// The tensor exists but not at this step.
+    #[error("tensor {tensor:?} has no version at step {step}")]
+    VersionNotFound {
+        /// Tensor name.
+        tensor: String,
+        /// Step.
+        step: u64,
+    },
+    /// The tensor has no version at or before this step.
+    #[error("tensor {tensor:?} has no version at or before step {step}")]
+    NoVersionAtOrBefore {
+        /// Tensor name.
+        tensor: String,
+        /// Step.
+        step: u64,
+    },
+    /// A partial read outside the tensor.
+    #[error(
+        "tensor {tensor:?} step {step}: element range {start}..{end} is outside 0..{elements}"
+    )]
+    RangeOutOfBounds {
+        /// Tensor name.
+        tensor: String,
+        /// Step.
+        step: u64,
+        /// Range start.
+        start: u64,
+        /// Range end.
+        end: u64,
+        /// Elements in the tensor.
+        elements: u64,
+    },
+    /// A checkpoint exists at this step.
+    #[error("a checkpoint already exists at step {step}")]
+    CheckpointExists {
+        /// Step.
+        step: u64,
+    },
+    /// No checkpoint at this step.
+    #[error("no checkpoint at step {step}")]
+    CheckpointNotFound {
+        /// Step.
+        step: u64,
+    },
+    /// A checkpoint names the same tensor twice.
+    #[error("checkpoint at step {step} lists tensor {tensor:?} twice")]
+    DuplicateTensor {
+        /// Step.
+        step: u64,
+        /// Tensor name.
+        tensor: String,
+    },
+    /// No tag with this name.
+    #[error("no tag named {tag:?}")]
+    TagNotFound {
+        /// The tag.
+        tag: String,
+    },
+    /// A segment failed to parse or decode (bad checksum, bad payload, wrong base).
+    #[error(
+        "tensor {tensor:?} step {step} block {block}: segment {address:032x} is corrupt: {source}"
+    )]
+    Segment {
+        /// Tensor name.
+        tensor: String,
+        /// Step of the version whose segment failed.
+        step: u64,
+        /// Block index.
+        block: u64,
+        /// Content address of the segment.
+        address: u128,
+        /// What the codec found.
+        #[source]
+        source: Box<SegmentError>,
+    },
+    /// A segment decodes, but not to what the version record says.
+    #[error("tensor {tensor:?} step {step} block {block}: {reason}")]
+    BlockMismatch {
+        /// Tensor name.
+        tensor: String,
+        /// Step of the version whose block is wrong.
+        step: u64,
+        /// Block index.
+        block: u64,
+        /// What disagrees.
+        reason: String,
+    },
+    /// A block refers to a segment that is not stored, or whose stored bytes are damaged.
+    #[error("tensor {tensor:?} step {step} block {block}: segment {address:032x}: {reason}")]
+    SegmentStorage {
+        /// Tensor name.
+        tensor: String,
+        /// Step.
+        step: u64,
+        /// Block index.
+        block: u64,
+        /// Content address.
+        address: u128,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A delta block whose base version is missing or has another layout.
+    #[error("tensor {tensor:?} step {step} block {block}: base version {base} {reason}")]
+    BadBase {
+        /// Tensor name.
+        tensor: String,
+        /// Step of the delta.
+        step: u64,
+        /// Block index.
+        block: u64,
+        /// The base step recorded.
+        base: u64,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// A chain of deltas longer than any the store writes (a loop in damaged metadata).
+    #[error("tensor {tensor:?} step {step} block {block}: delta chain longer than {limit}")]
+    ChainTooLong {
+        /// Tensor name.
+        tensor: String,
+        /// Step.
+        step: u64,
+        /// Block index.
+        block: u64,
+        /// The limit.
+        limit: usize,
+    },
+    /// Encoding a block failed.
+    #[error("tensor {tensor:?} step {step} block {block}: encoding failed: {source}")]
+    Encode {
+        /// Tensor name.
+        tensor: String,
+        /// Step.
+        step: u64,
+        /// Block index.
+        block: u64,
+        /// The codec's error.
+        #[source]
+        source: Box<SegmentError>,
+    },
+    /// A metadata record failed to decode.
+    #[error("{what}: {source}")]
+    Record {
+        /// Which record (table and key).
+        what: String,
+        /// What is wrong with it.
+        #[source]
+        source: RecordError,
+    },
+}
+
+impl StoreError {
+    pub(crate) fn db(op: &'static str) -> impl FnOnce(redb::Error) -> StoreError {
+        move |e| StoreError::Database {
+            op,
+            source: Box::new(e),
+        }
+    }
+}
+
+/// Converts any redb error into [`StoreError::Database`] with the operation named.
+pub(crate) trait DbContext<T> {
+    /// Names the operation.
+    fn ctx(self, op: &'static str) -> Result<T>;
+}
+
+impl<T, E: Into<redb::Error>> DbContext<T> for std::result::Result<T, E> {
+    fn ctx(self, op: &'static str) -> Result<T> {
+        self.map_err(|e| StoreError::db(op)(e.into()))
+    }
+}

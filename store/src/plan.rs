@@ -1,0 +1,359 @@
+//! Planning writes: pick each block's base by the [`DeltaPolicy`], decode the bases, and
+//! encode the new segments, all in a read transaction and in parallel, so the write
+//! transaction only inserts.
+
+use std::sync::Arc;
+
+use rayon::prelude::*;
+use redb::ReadableTable;
+use strata_codec::segment;
+
+use crate::cache::BlockCache;
+use crate::error::{DbContext, Result, StoreError};
+use crate::options::{DeltaPolicy, Options};
+use crate::reader::{Fetcher, Job};
+use crate::record::{decode_version_key, version_key_range, BlockRecord, VersionRecord, MAX_DIMS};
+use crate::segstore::address_of;
+use crate::tensor::TensorRef;
+
+/// Longest tensor name accepted, in bytes.
+pub(crate) const MAX_NAME_BYTES: usize = 4096;
+
+/// A tensor to write at a step.
+#[derive(Debug)]
+pub(crate) struct NewVersion<'a> {
+    pub(crate) name: Arc<str>,
+    pub(crate) step: u64,
+    pub(crate) tensor: TensorRef<'a>,
+}
+
+/// A version ready to insert: its record and the bytes of its new segments.
+#[derive(Debug)]
+pub(crate) struct PlannedVersion {
+    pub(crate) name: Arc<str>,
+    pub(crate) step: u64,
+    pub(crate) record: VersionRecord,
+    /// Per block: the segment bytes when the block is not a reference.
+    pub(crate) segments: Vec<Option<Vec<u8>>>,
+    /// A version exists at this step and is being overwritten.
+    pub(crate) replaces: bool,
+}
+
+/// Checks a name.
+pub(crate) fn check_name(name: &str) -> Result<()> {
+    let reason = if name.is_empty() {
+        "empty"
+    } else if name.len() > MAX_NAME_BYTES {
+        "longer than 4096 bytes"
+    } else {
+        return Ok(());
+    };
+    Err(StoreError::InvalidName {
+        name: name.chars().take(64).collect(),
+        reason,
+    })
+}
+
+/// Checks a tensor's shape and data length; returns its element count.
+pub(crate) fn check_tensor(name: &str, step: u64, t: &TensorRef<'_>) -> Result<u64> {
+    check_name(name)?;
+    let bad_shape = || StoreError::BadShape {
+        tensor: name.to_string(),
+        step,
+        shape: t.shape.iter().take(MAX_DIMS + 1).copied().collect(),
+    };
+    if t.shape.len() > MAX_DIMS {
+        return Err(bad_shape());
+    }
+    let elements = t
+        .shape
+        .iter()
+        .try_fold(1u64, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(bad_shape)?;
+    let expected = elements
+        .checked_mul(t.dtype.size() as u64)
+        .ok_or_else(bad_shape)?;
+    if expected != t.bytes.len() as u64 {
+        return Err(StoreError::DataLength {
+            tensor: name.to_string(),
+            step,
+            expected,
+            actual: t.bytes.len() as u64,
+        });
+    }
+    Ok(elements)
+}
+
+/// The latest version of `name` strictly before `step`.
+pub(crate) fn predecessor(
+    versions: &impl ReadableTable<&'static [u8], &'static [u8]>,
+    name: &str,
+    step: u64,
+) -> Result<Option<(u64, VersionRecord)>> {
+    let Some(before) = step.checked_sub(1) else {
+        return Ok(None);
+    };
+    at_or_before(versions, name, before)
+}
+
+/// The latest version of `name` at or before `step`.
+pub(crate) fn at_or_before(
+    versions: &impl ReadableTable<&'static [u8], &'static [u8]>,
+    name: &str,
+    step: u64,
+) -> Result<Option<(u64, VersionRecord)>> {
+    let range = version_key_range(name, 0..=step);
+    let mut iter = versions
+        .range(range.start().as_slice()..=range.end().as_slice())
+        .ctx("looking up versions")?;
+    let Some(entry) = iter.next_back() else {
+        return Ok(None);
+    };
+    let (k, v) = entry.ctx("looking up versions")?;
+    let (_, s) = decode_version_key(k.value()).ok_or_else(|| StoreError::Record {
+        what: format!("a version key of tensor {name:?}"),
+        source: crate::record::RecordError::BadValue {
+            field: "version key",
+            value: k.value().len() as u64,
+        },
+    })?;
+    let rec = VersionRecord::decode(v.value()).map_err(|source| StoreError::Record {
+        what: format!("version record of tensor {name:?} step {s}"),
+        source,
+    })?;
+    Ok(Some((s, rec)))
+}
+
+/// What one block of a new version will be compared and encoded against.
+struct Task<'d> {
+    version: usize,
+    block: u64,
+    data: &'d [u8],
+    dtype: strata_codec::DType,
+    /// The previous version's block: a reference when the data equals it.
+    pred: Option<(BlockRecord, Job)>,
+    /// The base to encode a delta against (`None` job: the same block as `pred`), with the
+    /// depth and run the delta gets; `None`: a keyframe.
+    base: Option<(u64, BlockRecord, Option<Job>)>,
+    depth: u8,
+    run: u8,
+}
+
+/// The encoded block.
+struct Done {
+    version: usize,
+    block: u64,
+    record: BlockRecord,
+    segment: Option<Vec<u8>>,
+}
+
+/// Plans `items` against the versions visible through `fetcher`.
+pub(crate) fn plan<V, S, C>(
+    fetcher: &mut Fetcher<'_, V, S, C>,
+    versions: &V,
+    cache: &BlockCache,
+    opts: &Options,
+    items: &[NewVersion<'_>],
+    overwrite: bool,
+) -> Result<Vec<PlannedVersion>>
+where
+    V: ReadableTable<&'static [u8], &'static [u8]>,
+    S: ReadableTable<u128, &'static [u8]>,
+    C: ReadableTable<[u8; 12], &'static [u8]>,
+{
+    let mut planned = Vec::with_capacity(items.len());
+    let mut tasks = Vec::new();
+    for (vi, item) in items.iter().enumerate() {
+        let t = &item.tensor;
+        let elements = check_tensor(&item.name, item.step, t)?;
+        let replaces = fetcher.record(&item.name, item.step)?.is_some();
+        if replaces && !overwrite {
+            return Err(StoreError::StepExists {
+                tensor: item.name.to_string(),
+                step: item.step,
+            });
+        }
+        let pred = predecessor(versions, &item.name, item.step)?
+            .filter(|(_, p)| p.dtype == t.dtype && p.shape == t.shape);
+        let block_elems = match &pred {
+            Some((_, p)) => p.block_elems,
+            None => opts.block_elems(t.dtype.size()),
+        };
+        let count = VersionRecord::block_count(elements, block_elems);
+        let record = VersionRecord {
+            dtype: t.dtype,
+            shape: t.shape.to_vec(),
+            elements,
+            block_elems,
+            blocks: Vec::with_capacity(count as usize),
+        };
+        let size = t.dtype.size() as u64;
+        for b in 0..count {
+            let start = (b * block_elems * size) as usize;
+            let end = ((b * block_elems + record.block_len(b)) * size) as usize;
+            let data = &t.bytes[start..end];
+            let mut task = Task {
+                version: vi,
+                block: b,
+                data,
+                dtype: t.dtype,
+                pred: None,
+                base: None,
+                depth: 1,
+                run: 1,
+            };
+            if let Some((pstep, prec)) = &pred {
+                choose_base(fetcher, opts, &item.name, *pstep, prec, b, &mut task)?;
+            }
+            tasks.push(task);
+        }
+        planned.push(PlannedVersion {
+            name: item.name.clone(),
+            step: item.step,
+            record,
+            segments: vec![None; count as usize],
+            replaces,
+        });
+    }
+
+    let done: Vec<Result<Done>> = tasks
+        .into_par_iter()
+        .map(|task| encode_task(task, items, cache, opts))
+        .collect();
+    for d in done {
+        let d = d?;
+        let v = &mut planned[d.version];
+        v.record.blocks.push(d.record);
+        v.segments[d.block as usize] = d.segment;
+    }
+    Ok(planned)
+}
+
+/// Fills in the predecessor block and the base of `task` by the policy.
+fn choose_base<V, S, C>(
+    fetcher: &mut Fetcher<'_, V, S, C>,
+    opts: &Options,
+    name: &Arc<str>,
+    pstep: u64,
+    prec: &VersionRecord,
+    b: u64,
+    task: &mut Task<'_>,
+) -> Result<()>
+where
+    V: ReadableTable<&'static [u8], &'static [u8]>,
+    S: ReadableTable<u128, &'static [u8]>,
+    C: ReadableTable<[u8; 12], &'static [u8]>,
+{
+    let p = prec.blocks[b as usize];
+    task.pred = Some((p, fetcher.fetch(name, pstep, prec, b)?));
+    let run = p.run.saturating_add(1);
+    match opts.policy {
+        DeltaPolicy::Chain => {
+            let depth = p.depth.saturating_add(1);
+            if depth <= opts.max_chain {
+                task.base = Some((pstep, p, None));
+                (task.depth, task.run) = (depth, run);
+            }
+        }
+        DeltaPolicy::Star => {
+            let (root_step, root, job) = match p.base {
+                None => (pstep, p, None),
+                Some(root_step) => {
+                    let rrec = fetcher.record(name, root_step)?;
+                    match rrec {
+                        Some(r) if r.same_layout(prec) => {
+                            let root = r.blocks[b as usize];
+                            let job = fetcher.fetch(name, root_step, &r, b)?;
+                            (root_step, root, Some(job))
+                        }
+                        // A damaged or missing root: start a new keyframe.
+                        _ => return Ok(()),
+                    }
+                }
+            };
+            let depth = root.depth.saturating_add(1);
+            if run <= opts.max_chain && depth <= opts.max_chain {
+                task.base = Some((root_step, root, job));
+                (task.depth, task.run) = (depth, run);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn encode_task(
+    task: Task<'_>,
+    items: &[NewVersion<'_>],
+    cache: &BlockCache,
+    opts: &Options,
+) -> Result<Done> {
+    let item = &items[task.version];
+    let encode_err = |source| StoreError::Encode {
+        tensor: item.name.to_string(),
+        step: item.step,
+        block: task.block,
+        source: Box::new(source),
+    };
+    let reference = |r: BlockRecord| Done {
+        version: task.version,
+        block: task.block,
+        record: BlockRecord {
+            reference: true,
+            ..r
+        },
+        segment: None,
+    };
+    let mut pred_bytes = None;
+    if let Some((p, job)) = task.pred {
+        let bytes = job.decode(cache)?;
+        if bytes.as_slice() == task.data {
+            return Ok(reference(p));
+        }
+        pred_bytes = Some(bytes);
+    }
+    let (segment, base) = match task.base {
+        Some((base_step, base_rec, job)) => {
+            let base_bytes = match (job, pred_bytes) {
+                (Some(job), _) => job.decode(cache)?,
+                (None, Some(p)) => p,
+                (None, None) => {
+                    return Err(StoreError::BadBase {
+                        tensor: item.name.to_string(),
+                        step: item.step,
+                        block: task.block,
+                        base: base_step,
+                        reason: "was not read",
+                    })
+                }
+            };
+            if base_bytes.as_slice() == task.data {
+                return Ok(reference(base_rec));
+            }
+            let seg = segment::encode_delta(task.dtype, task.data, &base_bytes, &opts.lossless)
+                .map_err(encode_err)?;
+            (seg, Some(base_step))
+        }
+        None => (
+            segment::encode_keyframe(task.dtype, task.data, &opts.lossless).map_err(encode_err)?,
+            None,
+        ),
+    };
+    let address = address_of(&segment);
+    if cache.wants(task.data.len()) {
+        // The next version of this tensor will read this block as its base.
+        cache.insert(address, Arc::new(task.data.to_vec()));
+    }
+    Ok(Done {
+        version: task.version,
+        block: task.block,
+        record: BlockRecord {
+            address,
+            base,
+            reference: false,
+            depth: if base.is_some() { task.depth } else { 1 },
+            run: if base.is_some() { task.run } else { 1 },
+            segment_len: segment.len() as u32,
+        },
+        segment: Some(segment),
+    })
+}

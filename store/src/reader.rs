@@ -1,0 +1,325 @@
+//! Reading blocks: follow a block's delta chain down to a keyframe or a cached block, fetch
+//! those segments (sequential I/O), then decode them (in parallel across blocks).
+//!
+//! Works on the tables of a read transaction or of a write transaction (re-basing reads
+//! inside the transaction that changes things).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use rayon::prelude::*;
+use redb::ReadableTable;
+use strata_codec::segment::Segment;
+use strata_codec::DType;
+
+use crate::cache::{Block, BlockCache};
+use crate::error::{DbContext, Result, StoreError};
+use crate::record::{version_key, VersionRecord};
+use crate::segstore::{self, FetchError};
+
+/// Longest chain a reader follows: above any `max_chain` the store writes (255), so only a
+/// loop in damaged metadata reaches it.
+pub(crate) const MAX_HOPS: usize = 256;
+/// Blocks fetched before decoding them together: bounds the compressed bytes held at once.
+const BATCH: usize = 32;
+
+/// The tables block reads need.
+pub(crate) struct Tables<V, S, C> {
+    pub(crate) versions: V,
+    pub(crate) segments: S,
+    pub(crate) chunks: C,
+    pub(crate) tails: C,
+}
+
+/// The tables of a read transaction.
+pub(crate) type ReadOnlyTables = Tables<
+    redb::ReadOnlyTable<&'static [u8], &'static [u8]>,
+    redb::ReadOnlyTable<u128, &'static [u8]>,
+    redb::ReadOnlyTable<[u8; 12], &'static [u8]>,
+>;
+
+/// The tables of a write transaction.
+pub(crate) type WritableTables<'txn> = Tables<
+    redb::Table<'txn, &'static [u8], &'static [u8]>,
+    redb::Table<'txn, u128, &'static [u8]>,
+    redb::Table<'txn, [u8; 12], &'static [u8]>,
+>;
+
+/// Reads the record of version `step` of `name`, if any.
+pub(crate) fn load_version(
+    versions: &impl ReadableTable<&'static [u8], &'static [u8]>,
+    name: &str,
+    step: u64,
+) -> Result<Option<VersionRecord>> {
+    let key = version_key(name, step);
+    let Some(v) = versions
+        .get(key.as_slice())
+        .ctx("reading a version record")?
+    else {
+        return Ok(None);
+    };
+    VersionRecord::decode(v.value())
+        .map(Some)
+        .map_err(|source| StoreError::Record {
+            what: format!("version record of tensor {name:?} step {step}"),
+            source,
+        })
+}
+
+/// One segment to decode: which block of which version it is.
+#[derive(Debug)]
+struct Link {
+    step: u64,
+    address: u128,
+    bytes: Vec<u8>,
+}
+
+/// Everything needed to decode one block without touching the database.
+#[derive(Debug)]
+pub(crate) struct Job {
+    name: Arc<str>,
+    /// The version asked for.
+    step: u64,
+    block: u64,
+    dtype: DType,
+    /// Decoded bytes of the block.
+    len: usize,
+    /// Segments from the requested block down; the last is a keyframe unless `base` is set.
+    links: Vec<Link>,
+    /// The decoded block under the last link (from the cache), or the requested block itself
+    /// when `links` is empty.
+    base: Option<Block>,
+}
+
+/// Fetches chains through a memo of version records.
+pub(crate) struct Fetcher<'a, V, S, C> {
+    tables: &'a Tables<V, S, C>,
+    cache: &'a BlockCache,
+    records: HashMap<(Arc<str>, u64), Arc<VersionRecord>>,
+}
+
+impl<'a, V, S, C> Fetcher<'a, V, S, C>
+where
+    V: ReadableTable<&'static [u8], &'static [u8]>,
+    S: ReadableTable<u128, &'static [u8]>,
+    C: ReadableTable<[u8; 12], &'static [u8]>,
+{
+    pub(crate) fn new(tables: &'a Tables<V, S, C>, cache: &'a BlockCache) -> Self {
+        Fetcher {
+            tables,
+            cache,
+            records: HashMap::new(),
+        }
+    }
+
+    /// The record of a version, through the memo.
+    pub(crate) fn record(
+        &mut self,
+        name: &Arc<str>,
+        step: u64,
+    ) -> Result<Option<Arc<VersionRecord>>> {
+        let key = (name.clone(), step);
+        if let Some(r) = self.records.get(&key) {
+            return Ok(Some(r.clone()));
+        }
+        let Some(rec) = load_version(&self.tables.versions, name, step)? else {
+            return Ok(None);
+        };
+        let rec = Arc::new(rec);
+        self.records.insert(key, rec.clone());
+        Ok(Some(rec))
+    }
+
+    /// Gathers the segments that block `block` of `(name, step)` (record `rec`) needs.
+    pub(crate) fn fetch(
+        &mut self,
+        name: &Arc<str>,
+        step: u64,
+        rec: &VersionRecord,
+        block: u64,
+    ) -> Result<Job> {
+        let mut job = Job {
+            name: name.clone(),
+            step,
+            block,
+            dtype: rec.dtype,
+            len: block_bytes(rec, block),
+            links: Vec::new(),
+            base: None,
+        };
+        let (mut cur_step, mut cur) = (step, block_record(name, step, rec, block)?);
+        loop {
+            if let Some(hit) = self.cache.get(cur.address) {
+                job.base = Some(hit);
+                return Ok(job);
+            }
+            let bytes = segstore::fetch(
+                &self.tables.segments,
+                &self.tables.chunks,
+                &self.tables.tails,
+                cur.address,
+            )
+            .map_err(|e| fetch_error(e, name, cur_step, block, cur.address))?;
+            job.links.push(Link {
+                step: cur_step,
+                address: cur.address,
+                bytes,
+            });
+            let Some(base_step) = cur.base else {
+                return Ok(job);
+            };
+            if job.links.len() >= MAX_HOPS {
+                return Err(StoreError::ChainTooLong {
+                    tensor: name.to_string(),
+                    step,
+                    block,
+                    limit: MAX_HOPS,
+                });
+            }
+            let bad_base = |reason| StoreError::BadBase {
+                tensor: name.to_string(),
+                step: cur_step,
+                block,
+                base: base_step,
+                reason,
+            };
+            let base_rec = self
+                .record(name, base_step)?
+                .ok_or_else(|| bad_base("does not exist"))?;
+            if !base_rec.same_layout(rec) {
+                return Err(bad_base("has another dtype, shape or block size"));
+            }
+            cur = block_record(name, base_step, &base_rec, block)?;
+            cur_step = base_step;
+        }
+    }
+}
+
+fn block_record(
+    name: &str,
+    step: u64,
+    rec: &VersionRecord,
+    block: u64,
+) -> Result<crate::record::BlockRecord> {
+    usize::try_from(block)
+        .ok()
+        .and_then(|b| rec.blocks.get(b))
+        .copied()
+        .ok_or_else(|| StoreError::BlockMismatch {
+            tensor: name.to_string(),
+            step,
+            block,
+            reason: format!("the version has only {} blocks", rec.blocks.len()),
+        })
+}
+
+/// Decoded bytes of block `block` (bounded by the record checks: at most 1 GiB).
+pub(crate) fn block_bytes(rec: &VersionRecord, block: u64) -> usize {
+    (rec.block_len(block) * rec.dtype.size() as u64) as usize
+}
+
+pub(crate) fn fetch_error(
+    e: FetchError,
+    name: &str,
+    step: u64,
+    block: u64,
+    address: u128,
+) -> StoreError {
+    let reason = match e {
+        FetchError::Store(e) => return e,
+        FetchError::Missing => "is not stored".to_string(),
+        FetchError::Damaged(r) => r,
+    };
+    StoreError::SegmentStorage {
+        tensor: name.to_string(),
+        step,
+        block,
+        address,
+        reason,
+    }
+}
+
+impl Job {
+    /// Decodes the chain bottom-up, caching every block decoded on the way.
+    pub(crate) fn decode(self, cache: &BlockCache) -> Result<Block> {
+        let mut base = self.base;
+        for link in self.links.iter().rev() {
+            let seg_err = |source| StoreError::Segment {
+                tensor: self.name.to_string(),
+                step: link.step,
+                block: self.block,
+                address: link.address,
+                source: Box::new(source),
+            };
+            let seg = Segment::parse(&link.bytes).map_err(seg_err)?;
+            let h = seg.header();
+            if h.dtype != self.dtype || h.decoded_len().ok() != Some(self.len) {
+                return Err(StoreError::BlockMismatch {
+                    tensor: self.name.to_string(),
+                    step: link.step,
+                    block: self.block,
+                    reason: format!(
+                        "segment holds {} elements of {}, the record expects {} bytes of {}",
+                        h.elements, h.dtype, self.len, self.dtype
+                    ),
+                });
+            }
+            let out = seg
+                .decode_lossless(base.as_deref().map(Vec::as_slice), self.len)
+                .map_err(seg_err)?;
+            let block = Arc::new(out);
+            cache.insert(link.address, block.clone());
+            base = Some(block);
+        }
+        match base {
+            Some(block) if block.len() == self.len => Ok(block),
+            other => Err(StoreError::BlockMismatch {
+                tensor: self.name.to_string(),
+                step: self.step,
+                block: self.block,
+                reason: format!(
+                    "the block decodes to {} bytes, the record expects {}",
+                    other.map_or(0, |b| b.len()),
+                    self.len
+                ),
+            }),
+        }
+    }
+}
+
+/// Decodes jobs, in parallel when there is more than one; results in job order.
+pub(crate) fn decode_all(jobs: Vec<Job>, cache: &BlockCache) -> Vec<Result<Block>> {
+    if jobs.len() <= 1 {
+        return jobs.into_iter().map(|j| j.decode(cache)).collect();
+    }
+    jobs.into_par_iter().map(|j| j.decode(cache)).collect()
+}
+
+/// Reads blocks `blocks` of one version, fetching and decoding in batches.
+pub(crate) fn read_blocks<V, S, C>(
+    fetcher: &mut Fetcher<'_, V, S, C>,
+    cache: &BlockCache,
+    name: &Arc<str>,
+    step: u64,
+    rec: &VersionRecord,
+    blocks: std::ops::Range<u64>,
+    mut sink: impl FnMut(u64, &[u8]),
+) -> Result<()>
+where
+    V: ReadableTable<&'static [u8], &'static [u8]>,
+    S: ReadableTable<u128, &'static [u8]>,
+    C: ReadableTable<[u8; 12], &'static [u8]>,
+{
+    let mut b = blocks.start;
+    while b < blocks.end {
+        let end = blocks.end.min(b + BATCH as u64);
+        let jobs = (b..end)
+            .map(|i| fetcher.fetch(name, step, rec, i))
+            .collect::<Result<Vec<_>>>()?;
+        for (i, block) in (b..end).zip(decode_all(jobs, cache)) {
+            sink(i, &block?);
+        }
+        b = end;
+    }
+    Ok(())
+}

@@ -1,0 +1,431 @@
+//! Deleting a version inside a write transaction, re-basing the blocks that depend on it.
+//!
+//! A block of version V depends on version D when its segment is a delta against D's block.
+//! Before D goes, each such block is re-encoded, in step order of the dependents:
+//! - if D's block is itself a delta against D', against D' (whose chain is one shorter than
+//!   D's, so the bound on segments per read still holds);
+//! - if D's block is a keyframe, the earliest dependent becomes a keyframe and later
+//!   dependents of the same block are re-encoded against it;
+//! - a block identical to its new base becomes a reference to the base's segment, and any
+//!   block over `max_chain` becomes a keyframe.
+//!
+//! Depths stored in versions further down the chain stay as they were: an upper bound.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use redb::{ReadableTable, Table};
+use strata_codec::segment;
+
+use crate::cache::{Block, BlockCache};
+use crate::error::{DbContext, Result, StoreError};
+use crate::options::Options;
+use crate::reader::{fetch_error, load_version, Fetcher, Tables, WritableTables};
+use crate::record::{
+    decode_version_key, version_key, version_key_range, BlockRecord, CheckpointRecord,
+    VersionRecord,
+};
+use crate::segstore::{address_of, SegmentWriter};
+use crate::tables::{CHECKPOINTS, TAGS};
+
+/// The tables of a write transaction.
+pub(crate) struct WriteTables<'txn> {
+    pub(crate) t: WritableTables<'txn>,
+    pub(crate) meta: Table<'txn, &'static [u8], &'static [u8]>,
+    pub(crate) checkpoints: Table<'txn, u64, &'static [u8]>,
+    pub(crate) tags: Table<'txn, &'static [u8], u64>,
+}
+
+impl<'txn> WriteTables<'txn> {
+    pub(crate) fn open(txn: &'txn redb::WriteTransaction) -> Result<Self> {
+        let op = "opening tables";
+        Ok(WriteTables {
+            t: Tables {
+                versions: txn.open_table(crate::tables::VERSIONS).ctx(op)?,
+                segments: txn.open_table(crate::tables::SEGMENTS).ctx(op)?,
+                chunks: txn.open_table(crate::tables::CHUNKS).ctx(op)?,
+                tails: txn.open_table(crate::tables::TAILS).ctx(op)?,
+            },
+            meta: txn.open_table(crate::tables::META).ctx(op)?,
+            checkpoints: txn.open_table(CHECKPOINTS).ctx(op)?,
+            tags: txn.open_table(TAGS).ctx(op)?,
+        })
+    }
+
+    pub(crate) fn segment_writer(&mut self) -> SegmentWriter<'_, 'txn> {
+        SegmentWriter {
+            meta: &mut self.meta,
+            segments: &mut self.t.segments,
+            chunks: &mut self.t.chunks,
+            tails: &mut self.t.tails,
+        }
+    }
+
+    /// Adds a reference to a segment (storing it if new), naming the block on failure.
+    pub(crate) fn add_ref(
+        &mut self,
+        name: &str,
+        step: u64,
+        block: u64,
+        address: u128,
+        bytes: Option<&[u8]>,
+    ) -> Result<()> {
+        self.segment_writer()
+            .add_ref(address, bytes)
+            .map(|_| ())
+            .map_err(|e| fetch_error(e, name, step, block, address))
+    }
+
+    /// Drops a reference to a segment, naming the block on failure.
+    pub(crate) fn release(
+        &mut self,
+        name: &str,
+        step: u64,
+        block: u64,
+        address: u128,
+    ) -> Result<()> {
+        self.segment_writer()
+            .release(address)
+            .map_err(|e| fetch_error(e, name, step, block, address))
+    }
+
+    /// Writes a version record.
+    pub(crate) fn put_version(&mut self, name: &str, step: u64, rec: &VersionRecord) -> Result<()> {
+        let key = version_key(name, step);
+        self.t
+            .versions
+            .insert(key.as_slice(), rec.encode().as_slice())
+            .ctx("writing a version record")?;
+        Ok(())
+    }
+
+    /// Every version of `name`, in step order.
+    pub(crate) fn versions_of(&self, name: &str) -> Result<Vec<(u64, VersionRecord)>> {
+        versions_of(&self.t.versions, name)
+    }
+}
+
+/// Every version of `name`, in step order.
+pub(crate) fn versions_of(
+    versions: &impl ReadableTable<&'static [u8], &'static [u8]>,
+    name: &str,
+) -> Result<Vec<(u64, VersionRecord)>> {
+    let range = version_key_range(name, 0..=u64::MAX);
+    let mut out = Vec::new();
+    for entry in versions
+        .range(range.start().as_slice()..=range.end().as_slice())
+        .ctx("listing versions")?
+    {
+        let (k, v) = entry.ctx("listing versions")?;
+        let step = decode_version_key(k.value()).map(|(_, s)| s).unwrap_or(0);
+        let rec = VersionRecord::decode(v.value()).map_err(|source| StoreError::Record {
+            what: format!("version record of tensor {name:?} step {step}"),
+            source,
+        })?;
+        out.push((step, rec));
+    }
+    Ok(out)
+}
+
+/// A re-based block: its new record and, if new, its segment.
+#[derive(Clone)]
+struct Rebased {
+    record: BlockRecord,
+    segment: Option<Arc<Vec<u8>>>,
+}
+
+/// Deletes version `step` of `name`, re-basing its dependents. With `from_checkpoint`, the
+/// tensor is also taken out of the checkpoint at `step` (and an emptied checkpoint and its
+/// tags are removed).
+pub(crate) fn delete_version(
+    wt: &mut WriteTables<'_>,
+    cache: &BlockCache,
+    opts: &Options,
+    name: &str,
+    step: u64,
+    from_checkpoint: bool,
+) -> Result<()> {
+    let Some(doomed) = load_version(&wt.t.versions, name, step)? else {
+        return Err(if wt.versions_of(name)?.is_empty() {
+            StoreError::TensorNotFound {
+                tensor: name.to_string(),
+            }
+        } else {
+            StoreError::VersionNotFound {
+                tensor: name.to_string(),
+                step,
+            }
+        });
+    };
+    let all = wt.versions_of(name)?;
+    let changes = plan_rebase(wt, cache, opts, name, step, &doomed, &all)?;
+
+    for (vstep, rec, blocks) in changes {
+        let mut rec = rec;
+        for (b, new) in blocks {
+            let old = rec.blocks[b as usize];
+            wt.add_ref(
+                name,
+                vstep,
+                b,
+                new.record.address,
+                new.segment.as_deref().map(Vec::as_slice),
+            )?;
+            wt.release(name, vstep, b, old.address)?;
+            rec.blocks[b as usize] = new.record;
+        }
+        wt.put_version(name, vstep, &rec)?;
+    }
+    for (b, block) in doomed.blocks.iter().enumerate() {
+        wt.release(name, step, b as u64, block.address)?;
+    }
+    let key = version_key(name, step);
+    wt.t.versions
+        .remove(key.as_slice())
+        .ctx("removing a version record")?;
+    if from_checkpoint {
+        drop_from_checkpoint(wt, name, step)?;
+    }
+    Ok(())
+}
+
+type Changes = Vec<(u64, VersionRecord, Vec<(u64, Rebased)>)>;
+
+/// Computes the new records of every block that depends on `(name, step)`.
+fn plan_rebase(
+    wt: &WriteTables<'_>,
+    cache: &BlockCache,
+    opts: &Options,
+    name: &str,
+    step: u64,
+    doomed: &VersionRecord,
+    all: &[(u64, VersionRecord)],
+) -> Result<Changes> {
+    let name_arc: Arc<str> = Arc::from(name);
+    let mut fetcher = Fetcher::new(&wt.t, cache);
+    // Per block: the dependent that became the new keyframe, as (step, record).
+    let mut new_root: HashMap<u64, (u64, BlockRecord)> = HashMap::new();
+    // Old segment address -> its re-based form (dependents sharing a segment share bytes).
+    let mut done: HashMap<u128, Rebased> = HashMap::new();
+    let mut changes = Vec::new();
+    for (vstep, rec) in all {
+        if *vstep == step || !rec.same_layout(doomed) {
+            continue;
+        }
+        let mut blocks = Vec::new();
+        for (b, block) in rec.blocks.iter().enumerate() {
+            if block.base != Some(step) {
+                continue;
+            }
+            let b = b as u64;
+            if let Some(r) = done.get(&block.address) {
+                let shared = BlockRecord {
+                    reference: true,
+                    run: block.run,
+                    ..r.record
+                };
+                blocks.push((
+                    b,
+                    Rebased {
+                        record: shared,
+                        segment: None,
+                    },
+                ));
+                continue;
+            }
+            let data = decode(&mut fetcher, cache, &name_arc, *vstep, rec, b)?;
+            let d = doomed.blocks[b as usize];
+            let candidate = match d.base {
+                Some(c) => {
+                    let crec =
+                        fetcher
+                            .record(&name_arc, c)?
+                            .ok_or_else(|| StoreError::BadBase {
+                                tensor: name.to_string(),
+                                step,
+                                block: b,
+                                base: c,
+                                reason: "does not exist",
+                            })?;
+                    if !crec.same_layout(doomed) {
+                        return Err(StoreError::BadBase {
+                            tensor: name.to_string(),
+                            step,
+                            block: b,
+                            base: c,
+                            reason: "has another dtype, shape or block size",
+                        });
+                    }
+                    Some((c, crec.blocks[b as usize], Some(crec)))
+                }
+                None => new_root.get(&b).map(|&(s, r)| (s, r, None)),
+            };
+            let rebased = match candidate {
+                Some((c, c_block, crec)) => {
+                    let crec =
+                        match crec {
+                            Some(r) => r,
+                            None => fetcher.record(&name_arc, c)?.ok_or_else(|| {
+                                StoreError::BadBase {
+                                    tensor: name.to_string(),
+                                    step: *vstep,
+                                    block: b,
+                                    base: c,
+                                    reason: "does not exist",
+                                }
+                            })?,
+                        };
+                    let base = decode_with(&mut fetcher, cache, &name_arc, c, &crec, b, c_block)?;
+                    if base.as_slice() == data.as_slice() {
+                        Rebased {
+                            record: BlockRecord {
+                                reference: true,
+                                run: block.run,
+                                ..c_block
+                            },
+                            segment: None,
+                        }
+                    } else if c_block.depth < opts.max_chain {
+                        encode(
+                            name,
+                            *vstep,
+                            b,
+                            rec,
+                            &data,
+                            Some((c, &base)),
+                            c_block.depth + 1,
+                            block.run,
+                            opts,
+                        )?
+                    } else {
+                        encode(name, *vstep, b, rec, &data, None, 1, 1, opts)?
+                    }
+                }
+                None => encode(name, *vstep, b, rec, &data, None, 1, 1, opts)?,
+            };
+            if d.base.is_none() && !new_root.contains_key(&b) {
+                new_root.insert(b, (*vstep, rebased.record));
+            }
+            if rebased.segment.is_some() {
+                cache.insert(rebased.record.address, data.clone());
+            }
+            done.insert(block.address, rebased.clone());
+            blocks.push((b, rebased));
+        }
+        if !blocks.is_empty() {
+            changes.push((*vstep, rec.clone(), blocks));
+        }
+    }
+    Ok(changes)
+}
+
+fn decode<V, S, C>(
+    fetcher: &mut Fetcher<'_, V, S, C>,
+    cache: &BlockCache,
+    name: &Arc<str>,
+    step: u64,
+    rec: &VersionRecord,
+    b: u64,
+) -> Result<Block>
+where
+    V: ReadableTable<&'static [u8], &'static [u8]>,
+    S: ReadableTable<u128, &'static [u8]>,
+    C: ReadableTable<[u8; 12], &'static [u8]>,
+{
+    fetcher.fetch(name, step, rec, b)?.decode(cache)
+}
+
+/// Decodes block `b` of version `step` whose block record is `block` (which may differ from
+/// `rec.blocks[b]` when `step` is a dependent re-based earlier in this pass).
+fn decode_with<V, S, C>(
+    fetcher: &mut Fetcher<'_, V, S, C>,
+    cache: &BlockCache,
+    name: &Arc<str>,
+    step: u64,
+    rec: &VersionRecord,
+    b: u64,
+    block: BlockRecord,
+) -> Result<Block>
+where
+    V: ReadableTable<&'static [u8], &'static [u8]>,
+    S: ReadableTable<u128, &'static [u8]>,
+    C: ReadableTable<[u8; 12], &'static [u8]>,
+{
+    if let Some(hit) = cache.get(block.address) {
+        return Ok(hit);
+    }
+    // The record in the table is still the old one: its block decodes to the same bytes.
+    decode(fetcher, cache, name, step, rec, b)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn encode(
+    name: &str,
+    step: u64,
+    b: u64,
+    rec: &VersionRecord,
+    data: &[u8],
+    base: Option<(u64, &[u8])>,
+    depth: u8,
+    run: u8,
+    opts: &Options,
+) -> Result<Rebased> {
+    let encode_err = |source| StoreError::Encode {
+        tensor: name.to_string(),
+        step,
+        block: b,
+        source: Box::new(source),
+    };
+    let seg = match base {
+        Some((_, base)) => segment::encode_delta(rec.dtype, data, base, &opts.lossless),
+        None => segment::encode_keyframe(rec.dtype, data, &opts.lossless),
+    }
+    .map_err(encode_err)?;
+    Ok(Rebased {
+        record: BlockRecord {
+            address: address_of(&seg),
+            base: base.map(|(s, _)| s),
+            reference: false,
+            depth,
+            run,
+            segment_len: seg.len() as u32,
+        },
+        segment: Some(Arc::new(seg)),
+    })
+}
+
+/// Takes `name` out of the checkpoint at `step`; removes the checkpoint (and its tags) when
+/// it has no tensor left.
+fn drop_from_checkpoint(wt: &mut WriteTables<'_>, name: &str, step: u64) -> Result<()> {
+    let Some(mut cp) = load_checkpoint_record(&wt.checkpoints, step)? else {
+        return Ok(());
+    };
+    cp.tensors.retain(|t| t != name);
+    if !cp.tensors.is_empty() {
+        wt.checkpoints
+            .insert(step, cp.encode().as_slice())
+            .ctx("updating a checkpoint")?;
+        return Ok(());
+    }
+    wt.checkpoints.remove(step).ctx("removing a checkpoint")?;
+    wt.tags
+        .retain(|_, s| s != step)
+        .ctx("removing the tags of a checkpoint")?;
+    Ok(())
+}
+
+/// Reads the checkpoint record at `step`.
+pub(crate) fn load_checkpoint_record(
+    checkpoints: &impl ReadableTable<u64, &'static [u8]>,
+    step: u64,
+) -> Result<Option<CheckpointRecord>> {
+    let Some(v) = checkpoints.get(step).ctx("reading a checkpoint")? else {
+        return Ok(None);
+    };
+    CheckpointRecord::decode(v.value())
+        .map(Some)
+        .map_err(|source| StoreError::Record {
+            what: format!("checkpoint record of step {step}"),
+            source,
+        })
+}

@@ -1,0 +1,148 @@
+//! Metadata records and table keys: hand-written little-endian encodings.
+//!
+//! Every decoder checks each length against the bytes actually present before using it and
+//! returns a [`RecordError`] instead of panicking; nothing is allocated from a length field
+//! that the bytes present do not back.
+
+mod checkpoint;
+mod format;
+mod keys;
+mod segment;
+mod version;
+
+pub(crate) use checkpoint::CheckpointRecord;
+pub(crate) use format::FormatRecord;
+pub(crate) use keys::{decode_version_key, piece_key, version_key, version_key_range};
+pub(crate) use segment::SegmentInfo;
+#[cfg(test)]
+pub(crate) use version::BLOCK_RECORD_LEN;
+pub(crate) use version::{BlockRecord, VersionRecord, MAX_BLOCK_BYTES, MAX_DIMS};
+
+use thiserror::Error;
+
+/// Why a metadata record could not be decoded.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum RecordError {
+    /// The record ends before a field.
+    #[error("truncated: field {field} needs {needed} bytes at offset {at}, record is {len} bytes")]
+    Truncated {
+        /// The field being read.
+        field: &'static str,
+        /// Bytes the field needs.
+        needed: usize,
+        /// Offset of the field.
+        at: usize,
+        /// Record length.
+        len: usize,
+    },
+    /// Bytes left over after the last field.
+    #[error("{extra} trailing bytes after the last field")]
+    Trailing {
+        /// Bytes left.
+        extra: usize,
+    },
+    /// A record version this build does not read.
+    #[error("record version {found} is not supported (this build reads {supported})")]
+    Version {
+        /// Version found.
+        found: u8,
+        /// Version supported.
+        supported: u8,
+    },
+    /// A field holds a value outside its domain.
+    #[error("field {field} has invalid value {value}")]
+    BadValue {
+        /// The field.
+        field: &'static str,
+        /// The value found.
+        value: u64,
+    },
+    /// A text field is not UTF-8.
+    #[error("field {field} is not valid UTF-8")]
+    Utf8 {
+        /// The field.
+        field: &'static str,
+    },
+}
+
+/// A cursor over a record's bytes; every read is bounds-checked.
+pub(crate) struct Reader<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    pub(crate) fn new(bytes: &'a [u8]) -> Self {
+        Reader { bytes, pos: 0 }
+    }
+
+    pub(crate) fn take(&mut self, n: usize, field: &'static str) -> Result<&'a [u8], RecordError> {
+        let end = self.pos.checked_add(n).filter(|&e| e <= self.bytes.len());
+        let Some(end) = end else {
+            return Err(RecordError::Truncated {
+                field,
+                needed: n,
+                at: self.pos,
+                len: self.bytes.len(),
+            });
+        };
+        let out = &self.bytes[self.pos..end];
+        self.pos = end;
+        Ok(out)
+    }
+
+    pub(crate) fn array<const N: usize>(
+        &mut self,
+        field: &'static str,
+    ) -> Result<[u8; N], RecordError> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.take(N, field)?);
+        Ok(a)
+    }
+
+    pub(crate) fn u8(&mut self, field: &'static str) -> Result<u8, RecordError> {
+        Ok(self.array::<1>(field)?[0])
+    }
+
+    pub(crate) fn u32(&mut self, field: &'static str) -> Result<u32, RecordError> {
+        Ok(u32::from_le_bytes(self.array(field)?))
+    }
+
+    pub(crate) fn u64(&mut self, field: &'static str) -> Result<u64, RecordError> {
+        Ok(u64::from_le_bytes(self.array(field)?))
+    }
+
+    pub(crate) fn u128(&mut self, field: &'static str) -> Result<u128, RecordError> {
+        Ok(u128::from_le_bytes(self.array(field)?))
+    }
+
+    /// A `u32` length followed by that many bytes of UTF-8.
+    pub(crate) fn string(&mut self, field: &'static str) -> Result<&'a str, RecordError> {
+        let len = self.u32(field)? as usize;
+        let bytes = self.take(len, field)?;
+        std::str::from_utf8(bytes).map_err(|_| RecordError::Utf8 { field })
+    }
+
+    /// Bytes not read yet.
+    pub(crate) fn remaining(&self) -> usize {
+        self.bytes.len() - self.pos
+    }
+
+    /// Fails unless every byte was read.
+    pub(crate) fn finish(self) -> Result<(), RecordError> {
+        match self.remaining() {
+            0 => Ok(()),
+            extra => Err(RecordError::Trailing { extra }),
+        }
+    }
+}
+
+/// Appends a `u32` length and the bytes of `s`.
+pub(crate) fn put_string(out: &mut Vec<u8>, s: &str) {
+    out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+    out.extend_from_slice(s.as_bytes());
+}
+
+#[cfg(test)]
+mod tests;

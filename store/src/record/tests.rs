@@ -1,0 +1,110 @@
+use super::*;
+use strata_codec::DType;
+
+fn sample() -> VersionRecord {
+    VersionRecord {
+        dtype: DType::BF16,
+        shape: vec![3, 5],
+        elements: 15,
+        block_elems: 8,
+        blocks: vec![
+            BlockRecord {
+                address: 0x1234_5678_9abc_def0_1122_3344_5566_7788,
+                base: None,
+                reference: false,
+                depth: 1,
+                run: 1,
+                segment_len: 100,
+            },
+            BlockRecord {
+                address: 7,
+                base: Some(40),
+                reference: true,
+                depth: 3,
+                run: 2,
+                segment_len: 9,
+            },
+        ],
+    }
+}
+
+#[test]
+fn version_record_round_trips() {
+    let r = sample();
+    let bytes = r.encode();
+    assert_eq!(bytes.len(), 3 + 16 + 12 + 2 * BLOCK_RECORD_LEN);
+    assert_eq!(VersionRecord::decode(&bytes), Ok(r));
+}
+
+#[test]
+fn version_record_rejects_damage_without_panicking() {
+    let bytes = sample().encode();
+    for cut in 0..bytes.len() {
+        assert!(
+            VersionRecord::decode(&bytes[..cut]).is_err(),
+            "cut at {cut}"
+        );
+    }
+    let mut long = bytes.clone();
+    long.push(0);
+    assert!(matches!(
+        VersionRecord::decode(&long),
+        Err(RecordError::Trailing { extra: 1 })
+    ));
+    for i in 0..bytes.len() {
+        for v in [0u8, 1, 0x7f, 0xff] {
+            let mut b = bytes.clone();
+            b[i] = v;
+            let _ = VersionRecord::decode(&b);
+        }
+    }
+    // A shape whose element count overflows.
+    let mut b = bytes.clone();
+    b[3..11].copy_from_slice(&u64::MAX.to_le_bytes());
+    assert!(VersionRecord::decode(&b).is_err());
+}
+
+#[test]
+fn checkpoint_record_round_trips_and_rejects_damage() {
+    let c = CheckpointRecord {
+        metadata: "{\"lr\": 0.001}".into(),
+        tensors: vec!["a".into(), "b.c".into()],
+    };
+    let bytes = c.encode();
+    assert_eq!(CheckpointRecord::decode(&bytes), Ok(c));
+    for cut in 0..bytes.len() {
+        assert!(CheckpointRecord::decode(&bytes[..cut]).is_err());
+    }
+    let mut huge = bytes.clone();
+    let at = 1 + 4 + 13;
+    huge[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+    assert!(CheckpointRecord::decode(&huge).is_err());
+}
+
+#[test]
+fn version_keys_order_by_name_then_step() {
+    let a = version_key("w", 5);
+    let b = version_key("w", 300);
+    assert!(a < b);
+    assert_eq!(decode_version_key(&b), Some(("w", 300)));
+    assert_eq!(decode_version_key(&b[..b.len() - 1]), None);
+    let r = version_key_range("w", 0..=u64::MAX);
+    assert!(*r.start() <= a && a <= *r.end());
+    assert!(!r.contains(&version_key("w2", 1)));
+}
+
+#[test]
+fn format_and_segment_records() {
+    let f = FormatRecord::current();
+    assert_eq!(FormatRecord::decode(&f.encode()), Ok(Some(f)));
+    assert_eq!(FormatRecord::decode(b"something-else!!"), Ok(None));
+    let s = SegmentInfo {
+        refcount: 3,
+        len: 77,
+        id: 9,
+        chunks: 0,
+        tail_pieces: 1,
+    };
+    assert_eq!(SegmentInfo::decode(&s.encode()), Ok(s));
+    assert!(SegmentInfo::decode(&s.encode()[..31]).is_err());
+}

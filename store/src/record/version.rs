@@ -1,0 +1,239 @@
+//! The version record: dtype, shape and one [`BlockRecord`] per block.
+//!
+//! ```text
+//! u8      record version (1)
+//! u8      dtype code (strata_codec::DType::code)
+//! u8      ndim (<= MAX_DIMS)
+//! u64*n   dims
+//! u64     elements per block (>= 1)
+//! u32     block count (= ceil(elements / elements per block))
+//! 31*k    block records:
+//!   u8    flags: bit 0 delta (has a base), bit 1 reference (no new segment); others 0
+//!   u128  segment address (xxh3-128 of the segment bytes)
+//!   u64   base step (0 unless delta)
+//!   u8    depth: segments decoded to read this block (1 for a keyframe)
+//!   u8    run: versions since this block's lineage last had a keyframe (1 for a keyframe)
+//!   u32   segment length in bytes
+//! ```
+
+use strata_codec::DType;
+
+use super::{Reader, RecordError};
+
+const RECORD_VERSION: u8 = 1;
+/// Most dimensions a shape may have.
+pub(crate) const MAX_DIMS: usize = 32;
+/// Bytes of one encoded [`BlockRecord`].
+pub(crate) const BLOCK_RECORD_LEN: usize = 1 + 16 + 8 + 1 + 1 + 4;
+/// Largest decoded block, in bytes; bounds every block allocation made on a record's word.
+pub(crate) const MAX_BLOCK_BYTES: u64 = 1 << 30;
+
+const FLAG_DELTA: u8 = 1;
+const FLAG_REFERENCE: u8 = 2;
+
+/// How one block of a version is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BlockRecord {
+    /// Content address of the segment holding the block.
+    pub(crate) address: u128,
+    /// The version whose same block the segment is an XOR delta against, if any.
+    pub(crate) base: Option<u64>,
+    /// The block is identical to an earlier block and shares its record: no new segment.
+    pub(crate) reference: bool,
+    /// Segments decoded to read this block.
+    pub(crate) depth: u8,
+    /// Versions since this block's lineage last stored a keyframe.
+    pub(crate) run: u8,
+    /// Segment length in bytes.
+    pub(crate) segment_len: u32,
+}
+
+impl BlockRecord {
+    fn write(&self, out: &mut Vec<u8>) {
+        let mut flags = 0;
+        if self.base.is_some() {
+            flags |= FLAG_DELTA;
+        }
+        if self.reference {
+            flags |= FLAG_REFERENCE;
+        }
+        out.push(flags);
+        out.extend_from_slice(&self.address.to_le_bytes());
+        out.extend_from_slice(&self.base.unwrap_or(0).to_le_bytes());
+        out.push(self.depth);
+        out.push(self.run);
+        out.extend_from_slice(&self.segment_len.to_le_bytes());
+    }
+
+    fn read(r: &mut Reader<'_>) -> Result<Self, RecordError> {
+        let flags = r.u8("block flags")?;
+        if flags & !(FLAG_DELTA | FLAG_REFERENCE) != 0 {
+            return Err(RecordError::BadValue {
+                field: "block flags",
+                value: flags.into(),
+            });
+        }
+        let address = r.u128("block address")?;
+        let base_step = r.u64("block base step")?;
+        let depth = r.u8("block depth")?;
+        let run = r.u8("block run")?;
+        let segment_len = r.u32("block segment length")?;
+        let base = (flags & FLAG_DELTA != 0).then_some(base_step);
+        if base.is_none() && base_step != 0 {
+            return Err(RecordError::BadValue {
+                field: "keyframe base step",
+                value: base_step,
+            });
+        }
+        let min_depth = if base.is_some() { 2 } else { 1 };
+        if depth < min_depth {
+            return Err(RecordError::BadValue {
+                field: "block depth",
+                value: depth.into(),
+            });
+        }
+        Ok(BlockRecord {
+            address,
+            base,
+            reference: flags & FLAG_REFERENCE != 0,
+            depth,
+            run,
+            segment_len,
+        })
+    }
+}
+
+/// One version of a tensor: its layout and where each block is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct VersionRecord {
+    pub(crate) dtype: DType,
+    pub(crate) shape: Vec<u64>,
+    /// Elements in the tensor (product of `shape`, checked).
+    pub(crate) elements: u64,
+    /// Elements per block; the last block may hold fewer.
+    pub(crate) block_elems: u64,
+    pub(crate) blocks: Vec<BlockRecord>,
+}
+
+impl VersionRecord {
+    /// Number of blocks for `elements` cut in blocks of `block_elems`.
+    pub(crate) fn block_count(elements: u64, block_elems: u64) -> u64 {
+        elements.div_ceil(block_elems.max(1))
+    }
+
+    /// Elements of block `b` (the last one may be short).
+    pub(crate) fn block_len(&self, b: u64) -> u64 {
+        let start = b.saturating_mul(self.block_elems);
+        self.elements.saturating_sub(start).min(self.block_elems)
+    }
+
+    /// Whether another version has the same dtype, shape and block cut, so its blocks can
+    /// serve as bases for this one's.
+    pub(crate) fn same_layout(&self, other: &VersionRecord) -> bool {
+        self.dtype == other.dtype
+            && self.shape == other.shape
+            && self.block_elems == other.block_elems
+            && self.blocks.len() == other.blocks.len()
+    }
+
+    /// Bytes of the raw tensor.
+    pub(crate) fn raw_bytes(&self) -> u64 {
+        self.elements.saturating_mul(self.dtype.size() as u64)
+    }
+
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(
+            3 + 8 * self.shape.len() + 12 + BLOCK_RECORD_LEN * self.blocks.len(),
+        );
+        out.push(RECORD_VERSION);
+        out.push(self.dtype.code());
+        out.push(self.shape.len() as u8);
+        for d in &self.shape {
+            out.extend_from_slice(&d.to_le_bytes());
+        }
+        out.extend_from_slice(&self.block_elems.to_le_bytes());
+        out.extend_from_slice(&(self.blocks.len() as u32).to_le_bytes());
+        for b in &self.blocks {
+            b.write(&mut out);
+        }
+        out
+    }
+
+    pub(crate) fn decode(bytes: &[u8]) -> Result<Self, RecordError> {
+        let mut r = Reader::new(bytes);
+        let version = r.u8("record version")?;
+        if version != RECORD_VERSION {
+            return Err(RecordError::Version {
+                found: version,
+                supported: RECORD_VERSION,
+            });
+        }
+        let code = r.u8("dtype")?;
+        let dtype = DType::from_code(code).ok_or(RecordError::BadValue {
+            field: "dtype",
+            value: code.into(),
+        })?;
+        let ndim = usize::from(r.u8("ndim")?);
+        if ndim > MAX_DIMS {
+            return Err(RecordError::BadValue {
+                field: "ndim",
+                value: ndim as u64,
+            });
+        }
+        let mut shape = Vec::with_capacity(ndim);
+        let mut elements: u64 = 1;
+        for _ in 0..ndim {
+            let d = r.u64("dim")?;
+            elements = elements.checked_mul(d).ok_or(RecordError::BadValue {
+                field: "dim",
+                value: d,
+            })?;
+            shape.push(d);
+        }
+        elements
+            .checked_mul(dtype.size() as u64)
+            .ok_or(RecordError::BadValue {
+                field: "element count",
+                value: elements,
+            })?;
+        let block_elems = r.u64("elements per block")?;
+        let block_bytes_ok = block_elems
+            .checked_mul(dtype.size() as u64)
+            .is_some_and(|b| b <= MAX_BLOCK_BYTES);
+        if block_elems == 0 || !block_bytes_ok {
+            return Err(RecordError::BadValue {
+                field: "elements per block",
+                value: block_elems,
+            });
+        }
+        let count = r.u32("block count")?;
+        if u64::from(count) != Self::block_count(elements, block_elems) {
+            return Err(RecordError::BadValue {
+                field: "block count",
+                value: count.into(),
+            });
+        }
+        // The count is backed by bytes present: check before allocating.
+        let needed = (count as usize).saturating_mul(BLOCK_RECORD_LEN);
+        if needed > r.remaining() {
+            return Err(RecordError::Truncated {
+                field: "block records",
+                needed,
+                at: bytes.len() - r.remaining(),
+                len: bytes.len(),
+            });
+        }
+        let mut blocks = Vec::with_capacity(count as usize);
+        for _ in 0..count {
+            blocks.push(BlockRecord::read(&mut r)?);
+        }
+        r.finish()?;
+        Ok(VersionRecord {
+            dtype,
+            shape,
+            elements,
+            block_elems,
+            blocks,
+        })
+    }
+}

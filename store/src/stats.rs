@@ -1,0 +1,150 @@
+//! [`Store::stats`]: raw, stored and on-disk sizes, overall and per tensor.
+
+use std::collections::{BTreeMap, HashMap};
+
+use redb::{ReadableTable, ReadableTableMetadata};
+
+use crate::error::{DbContext, Result, StoreError};
+use crate::record::{decode_version_key, SegmentInfo, VersionRecord};
+use crate::store::Store;
+
+/// Sizes of one tensor's history.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorStats {
+    /// Tensor name.
+    pub name: String,
+    /// Versions stored.
+    pub versions: u64,
+    /// Raw bytes of all versions.
+    pub raw_bytes: u64,
+    /// Bytes of its version records and of the unique segments it was first to refer to.
+    pub stored_bytes: u64,
+}
+
+/// Sizes of the whole store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Raw bytes of every version of every tensor.
+    pub raw_bytes: u64,
+    /// `segment_bytes + metadata_bytes`: what the store holds, before redb's page layout.
+    pub stored_bytes: u64,
+    /// Bytes of unique segments.
+    pub segment_bytes: u64,
+    /// Keys and values of every record (versions, segment index, checkpoints, tags, meta).
+    pub metadata_bytes: u64,
+    /// Size of the file on disk.
+    pub file_bytes: u64,
+    /// Bytes of the pages redb has allocated (the rest of the file is free space).
+    pub allocated_bytes: u64,
+    /// Unique segments.
+    pub segments: u64,
+    /// Versions of all tensors.
+    pub versions: u64,
+    /// Checkpoints.
+    pub checkpoints: u64,
+    /// Per tensor, sorted by name.
+    pub tensors: Vec<TensorStats>,
+}
+
+impl StoreStats {
+    /// `raw_bytes / file_bytes`.
+    pub fn file_ratio(&self) -> f64 {
+        self.raw_bytes as f64 / self.file_bytes.max(1) as f64
+    }
+
+    /// `raw_bytes / stored_bytes`.
+    pub fn stored_ratio(&self) -> f64 {
+        self.raw_bytes as f64 / self.stored_bytes.max(1) as f64
+    }
+}
+
+impl Store {
+    /// Computes sizes by walking every record (no segment is decoded).
+    ///
+    /// # Errors
+    /// Database and record errors.
+    pub fn stats(&self) -> Result<StoreStats> {
+        let r = self.read()?;
+        let mut metadata_bytes = 0u64;
+        let mut segment_bytes = 0u64;
+        let mut seg_len: HashMap<u128, u64> = HashMap::new();
+        for e in r.t.segments.iter().ctx("reading the segment index")? {
+            let (k, v) = e.ctx("reading the segment index")?;
+            metadata_bytes += 16 + v.value().len() as u64;
+            let info = SegmentInfo::decode(v.value()).map_err(|source| StoreError::Record {
+                what: format!("segment index entry {:032x}", k.value()),
+                source,
+            })?;
+            segment_bytes += info.len;
+            seg_len.insert(k.value(), info.len);
+        }
+        let mut per: BTreeMap<String, TensorStats> = BTreeMap::new();
+        let mut raw_bytes = 0u64;
+        let mut versions = 0u64;
+        for e in r.t.versions.iter().ctx("reading versions")? {
+            let (k, v) = e.ctx("reading versions")?;
+            let (name, step) = decode_version_key(k.value()).unwrap_or(("?", 0));
+            let rec = VersionRecord::decode(v.value()).map_err(|source| StoreError::Record {
+                what: format!("version record of tensor {name:?} step {step}"),
+                source,
+            })?;
+            let record_bytes = (k.value().len() + v.value().len()) as u64;
+            metadata_bytes += record_bytes;
+            raw_bytes += rec.raw_bytes();
+            versions += 1;
+            let t = per.entry(name.to_string()).or_insert_with(|| TensorStats {
+                name: name.to_string(),
+                versions: 0,
+                raw_bytes: 0,
+                stored_bytes: 0,
+            });
+            t.versions += 1;
+            t.raw_bytes += rec.raw_bytes();
+            t.stored_bytes += record_bytes;
+            for b in &rec.blocks {
+                // The first tensor to refer to a segment is charged for it.
+                if let Some(len) = seg_len.remove(&b.address) {
+                    t.stored_bytes += len;
+                }
+            }
+        }
+        let mut checkpoints = 0u64;
+        for e in r.checkpoints.iter().ctx("reading checkpoints")? {
+            let (_, v) = e.ctx("reading checkpoints")?;
+            metadata_bytes += 8 + v.value().len() as u64;
+            checkpoints += 1;
+        }
+        for e in r.tags.iter().ctx("reading tags")? {
+            let (k, _) = e.ctx("reading tags")?;
+            metadata_bytes += k.value().len() as u64 + 8;
+        }
+        let segments = r.t.segments.len().ctx("reading the segment index")?;
+        drop(r);
+        let file_bytes = std::fs::metadata(&self.path)
+            .map_err(|source| StoreError::Io {
+                path: self.path.clone(),
+                source,
+            })?
+            .len();
+        let allocated_bytes = {
+            let _writer = self.writer.lock();
+            let txn = self.db.begin_write().ctx("reading database stats")?;
+            let s = txn.stats().ctx("reading database stats")?;
+            let bytes = s.allocated_pages() * s.page_size() as u64;
+            txn.abort().ctx("reading database stats")?;
+            bytes
+        };
+        Ok(StoreStats {
+            raw_bytes,
+            stored_bytes: segment_bytes + metadata_bytes,
+            segment_bytes,
+            metadata_bytes,
+            file_bytes,
+            allocated_bytes,
+            segments,
+            versions,
+            checkpoints,
+            tensors: per.into_values().collect(),
+        })
+    }
+}

@@ -1,0 +1,229 @@
+//! The [`Store`] handle: opening a file, checking its format, transactions, compaction.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+
+use parking_lot::Mutex;
+use redb::{Database, DatabaseError, ReadOnlyTable, ReadableDatabase, StorageError, TableError};
+
+use crate::cache::BlockCache;
+use crate::error::{DbContext, Result, StoreError};
+use crate::options::Options;
+use crate::reader::{ReadOnlyTables, Tables};
+use crate::rebase::WriteTables;
+use crate::record::FormatRecord;
+use crate::tables::{
+    CHECKPOINTS, CHUNKS, FORMAT_KEY, META, SEGMENTS, TAGS, TAILS, VERSIONS, WRITER_KEY,
+};
+
+/// A Strata store: one redb file holding the history of many tensors.
+///
+/// `Store` is `Send + Sync`: share it between threads (e.g. in an `Arc`). Reads run in
+/// parallel with each other and with a writer; writes are serialized. Each read sees one
+/// committed state; each write (a `put`, a checkpoint, a delete) is one transaction.
+#[derive(Debug)]
+pub struct Store {
+    pub(crate) path: PathBuf,
+    pub(crate) db: Database,
+    pub(crate) opts: Options,
+    pub(crate) cache: BlockCache,
+    /// Held from planning to commit, so a write's plan still holds when it is inserted.
+    pub(crate) writer: Mutex<()>,
+}
+
+/// The tables of a read transaction (which they keep alive).
+pub(crate) struct ReadTables {
+    pub(crate) t: ReadOnlyTables,
+    pub(crate) checkpoints: ReadOnlyTable<u64, &'static [u8]>,
+    pub(crate) tags: ReadOnlyTable<&'static [u8], u64>,
+}
+
+impl Store {
+    /// Opens the store at `path` with default [`Options`], creating it if the file does not
+    /// exist or is empty.
+    ///
+    /// # Errors
+    /// [`StoreError::InUse`] if another process or handle has it open,
+    /// [`StoreError::NotAStore`] for a file that is not a Strata store,
+    /// [`StoreError::UnsupportedFormat`], [`StoreError::Damaged`], [`StoreError::Io`].
+    pub fn open(path: impl AsRef<Path>) -> Result<Store> {
+        Store::open_with(path, Options::default())
+    }
+
+    /// Opens the store at `path` with `opts`, creating it if needed.
+    ///
+    /// # Errors
+    /// Those of [`Store::open`], and [`StoreError::InvalidOptions`].
+    pub fn open_with(path: impl AsRef<Path>, opts: Options) -> Result<Store> {
+        opts.validate()?;
+        let path = path.as_ref().to_path_buf();
+        let mut builder = Database::builder();
+        builder.set_cache_size(opts.db_cache_bytes);
+        // redb trusts its own file; a damaged one can make it panic. Turn that into an error.
+        let opened = catch_unwind(AssertUnwindSafe(|| builder.create(&path)));
+        let db = match opened {
+            Ok(Ok(db)) => db,
+            Ok(Err(e)) => return Err(open_error(&path, e)),
+            Err(panic) => {
+                return Err(StoreError::Damaged {
+                    path,
+                    reason: format!("redb failed opening it: {}", panic_message(&panic)),
+                })
+            }
+        };
+        let store = Store {
+            cache: BlockCache::new(opts.cache_bytes),
+            path,
+            db,
+            opts,
+            writer: Mutex::new(()),
+        };
+        store.check_format()?;
+        Ok(store)
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The options in force.
+    pub fn options(&self) -> &Options {
+        &self.opts
+    }
+
+    /// Compacts the file: moves live pages down and truncates the free tail, so the file
+    /// shrinks after deletes (and after the growth slack of large writes). Needs exclusive
+    /// access. Returns whether anything moved.
+    ///
+    /// # Errors
+    /// [`StoreError::Compaction`] if redb cannot compact (e.g. a read is in progress).
+    pub fn compact(&mut self) -> Result<bool> {
+        self.db.compact().map_err(|e| StoreError::Compaction {
+            source: Box::new(e),
+        })
+    }
+
+    fn check_format(&self) -> Result<()> {
+        let not_a_store = |reason: &str| StoreError::NotAStore {
+            path: self.path.clone(),
+            reason: reason.to_string(),
+        };
+        let txn = self.db.begin_read().ctx("opening the store")?;
+        let meta = match txn.open_table(META) {
+            Ok(t) => t,
+            Err(TableError::TableDoesNotExist(_)) => {
+                let tables = txn.list_tables().ctx("opening the store")?.count()
+                    + txn.list_multimap_tables().ctx("opening the store")?.count();
+                if tables > 0 {
+                    return Err(not_a_store("a redb database without Strata's tables"));
+                }
+                drop(txn);
+                return self.init();
+            }
+            Err(e) => return Err(StoreError::db("opening the store")(e.into())),
+        };
+        let Some(v) = meta.get(FORMAT_KEY).ctx("opening the store")? else {
+            return Err(not_a_store("no format record"));
+        };
+        let format = FormatRecord::decode(v.value()).map_err(|source| StoreError::Record {
+            what: format!("format record of {}", self.path.display()),
+            source,
+        })?;
+        let Some(format) = format else {
+            return Err(not_a_store("the format record has another magic"));
+        };
+        let current = FormatRecord::current();
+        if format.version != current.version {
+            return Err(StoreError::UnsupportedFormat {
+                path: self.path.clone(),
+                found: format.version,
+                supported: current.version,
+            });
+        }
+        Ok(())
+    }
+
+    /// Creates the tables and the format record of a new store.
+    fn init(&self) -> Result<()> {
+        let op = "creating the store";
+        let txn = self.db.begin_write().ctx(op)?;
+        {
+            let mut meta = txn.open_table(META).ctx(op)?;
+            meta.insert(FORMAT_KEY, FormatRecord::current().encode().as_slice())
+                .ctx(op)?;
+            meta.insert(WRITER_KEY, env!("CARGO_PKG_VERSION").as_bytes())
+                .ctx(op)?;
+            txn.open_table(VERSIONS).ctx(op)?;
+            txn.open_table(SEGMENTS).ctx(op)?;
+            txn.open_table(CHUNKS).ctx(op)?;
+            txn.open_table(TAILS).ctx(op)?;
+            txn.open_table(CHECKPOINTS).ctx(op)?;
+            txn.open_table(TAGS).ctx(op)?;
+        }
+        txn.commit().ctx(op)?;
+        Ok(())
+    }
+
+    /// Opens a read transaction and its tables.
+    pub(crate) fn read(&self) -> Result<ReadTables> {
+        let op = "starting a read";
+        let txn = self.db.begin_read().ctx(op)?;
+        Ok(ReadTables {
+            t: Tables {
+                versions: txn.open_table(VERSIONS).ctx(op)?,
+                segments: txn.open_table(SEGMENTS).ctx(op)?,
+                chunks: txn.open_table(CHUNKS).ctx(op)?,
+                tails: txn.open_table(TAILS).ctx(op)?,
+            },
+            checkpoints: txn.open_table(CHECKPOINTS).ctx(op)?,
+            tags: txn.open_table(TAGS).ctx(op)?,
+        })
+    }
+
+    /// Runs `f` in a write transaction and commits if it succeeds (dropping it aborts).
+    pub(crate) fn write<T>(&self, f: impl FnOnce(&mut WriteTables<'_>) -> Result<T>) -> Result<T> {
+        let txn = self.db.begin_write().ctx("starting a write")?;
+        let out = {
+            let mut tables = WriteTables::open(&txn)?;
+            f(&mut tables)?
+        };
+        txn.commit().ctx("committing")?;
+        Ok(out)
+    }
+}
+
+fn open_error(path: &Path, e: DatabaseError) -> StoreError {
+    let path = path.to_path_buf();
+    match e {
+        DatabaseError::DatabaseAlreadyOpen => StoreError::InUse { path },
+        DatabaseError::UpgradeRequired(v) => StoreError::NotAStore {
+            path,
+            reason: format!("a redb database of file format {v}, which this build does not read"),
+        },
+        DatabaseError::Storage(StorageError::Io(e))
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::InvalidData | std::io::ErrorKind::UnexpectedEof
+            ) =>
+        {
+            StoreError::NotAStore {
+                path,
+                reason: format!("not a redb database ({e})"),
+            }
+        }
+        DatabaseError::Storage(StorageError::Io(source)) => StoreError::Io { path, source },
+        other => StoreError::Damaged {
+            path,
+            reason: other.to_string(),
+        },
+    }
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic".to_string())
+}

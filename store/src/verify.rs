@@ -1,0 +1,267 @@
+//! [`Store::verify`]: decode every block of every version and audit the segment index.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use redb::ReadableTable;
+
+use crate::cache::BlockCache;
+use crate::error::{DbContext, Result, StoreError};
+use crate::reader::{decode_all, Fetcher};
+use crate::record::{decode_version_key, CheckpointRecord, SegmentInfo, VersionRecord};
+use crate::store::Store;
+
+/// A problem [`Store::verify`] found.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Issue {
+    /// A block cannot be read back.
+    Block {
+        /// Tensor name.
+        tensor: String,
+        /// Step of the version.
+        step: u64,
+        /// Block index.
+        block: u64,
+        /// Why (the error a `get` would return).
+        error: StoreError,
+    },
+    /// A version record cannot be decoded.
+    Version {
+        /// Tensor name (lossy if the key itself is damaged).
+        tensor: String,
+        /// Step.
+        step: u64,
+        /// Why.
+        error: StoreError,
+    },
+    /// The segment index disagrees with the blocks or the chunks.
+    Segment {
+        /// Content address.
+        address: u128,
+        /// What disagrees.
+        reason: String,
+    },
+    /// A checkpoint or tag refers to something that is not there.
+    Checkpoint {
+        /// Checkpoint step.
+        step: u64,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+impl std::fmt::Display for Issue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Issue::Block { error, .. } | Issue::Version { error, .. } => write!(f, "{error}"),
+            Issue::Segment { address, reason } => write!(f, "segment {address:032x}: {reason}"),
+            Issue::Checkpoint { step, reason } => write!(f, "checkpoint {step}: {reason}"),
+        }
+    }
+}
+
+/// What [`Store::verify`] checked and found.
+#[derive(Debug, Default)]
+pub struct VerifyReport {
+    /// Versions walked.
+    pub versions: u64,
+    /// Blocks decoded.
+    pub blocks: u64,
+    /// Segments in the index.
+    pub segments: u64,
+    /// Checkpoints checked.
+    pub checkpoints: u64,
+    /// Every problem, in the order found.
+    pub issues: Vec<Issue>,
+}
+
+impl VerifyReport {
+    /// Whether nothing is wrong.
+    pub fn is_ok(&self) -> bool {
+        self.issues.is_empty()
+    }
+}
+
+impl Store {
+    /// Reads every block of every version back through its whole chain (checksums and
+    /// content hashes included, bypassing the shared cache), checks reference counts, chunks,
+    /// checkpoints and tags, and names each problem with its tensor, step and block.
+    ///
+    /// # Errors
+    /// Only database errors that stop the walk; damage is reported in the
+    /// [`VerifyReport`].
+    pub fn verify(&self) -> Result<VerifyReport> {
+        let r = self.read()?;
+        let cache = BlockCache::new(self.opts.cache_bytes);
+        let mut fetcher = Fetcher::new(&r.t, &cache);
+        let mut report = VerifyReport::default();
+        let mut refs: HashMap<u128, u64> = HashMap::new();
+        let mut versions_seen: HashSet<(String, u64)> = HashSet::new();
+
+        let mut keys = Vec::new();
+        for e in r.t.versions.iter().ctx("verifying versions")? {
+            let (k, v) = e.ctx("verifying versions")?;
+            keys.push((k.value().to_vec(), VersionRecord::decode(v.value())));
+        }
+        for (key, rec) in keys {
+            report.versions += 1;
+            let Some((name, step)) = decode_version_key(&key) else {
+                report.issues.push(Issue::Version {
+                    tensor: String::from_utf8_lossy(&key).into_owned(),
+                    step: 0,
+                    error: StoreError::Record {
+                        what: "a version key".into(),
+                        source: crate::record::RecordError::BadValue {
+                            field: "version key",
+                            value: key.len() as u64,
+                        },
+                    },
+                });
+                continue;
+            };
+            versions_seen.insert((name.to_string(), step));
+            let rec = match rec {
+                Ok(rec) => rec,
+                Err(source) => {
+                    report.issues.push(Issue::Version {
+                        tensor: name.to_string(),
+                        step,
+                        error: StoreError::Record {
+                            what: format!("version record of tensor {name:?} step {step}"),
+                            source,
+                        },
+                    });
+                    continue;
+                }
+            };
+            let name_arc: Arc<str> = Arc::from(name);
+            let mut jobs = Vec::new();
+            let mut blocks = Vec::new();
+            for (b, block) in rec.blocks.iter().enumerate() {
+                *refs.entry(block.address).or_default() += 1;
+                report.blocks += 1;
+                match fetcher.fetch(&name_arc, step, &rec, b as u64) {
+                    Ok(job) => {
+                        jobs.push(job);
+                        blocks.push(b as u64);
+                    }
+                    Err(error) => report.issues.push(Issue::Block {
+                        tensor: name.to_string(),
+                        step,
+                        block: b as u64,
+                        error,
+                    }),
+                }
+            }
+            for (b, res) in blocks.into_iter().zip(decode_all(jobs, &cache)) {
+                if let Err(error) = res {
+                    report.issues.push(Issue::Block {
+                        tensor: name.to_string(),
+                        step,
+                        block: b,
+                        error,
+                    });
+                }
+            }
+        }
+
+        self.audit_segments(&r, &refs, &mut report)?;
+        self.audit_checkpoints(&r, &versions_seen, &mut report)?;
+        Ok(report)
+    }
+
+    fn audit_segments(
+        &self,
+        r: &crate::store::ReadTables,
+        refs: &HashMap<u128, u64>,
+        report: &mut VerifyReport,
+    ) -> Result<()> {
+        let mut ids = HashSet::new();
+        for e in r.t.segments.iter().ctx("verifying segments")? {
+            let (k, v) = e.ctx("verifying segments")?;
+            let address = k.value();
+            report.segments += 1;
+            let counted = refs.get(&address).copied().unwrap_or(0);
+            match SegmentInfo::decode(v.value()) {
+                Ok(info) if info.refcount != counted => {
+                    ids.insert(info.id);
+                    report.issues.push(Issue::Segment {
+                        address,
+                        reason: format!(
+                            "index counts {} references, {counted} blocks refer to it",
+                            info.refcount
+                        ),
+                    });
+                }
+                Ok(info) => {
+                    ids.insert(info.id);
+                }
+                Err(e) => report.issues.push(Issue::Segment {
+                    address,
+                    reason: format!("index entry: {e}"),
+                }),
+            }
+        }
+        let mut orphans = HashSet::new();
+        for (table, what) in [(&r.t.chunks, "chunks"), (&r.t.tails, "tail pieces")] {
+            for e in table.iter().ctx("verifying segment pieces")? {
+                let (k, _) = e.ctx("verifying segment pieces")?;
+                let mut id = [0u8; 8];
+                id.copy_from_slice(&k.value()[..8]);
+                let id = u64::from_be_bytes(id);
+                if !ids.contains(&id) && orphans.insert(id) {
+                    report.issues.push(Issue::Segment {
+                        address: 0,
+                        reason: format!("{what} of segment id {id} stored but not in the index"),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn audit_checkpoints(
+        &self,
+        r: &crate::store::ReadTables,
+        versions: &HashSet<(String, u64)>,
+        report: &mut VerifyReport,
+    ) -> Result<()> {
+        let mut steps = HashSet::new();
+        for e in r.checkpoints.iter().ctx("verifying checkpoints")? {
+            let (k, v) = e.ctx("verifying checkpoints")?;
+            let step = k.value();
+            report.checkpoints += 1;
+            steps.insert(step);
+            match CheckpointRecord::decode(v.value()) {
+                Ok(cp) => {
+                    for t in cp.tensors {
+                        if !versions.contains(&(t.clone(), step)) {
+                            report.issues.push(Issue::Checkpoint {
+                                step,
+                                reason: format!("lists tensor {t:?}, which has no version there"),
+                            });
+                        }
+                    }
+                }
+                Err(e) => report.issues.push(Issue::Checkpoint {
+                    step,
+                    reason: format!("record: {e}"),
+                }),
+            }
+        }
+        for e in r.tags.iter().ctx("verifying tags")? {
+            let (k, v) = e.ctx("verifying tags")?;
+            if !steps.contains(&v.value()) {
+                report.issues.push(Issue::Checkpoint {
+                    step: v.value(),
+                    reason: format!(
+                        "tag {:?} names it, but there is no checkpoint",
+                        String::from_utf8_lossy(k.value())
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+}
