@@ -8,8 +8,10 @@ use crate::record::MAX_BLOCK_BYTES;
 /// How a new version chooses the base its blocks are XORed against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DeltaPolicy {
-    /// Delta against the previous version; a keyframe when the chain of segments to decode
-    /// would exceed [`Options::max_chain`]. Best ratio when versions drift slowly.
+    /// Delta against the previous version. When the chain of segments to decode would
+    /// exceed [`Options::max_chain`], a delta against the lineage's keyframe (depth 2)
+    /// instead, from which the chain continues; a new keyframe only when that delta is no
+    /// smaller than the keyframe. Best ratio when versions drift slowly.
     #[default]
     Chain,
     /// Delta against the block's last keyframe (reads decode at most two segments); a new

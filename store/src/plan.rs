@@ -137,6 +137,9 @@ struct Task<'d> {
     base: Option<(u64, BlockRecord, Option<Job>)>,
     depth: u8,
     run: u8,
+    /// The base is the lineage's keyframe, taken because the chain was full: keep the
+    /// delta only if it is clearly smaller than a new keyframe would be.
+    anchor: bool,
 }
 
 /// The encoded block.
@@ -201,6 +204,7 @@ where
                 base: None,
                 depth: 1,
                 run: 1,
+                anchor: false,
             };
             if let Some((pstep, prec)) = &pred {
                 choose_base(fetcher, opts, &item.name, *pstep, prec, b, &mut task)?;
@@ -253,6 +257,17 @@ where
             if depth <= opts.max_chain {
                 task.base = Some((pstep, p, None));
                 (task.depth, task.run) = (depth, run);
+            } else if opts.max_chain >= 2 {
+                // The chain is full: anchor on the lineage's keyframe (depth 2) rather than
+                // writing a new keyframe.
+                if let Some((root_step, root)) = lineage_root(fetcher, name, pstep, p, prec, b)? {
+                    let rrec = fetcher.record(name, root_step)?;
+                    if let Some(rrec) = rrec {
+                        let job = fetcher.fetch(name, root_step, &rrec, b)?;
+                        task.base = Some((root_step, root, Some(job)));
+                        (task.depth, task.run, task.anchor) = (2, run, true);
+                    }
+                }
             }
         }
         DeltaPolicy::Star => {
@@ -279,6 +294,38 @@ where
         }
     }
     Ok(())
+}
+
+/// The keyframe a block's chain starts from: follows base steps from the predecessor's
+/// block down to depth 1, at most `u8::MAX` records. `None` if a record on the way is
+/// missing or laid out differently (the caller writes a keyframe then).
+fn lineage_root<V, S, C>(
+    fetcher: &mut Fetcher<'_, V, S, C>,
+    name: &Arc<str>,
+    pstep: u64,
+    p: BlockRecord,
+    prec: &VersionRecord,
+    b: u64,
+) -> Result<Option<(u64, BlockRecord)>>
+where
+    V: ReadableTable<&'static [u8], &'static [u8]>,
+    S: ReadableTable<u128, &'static [u8]>,
+    C: ReadableTable<[u8; 12], &'static [u8]>,
+{
+    let (mut step, mut block) = (pstep, p);
+    for _ in 0..u8::MAX {
+        let Some(base_step) = block.base else {
+            return Ok(Some((step, block)));
+        };
+        match fetcher.record(name, base_step)? {
+            Some(r) if r.same_layout(prec) => {
+                block = r.blocks[b as usize];
+                step = base_step;
+            }
+            _ => return Ok(None),
+        }
+    }
+    Ok(None)
 }
 
 fn encode_task(
@@ -331,7 +378,15 @@ fn encode_task(
             }
             let seg = segment::encode_delta(task.dtype, task.data, &base_bytes, &opts.lossless)
                 .map_err(encode_err)?;
-            (seg, Some(base_step))
+            if task.anchor && seg.len() >= base_rec.segment_len as usize {
+                // No smaller than the keyframe itself (the size a new one would have):
+                // the tensor has drifted far; start a new lineage.
+                let key = segment::encode_keyframe(task.dtype, task.data, &opts.lossless)
+                    .map_err(encode_err)?;
+                (key, None)
+            } else {
+                (seg, Some(base_step))
+            }
         }
         None => (
             segment::encode_keyframe(task.dtype, task.data, &opts.lossless).map_err(encode_err)?,

@@ -351,18 +351,31 @@ pub(crate) fn decode<C: Contexts>(
     if !rest.is_empty() {
         return Err(bad("trailing bytes after the word streams"));
     }
-    let table_of = |i: usize| -> Result<&Table, LosslessError> {
-        match tables.get(ctx.at(i)) {
-            Some(Some(t)) => Ok(t),
-            Some(None) => Err(bad("symbol in an unused context")),
-            None => Err(bad("context out of range")),
+    // Check every element's context once (in range and used), so the loop below indexes
+    // a plain array: unused contexts point at the first used table and are never reached.
+    let Some(fallback) = tables.iter().flatten().next() else {
+        return Err(bad("every context is unused"));
+    };
+    let mut refs: [&Table; MAX_CONTEXTS] = [&**fallback; MAX_CONTEXTS];
+    let mut used = 0u32;
+    for (k, t) in tables.iter().enumerate() {
+        if let Some(t) = t {
+            refs[k] = t;
+            used |= 1 << k;
         }
-    };
-    let single = match tables.as_slice() {
-        [Some(t)] => Some(&**t),
-        [None] => return Err(bad("the only context is unused")),
-        _ => None,
-    };
+    }
+    if used != (1u32 << n_ctx) - 1 {
+        let mut seen = 0u32;
+        for i in 0..out.len() {
+            seen |= 1u32 << ctx.at(i).min(31);
+        }
+        if seen & !used != 0 {
+            return Err(bad("symbol in an unused context"));
+        }
+    } else if (0..out.len()).any(|i| ctx.at(i) >= n_ctx) {
+        return Err(bad("context out of range"));
+    }
+    let table_of = |i: usize| refs[ctx.at(i)];
 
     let full = out.len() / STATES * STATES;
     let (head, tail) = out.split_at_mut(full);
@@ -372,15 +385,7 @@ pub(crate) fn decode<C: Contexts>(
     // one left, the refill needs no branch.
     for (g, c) in head.chunks_exact_mut(STATES).enumerate() {
         let i = g * STATES;
-        let t = match single {
-            Some(t) => [t; STATES],
-            None => [
-                table_of(i)?,
-                table_of(i + 1)?,
-                table_of(i + 2)?,
-                table_of(i + 3)?,
-            ],
-        };
+        let t = [table_of(i), table_of(i + 1), table_of(i + 2), table_of(i + 3)];
         if r0.left() && r1.left() && r2.left() && r3.left() {
             c[0] = step_fast(t[0], &mut x0, r0);
             c[1] = step_fast(t[1], &mut x1, r1);
@@ -395,7 +400,7 @@ pub(crate) fn decode<C: Contexts>(
     }
     let mut x = [x0, x1, x2, x3];
     for (j, o) in tail.iter_mut().enumerate() {
-        *o = step(table_of(full + j)?, &mut x[j], &mut readers[j]);
+        *o = step(table_of(full + j), &mut x[j], &mut readers[j]);
     }
     if readers.iter().any(|r| r.overrun || r.pos != r.words.len()) {
         return Err(bad("word stream length does not match the data"));

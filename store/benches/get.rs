@@ -1,0 +1,62 @@
+//! `get` latency of one 4 MiB tensor at each step of a 9-step series, cold block cache.
+//!
+//! The series mimics fine-tuning: each step nudges a third of the values by about 1e-4
+//! relative (a deterministic generator, so runs are comparable). Reading step k decodes a
+//! keyframe and up to k deltas per block; the decoded-block cache is off so that every
+//! iteration pays the whole chain. `max_chain` 8 and 16 show the cost of longer chains.
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use strata_store::{DType, Options, Store, TensorRef};
+
+const ELEMS: usize = 1 << 20;
+const STEPS: u64 = 9;
+
+fn series() -> Vec<Vec<u8>> {
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut w: Vec<f32> = (0..ELEMS)
+        .map(|_| ((next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.1)
+        .collect();
+    let mut out = Vec::new();
+    for _ in 0..STEPS {
+        out.push(w.iter().flat_map(|v| v.to_le_bytes()).collect());
+        for v in w.iter_mut() {
+            let r = next();
+            if r % 3 == 0 {
+                *v *= 1.0 + ((r >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 2e-4;
+            }
+        }
+    }
+    out
+}
+
+fn bench_get(c: &mut Criterion) {
+    let data = series();
+    let mut group = c.benchmark_group("get_4MiB");
+    group.sample_size(20);
+    group.throughput(Throughput::Bytes((ELEMS * 4) as u64));
+    for max_chain in [8u8, 16] {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("bench.strata");
+        let opts = Options { max_chain, cache_bytes: 0, ..Options::default() };
+        let store = Store::open_with(&path, opts).expect("open");
+        for (i, bytes) in data.iter().enumerate() {
+            let t = TensorRef { dtype: DType::F32, shape: &[1024, 1024], bytes };
+            store.put("w", i as u64 * 10, &t).expect("put");
+        }
+        for step in [0u64, 40, 80] {
+            group.bench_with_input(BenchmarkId::new(format!("max_chain_{max_chain}"), step), &step, |b, &s| {
+                b.iter(|| store.get("w", s).expect("get"))
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_get);
+criterion_main!(benches);
