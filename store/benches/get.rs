@@ -43,16 +43,26 @@ fn bench_get(c: &mut Criterion) {
     for max_chain in [8u8, 16] {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("bench.strata");
-        let opts = Options { max_chain, cache_bytes: 0, ..Options::default() };
+        let opts = Options {
+            max_chain,
+            cache_bytes: 0,
+            ..Options::default()
+        };
         let store = Store::open_with(&path, opts).expect("open");
         for (i, bytes) in data.iter().enumerate() {
-            let t = TensorRef { dtype: DType::F32, shape: &[1024, 1024], bytes };
+            let t = TensorRef {
+                dtype: DType::F32,
+                shape: &[1024, 1024],
+                bytes,
+            };
             store.put("w", i as u64 * 10, &t).expect("put");
         }
         for step in [0u64, 40, 80] {
-            group.bench_with_input(BenchmarkId::new(format!("max_chain_{max_chain}"), step), &step, |b, &s| {
-                b.iter(|| store.get("w", s).expect("get"))
-            });
+            group.bench_with_input(
+                BenchmarkId::new(format!("max_chain_{max_chain}"), step),
+                &step,
+                |b, &s| b.iter(|| store.get("w", s).expect("get")),
+            );
         }
     }
     group.finish();

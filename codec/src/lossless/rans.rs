@@ -385,7 +385,12 @@ pub(crate) fn decode<C: Contexts>(
     // one left, the refill needs no branch.
     for (g, c) in head.chunks_exact_mut(STATES).enumerate() {
         let i = g * STATES;
-        let t = [table_of(i), table_of(i + 1), table_of(i + 2), table_of(i + 3)];
+        let t = [
+            table_of(i),
+            table_of(i + 1),
+            table_of(i + 2),
+            table_of(i + 3),
+        ];
         if r0.left() && r1.left() && r2.left() && r3.left() {
             c[0] = step_fast(t[0], &mut x0, r0);
             c[1] = step_fast(t[1], &mut x1, r1);
