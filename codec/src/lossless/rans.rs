@@ -212,16 +212,11 @@ pub(crate) fn encode<C: Contexts>(plane: &[u8], ctx: C, hists: &[Hist], out: &mu
         models.push(syms);
     }
 
-    // Encode backwards (symbol i with state i % 4). A symbol emits at most one word, so
-    // each state's stream is sized for its symbol count and written branch-free; the
+    // Encode backwards (symbol i with state i % STATES). A symbol emits at most one word,
+    // so each state's stream is sized for its symbol count and written branch-free; the
     // words come out in reverse and are flipped at the end so the decoder reads forwards.
     let per_state = plane.len() / STATES + 1;
-    let mut words = [
-        vec![0u32; per_state],
-        vec![0u32; per_state],
-        vec![0u32; per_state],
-        vec![0u32; per_state],
-    ];
+    let mut words: [Vec<u32>; STATES] = std::array::from_fn(|_| vec![0u32; per_state]);
     let mut used = [0usize; STATES];
     let sym = |i: usize, b: u8| &models[ctx.at(i)][usize::from(b)];
     let mut x = [RANS_L; STATES];
@@ -229,18 +224,13 @@ pub(crate) fn encode<C: Contexts>(plane: &[u8], ctx: C, hists: &[Hist], out: &mu
     for (j, &b) in plane[full..].iter().enumerate().rev() {
         put(&mut x[j], sym(full + j, b), &mut words[j], &mut used[j]);
     }
-    let [mut x0, mut x1, mut x2, mut x3] = x;
-    let [w0, w1, w2, w3] = &mut words;
-    let [mut u0, mut u1, mut u2, mut u3] = used;
     for (g, c) in plane[..full].chunks_exact(STATES).enumerate().rev() {
         let i = g * STATES;
-        put(&mut x3, sym(i + 3, c[3]), w3, &mut u3);
-        put(&mut x2, sym(i + 2, c[2]), w2, &mut u2);
-        put(&mut x1, sym(i + 1, c[1]), w1, &mut u1);
-        put(&mut x0, sym(i, c[0]), w0, &mut u0);
+        for k in (0..STATES).rev() {
+            put(&mut x[k], sym(i + k, c[k]), &mut words[k], &mut used[k]);
+        }
     }
-    let used = [u0, u1, u2, u3];
-    for s in [x0, x1, x2, x3] {
+    for s in x {
         out.extend_from_slice(&s.to_le_bytes());
     }
     for &u in &used {
@@ -379,31 +369,20 @@ pub(crate) fn decode<C: Contexts>(
 
     let full = out.len() / STATES * STATES;
     let (head, tail) = out.split_at_mut(full);
-    let [mut x0, mut x1, mut x2, mut x3] = x;
-    let [r0, r1, r2, r3] = &mut readers;
-    // A group of four symbols reads at most one word per stream; while every stream has
+    // A group of STATES symbols reads at most one word per stream; while every stream has
     // one left, the refill needs no branch.
     for (g, c) in head.chunks_exact_mut(STATES).enumerate() {
         let i = g * STATES;
-        let t = [
-            table_of(i),
-            table_of(i + 1),
-            table_of(i + 2),
-            table_of(i + 3),
-        ];
-        if r0.left() && r1.left() && r2.left() && r3.left() {
-            c[0] = step_fast(t[0], &mut x0, r0);
-            c[1] = step_fast(t[1], &mut x1, r1);
-            c[2] = step_fast(t[2], &mut x2, r2);
-            c[3] = step_fast(t[3], &mut x3, r3);
+        if readers.iter().all(Reader::left) {
+            for k in 0..STATES {
+                c[k] = step_fast(table_of(i + k), &mut x[k], &mut readers[k]);
+            }
         } else {
-            c[0] = step(t[0], &mut x0, r0);
-            c[1] = step(t[1], &mut x1, r1);
-            c[2] = step(t[2], &mut x2, r2);
-            c[3] = step(t[3], &mut x3, r3);
+            for k in 0..STATES {
+                c[k] = step(table_of(i + k), &mut x[k], &mut readers[k]);
+            }
         }
     }
-    let mut x = [x0, x1, x2, x3];
     for (j, o) in tail.iter_mut().enumerate() {
         *o = step(table_of(full + j), &mut x[j], &mut readers[j]);
     }
