@@ -369,18 +369,27 @@ pub(crate) fn decode<C: Contexts>(
 
     let full = out.len() / STATES * STATES;
     let (head, tail) = out.split_at_mut(full);
-    // A group of STATES symbols reads at most one word per stream; while every stream has
-    // one left, the refill needs no branch.
-    for (g, c) in head.chunks_exact_mut(STATES).enumerate() {
-        let i = g * STATES;
-        if readers.iter().all(Reader::left) {
+    // A group of STATES symbols reads at most one word per stream, so while every stream
+    // has `k` words left, the next `k` groups need no bounds check: run them in one go, then
+    // look again. When some stream runs dry, one checked group.
+    let mut groups = head.chunks_exact_mut(STATES).enumerate();
+    loop {
+        let safe = readers.iter().map(Reader::words_left).min().unwrap_or(0);
+        let mut ran = 0;
+        for (g, c) in groups.by_ref().take(safe) {
+            let i = g * STATES;
             for k in 0..STATES {
                 c[k] = step_fast(table_of(i + k), &mut x[k], &mut readers[k]);
             }
-        } else {
-            for k in 0..STATES {
-                c[k] = step(table_of(i + k), &mut x[k], &mut readers[k]);
-            }
+            ran += 1;
+        }
+        if ran == safe && safe > 0 {
+            continue;
+        }
+        let Some((g, c)) = groups.next() else { break };
+        let i = g * STATES;
+        for k in 0..STATES {
+            c[k] = step(table_of(i + k), &mut x[k], &mut readers[k]);
         }
     }
     for (j, o) in tail.iter_mut().enumerate() {
@@ -431,9 +440,10 @@ struct Reader<'a> {
 }
 
 impl Reader<'_> {
+    /// Whole words not yet read.
     #[inline(always)]
-    fn left(&self) -> bool {
-        self.pos + 4 <= self.words.len()
+    fn words_left(&self) -> usize {
+        self.words.len().saturating_sub(self.pos) / 4
     }
 }
 
@@ -452,16 +462,17 @@ fn step(table: &Table, x: &mut u64, r: &mut Reader<'_>) -> u8 {
     sym
 }
 
-/// One decode step with a branch-free refill; needs 4 readable bytes at `r.pos`.
+/// One decode step with a branch-free refill; needs a whole word left in `r`.
 /// The refill is arithmetic (shift by 0 or 32, add 0 or the word) so that it compiles to
 /// no branch: whether a state refills is data, and a branch on it mispredicts often.
 #[inline(always)]
 fn step_fast(table: &Table, x: &mut u64, r: &mut Reader<'_>) -> u8 {
     let (sym, v) = advance(table, *x);
-    debug_assert!(r.left());
-    // SAFETY: callers check `r.left()` (`pos + 4 <= words.len()`) before a group of four
-    // steps, and each step of a group uses a different reader, so this reader has at
-    // least 4 bytes at `pos`; `read_unaligned` has no alignment requirement.
+    debug_assert!(r.words_left() > 0);
+    // SAFETY: the caller runs at most `k` groups of steps after seeing every reader with
+    // `words_left() >= k`; each group steps each reader once and a step reads at most one
+    // word, so this reader has at least 4 bytes at `pos`. `read_unaligned` has no
+    // alignment requirement.
     let w = unsafe {
         r.words
             .as_ptr()
