@@ -165,7 +165,24 @@ fn chain_and_star_bound_the_read_work() {
             assert!(v.encodings[0].depth <= 3);
         }
         match policy {
-            DeltaPolicy::Chain => assert_eq!(keyframes, vec![0, 3, 6, 9]),
+            DeltaPolicy::Chain => {
+                // A full chain anchors on the keyframe (depth 2) instead of starting anew.
+                // Every other version deltas against its predecessor, or anchors when the
+                // predecessor is at the depth limit.
+                assert_eq!(keyframes, vec![0]);
+                let mut anchors = Vec::new();
+                for w in versions.windows(2) {
+                    let (prev, v) = (&w[0].encodings[0], &w[1].encodings[0]);
+                    if prev.depth == 3 {
+                        assert_eq!((v.base, v.depth), (Some(0), 2), "step {}", w[1].step);
+                        anchors.push(w[1].step);
+                    } else {
+                        assert_eq!(v.base, Some(w[0].step), "step {}", w[1].step);
+                        assert_eq!(v.depth, prev.depth + 1, "step {}", w[1].step);
+                    }
+                }
+                assert_eq!(anchors, vec![3, 5, 7, 9]);
+            }
             DeltaPolicy::Star => {
                 assert_eq!(keyframes, vec![0, 3, 6, 9]);
                 for v in &versions {
