@@ -11,7 +11,7 @@ use crate::reader::{block_bytes, decode_all, Fetcher, Job};
 use crate::rebase::load_checkpoint_record;
 use crate::record::CheckpointRecord;
 use crate::store::Store;
-use crate::tensor::{Checkpoint, Tensor, TensorRef};
+use crate::tensor::{Checkpoint, CheckpointInfo, Tensor, TensorRef};
 
 /// Longest metadata text accepted with a checkpoint, in bytes.
 const MAX_METADATA_BYTES: usize = 64 << 20;
@@ -135,6 +135,21 @@ impl Store {
         let r = self.read()?;
         load_checkpoint_record(&r.checkpoints, step)?
             .map(|cp| cp.metadata)
+            .ok_or(StoreError::CheckpointNotFound { step })
+    }
+
+    /// The tensor names and metadata of the checkpoint at `step`, without reading its data.
+    ///
+    /// # Errors
+    /// [`StoreError::CheckpointNotFound`].
+    pub fn checkpoint_info(&self, step: u64) -> Result<CheckpointInfo> {
+        let r = self.read()?;
+        load_checkpoint_record(&r.checkpoints, step)?
+            .map(|cp| CheckpointInfo {
+                step,
+                tensors: cp.tensors,
+                metadata: cp.metadata,
+            })
             .ok_or(StoreError::CheckpointNotFound { step })
     }
 

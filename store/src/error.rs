@@ -49,7 +49,7 @@ pub enum StoreError {
         /// What redb reported.
         reason: String,
     },
-    /// An I/O error on the store file.
+    /// An I/O error on the store file, or on a file being imported or exported.
     #[error("I/O error on {path}: {source}")]
     Io {
         /// The file.
@@ -267,6 +267,29 @@ pub enum StoreError {
         /// The codec's error.
         #[source]
         source: Box<SegmentError>,
+    },
+    /// A safetensors file could not be read or written (bad header, bad offsets, I/O); the
+    /// safetensors crate's error is the source.
+    #[error("safetensors file {path}: {source}")]
+    SafeTensors {
+        /// The file.
+        path: PathBuf,
+        /// What the safetensors crate reported.
+        #[source]
+        source: Box<safetensors::SafeTensorError>,
+    },
+    /// A tensor has a dtype the other side cannot hold: an fp8 tensor of a safetensors file
+    /// being imported, or a Strata dtype safetensors has no name for, on export.
+    #[error(
+        "{path}: tensor {tensor:?} has dtype {dtype}, which has no Strata/safetensors equivalent"
+    )]
+    UnsupportedDType {
+        /// The file.
+        path: PathBuf,
+        /// Tensor name.
+        tensor: String,
+        /// The file's name for the dtype.
+        dtype: String,
     },
     /// A metadata record failed to decode.
     #[error("{what}: {source}")]

@@ -23,6 +23,20 @@
 //! Segments are content-addressed (xxh3-128) and reference-counted: identical blocks are
 //! stored once. Deleting a version re-bases its dependents in the same transaction.
 //!
+//! ## Around the store
+//!
+//! - **safetensors**: [`Store::import_safetensors`] saves a file as one checkpoint (its
+//!   `__metadata__` as the checkpoint's JSON metadata); [`Store::export_safetensors`] writes
+//!   one back, bit-exact (see [`ImportReport`] and the dtype mapping
+//!   [`dtype_from_safetensors`]).
+//! - **NumPy**: [`save_npy`] writes one tensor as a `.npy` v1.0 file; bf16, which NumPy
+//!   lacks, is written as `'<u2'` raw bits ([`npy_descr`]).
+//! - **Retention**: [`Store::retain`] keeps the last N checkpoints, every K-th and the
+//!   tagged ones, deletes the rest in one transaction (re-basing what depended on them), and
+//!   compacts the file.
+//! - **The `strata` tool** (feature `cli`, on by default): import, export, get, log, stats,
+//!   verify, retain, tag, demo. `cargo run --release -p strata-store --bin strata -- demo`.
+//!
 //! ## File format (store format 1)
 //!
 //! One redb file (redb 4 file format). Integers are little-endian unless marked BE. Keys
@@ -67,26 +81,44 @@
 mod cache;
 mod checkpoints;
 mod error;
+mod npy;
 mod options;
 mod plan;
 mod reader;
 mod rebase;
 mod record;
+mod retain;
+mod safetensors_io;
 mod segstore;
 mod stats;
 mod store;
 mod tables;
 mod tensor;
 mod tensors;
+mod values;
 mod verify;
 mod write;
 
 pub use error::{Result, StoreError};
+pub use npy::{
+    npy_descr, npy_header, parse_npy_header, save_npy, write_npy, NpyError, NpyHeader, NPY_MAGIC,
+};
 pub use options::{DeltaPolicy, Options, PutOptions};
 pub use record::RecordError;
+pub use retain::{RetainPolicy, RetainReport};
+/// The safetensors crate, whose types appear in [`StoreError::SafeTensors`] and
+/// [`dtype_from_safetensors`].
+pub use safetensors;
+pub use safetensors_io::{
+    dtype_from_safetensors, dtype_to_safetensors, metadata_from_text, metadata_to_text,
+    ExportReport, ImportReport, METADATA_KEY,
+};
 pub use stats::{StoreStats, TensorStats};
 pub use store::Store;
 pub use strata_codec as codec;
 pub use strata_codec::DType;
-pub use tensor::{BlockEncoding, Checkpoint, Tensor, TensorRef, TensorSlice, VersionInfo};
+pub use tensor::{
+    BlockEncoding, Checkpoint, CheckpointInfo, Tensor, TensorRef, TensorSlice, VersionInfo,
+};
+pub use values::to_f64;
 pub use verify::{Issue, VerifyReport};

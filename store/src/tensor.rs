@@ -95,3 +95,14 @@ pub struct Checkpoint {
     /// The metadata text saved with it.
     pub metadata: String,
 }
+
+/// A checkpoint's record without its data, from [`crate::Store::checkpoint_info`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointInfo {
+    /// Step.
+    pub step: u64,
+    /// Names of its tensors, in the order they were saved.
+    pub tensors: Vec<String>,
+    /// The metadata text saved with it.
+    pub metadata: String,
+}

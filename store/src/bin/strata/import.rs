@@ -1,0 +1,193 @@
+//! `strata import`: safetensors files (or folders of `step_N.safetensors`) as checkpoints.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use strata_store::Store;
+
+use crate::fmt::{mb, mb_s};
+use crate::progress::{line, Output};
+use crate::{CliError, CliResult};
+
+/// Options of an import.
+#[derive(Debug)]
+pub(crate) struct Flags {
+    /// The step of a single file.
+    pub(crate) step: Option<u64>,
+    /// Skip steps that have a checkpoint.
+    pub(crate) skip_existing: bool,
+    /// Compact at the end.
+    pub(crate) compact: bool,
+}
+
+/// The step in a file name `step_N.safetensors` (also `step-N`, `stepN`), if it has one.
+pub(crate) fn step_of(path: &Path) -> Option<u64> {
+    let name = path.file_name()?.to_str()?;
+    let stem = name.strip_suffix(".safetensors")?;
+    let digits = stem.strip_prefix("step")?.trim_start_matches(['_', '-']);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// The `step_N.safetensors` files of a folder, by step.
+pub(crate) fn series_files(dir: &Path) -> CliResult<Vec<(u64, PathBuf)>> {
+    let io = |source| CliError::Io {
+        path: dir.to_path_buf(),
+        source,
+    };
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(io)? {
+        let path = entry.map_err(io)?.path();
+        if path.is_file() {
+            if let Some(step) = step_of(&path) {
+                files.push((step, path));
+            }
+        }
+    }
+    files.sort();
+    if let Some(w) = files.windows(2).find(|w| w[0].0 == w[1].0) {
+        return Err(CliError::Usage(format!(
+            "{} and {} have the same step {}",
+            w[0].1.display(),
+            w[1].1.display(),
+            w[0].0
+        )));
+    }
+    Ok(files)
+}
+
+/// The files to import with their steps.
+fn plan(paths: &[PathBuf], step: Option<u64>) -> CliResult<Vec<(u64, PathBuf)>> {
+    let mut files = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            let found = series_files(p)?;
+            if found.is_empty() {
+                return Err(CliError::Usage(format!(
+                    "no step_N.safetensors files in {}",
+                    p.display()
+                )));
+            }
+            files.extend(found);
+        } else if let Some(s) = step {
+            files.push((s, p.clone()));
+        } else if !p.exists() {
+            return Err(CliError::Io {
+                path: p.clone(),
+                source: std::io::Error::from(std::io::ErrorKind::NotFound),
+            });
+        } else {
+            let s = step_of(p).ok_or_else(|| {
+                CliError::Usage(format!(
+                    "cannot read a step from the name {} (expected step_N.safetensors); give --step",
+                    p.display()
+                ))
+            })?;
+            files.push((s, p.clone()));
+        }
+    }
+    if step.is_some() && (files.len() != 1 || paths.iter().any(|p| p.is_dir())) {
+        return Err(CliError::Usage(
+            "--step is only valid with a single file".into(),
+        ));
+    }
+    Ok(files)
+}
+
+/// Totals of an import.
+#[derive(Debug, Default)]
+pub(crate) struct Totals {
+    pub(crate) files: usize,
+    pub(crate) raw_bytes: u64,
+    pub(crate) time: Duration,
+}
+
+/// Imports `files` into `store`, printing one line per file.
+pub(crate) fn import_files(
+    out: &Output,
+    store: &Store,
+    files: &[(u64, PathBuf)],
+    skip_existing: bool,
+) -> CliResult<Totals> {
+    let sizes: Vec<u64> = files
+        .iter()
+        .map(|(_, p)| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0))
+        .collect();
+    let bar = out.bar(sizes.iter().sum(), true);
+    let existing = if skip_existing {
+        store.checkpoints()?
+    } else {
+        Vec::new()
+    };
+    let mut totals = Totals::default();
+    for ((step, path), size) in files.iter().zip(sizes) {
+        bar.set_message(format!("step {step}"));
+        if existing.binary_search(step).is_ok() {
+            line(&bar, format!("step {step:>8}  exists, skipped"))?;
+            bar.inc(size);
+            continue;
+        }
+        let t = Instant::now();
+        let r = store.import_safetensors(path, *step)?;
+        let dt = t.elapsed();
+        totals.files += 1;
+        totals.raw_bytes += r.raw_bytes;
+        totals.time += dt;
+        line(
+            &bar,
+            format!(
+                "step {step:>8}  {:>4} tensors  raw {:>10}  {:>12}  {}",
+                r.tensors,
+                mb(r.raw_bytes),
+                mb_s(r.raw_bytes, dt),
+                path.file_name().unwrap_or_default().to_string_lossy()
+            ),
+        )?;
+        bar.inc(size);
+    }
+    bar.finish_and_clear();
+    Ok(totals)
+}
+
+/// `strata import`.
+pub(crate) fn run(out: &Output, store: &Path, paths: &[PathBuf], flags: &Flags) -> CliResult {
+    let files = plan(paths, flags.step)?;
+    let mut store = Store::open(store)?;
+    let totals = import_files(out, &store, &files, flags.skip_existing)?;
+    say!(
+        "imported {} checkpoint(s): raw {} in {:.2} s ({})",
+        totals.files,
+        mb(totals.raw_bytes),
+        totals.time.as_secs_f64(),
+        mb_s(totals.raw_bytes, totals.time)
+    );
+    if flags.compact {
+        let spinner = out.spinner("compacting");
+        store.compact()?;
+        spinner.finish_and_clear();
+    }
+    let s = store.stats()?;
+    say!(
+        "store: raw {} bytes, file {} bytes, ratio {:.3} (raw / file bytes)",
+        s.raw_bytes,
+        s.file_bytes,
+        s.file_ratio()
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_from_names() {
+        assert_eq!(step_of(Path::new("a/step_000350.safetensors")), Some(350));
+        assert_eq!(step_of(Path::new("step-7.safetensors")), Some(7));
+        assert_eq!(step_of(Path::new("step_.safetensors")), None);
+        assert_eq!(step_of(Path::new("model.safetensors")), None);
+        assert_eq!(step_of(Path::new("step_12.bin")), None);
+    }
+}

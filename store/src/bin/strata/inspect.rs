@@ -1,0 +1,182 @@
+//! `strata log` and `strata stats`: what the store holds, without decoding data.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+use strata_store::{BlockEncoding, Store};
+
+use crate::fmt::shape;
+use crate::CliResult;
+
+/// How a version's blocks are stored, in a few words.
+pub(crate) fn encoding(blocks: &[BlockEncoding]) -> String {
+    if let [b] = blocks {
+        return match (b.base, b.reference) {
+            (None, _) => "keyframe".into(),
+            (Some(base), true) => format!("reference to {base}"),
+            (Some(base), false) => format!("delta on {base}, depth {}", b.depth),
+        };
+    }
+    let keys = blocks.iter().filter(|b| b.base.is_none()).count();
+    let refs = blocks.iter().filter(|b| b.reference).count();
+    let deltas = blocks.len() - keys - refs;
+    let depth = blocks.iter().map(|b| b.depth).max().unwrap_or(0);
+    let mut parts = Vec::new();
+    for (n, what) in [(keys, "keyframe"), (deltas, "delta"), (refs, "reference")] {
+        if n > 0 {
+            parts.push(format!("{n} {what}"));
+        }
+    }
+    format!(
+        "{} blocks: {}, depth <= {depth}",
+        blocks.len(),
+        parts.join(" + ")
+    )
+}
+
+/// `strata log`.
+pub(crate) fn log(store: &Path, tensor: Option<&str>) -> CliResult {
+    let store = Store::open(store)?;
+    match tensor {
+        Some(name) => log_tensor(&store, name),
+        None => log_checkpoints(&store),
+    }
+}
+
+fn log_tensor(store: &Store, name: &str) -> CliResult {
+    say!(
+        "{:>10}  {:5}  {:16}  {:>12}  {:>12}  encoding",
+        "step",
+        "dtype",
+        "shape",
+        "raw bytes",
+        "stored bytes"
+    );
+    for v in store.versions(name)? {
+        say!(
+            "{:>10}  {:5}  {:16}  {:>12}  {:>12}  {}",
+            v.step,
+            v.dtype.to_string(),
+            shape(&v.shape),
+            v.raw_bytes,
+            v.stored_bytes,
+            encoding(&v.encodings)
+        );
+    }
+    Ok(())
+}
+
+fn log_checkpoints(store: &Store) -> CliResult {
+    // Raw and stored bytes of every version, by (tensor, step).
+    let mut sizes: HashMap<(String, u64), (u64, u64)> = HashMap::new();
+    for name in store.tensors()? {
+        for v in store.versions(&name)? {
+            sizes.insert((name.clone(), v.step), (v.raw_bytes, v.stored_bytes));
+        }
+    }
+    let mut tags: BTreeMap<u64, Vec<String>> = BTreeMap::new();
+    for (tag, step) in store.tags()? {
+        tags.entry(step).or_default().push(tag);
+    }
+    let steps = store.checkpoints()?;
+    if steps.is_empty() {
+        say!("no checkpoints");
+        return Ok(());
+    }
+    say!(
+        "{:>10}  {:>7}  {:>12}  {:>12}  tags",
+        "step",
+        "tensors",
+        "raw bytes",
+        "stored bytes"
+    );
+    for step in steps {
+        let info = store.checkpoint_info(step)?;
+        let (mut raw, mut stored) = (0u64, 0u64);
+        for t in &info.tensors {
+            if let Some((r, s)) = sizes.get(&(t.clone(), step)) {
+                raw += r;
+                stored += s;
+            }
+        }
+        let row = format!(
+            "{:>10}  {:>7}  {:>12}  {:>12}  {}",
+            step,
+            info.tensors.len(),
+            raw,
+            stored,
+            tags.get(&step).map(|t| t.join(", ")).unwrap_or_default()
+        );
+        say!("{}", row.trim_end());
+    }
+    Ok(())
+}
+
+/// `strata stats`.
+pub(crate) fn stats(store: &Path, json: bool) -> CliResult {
+    let store = Store::open(store)?;
+    let s = store.stats()?;
+    let ratio = |raw: u64, stored: u64| raw as f64 / stored.max(1) as f64;
+    if json {
+        let tensors: Vec<serde_json::Value> = s
+            .tensors
+            .iter()
+            .map(|t| {
+                serde_json::json!({
+                    "name": t.name,
+                    "versions": t.versions,
+                    "raw_bytes": t.raw_bytes,
+                    "stored_bytes": t.stored_bytes,
+                    "ratio": ratio(t.raw_bytes, t.stored_bytes),
+                })
+            })
+            .collect();
+        let doc = serde_json::json!({
+            "path": store.path().display().to_string(),
+            "raw_bytes": s.raw_bytes,
+            "stored_bytes": s.stored_bytes,
+            "segment_bytes": s.segment_bytes,
+            "metadata_bytes": s.metadata_bytes,
+            "file_bytes": s.file_bytes,
+            "allocated_bytes": s.allocated_bytes,
+            "ratio": s.file_ratio(),
+            "stored_ratio": s.stored_ratio(),
+            "segments": s.segments,
+            "versions": s.versions,
+            "checkpoints": s.checkpoints,
+            "tensors": tensors,
+        });
+        say!("{doc:#}");
+        return Ok(());
+    }
+    say!(
+        "{:40}  {:>8}  {:>12}  {:>12}  {:>7}",
+        "tensor",
+        "versions",
+        "raw bytes",
+        "stored bytes",
+        "ratio"
+    );
+    for t in &s.tensors {
+        say!(
+            "{:40}  {:>8}  {:>12}  {:>12}  {:>7.3}",
+            t.name,
+            t.versions,
+            t.raw_bytes,
+            t.stored_bytes,
+            ratio(t.raw_bytes, t.stored_bytes)
+        );
+    }
+    say!(
+        "total: {} versions, {} checkpoints, raw {} bytes, stored {} bytes (ratio {:.3}), \
+         file {} bytes on disk (ratio raw / file {:.3})",
+        s.versions,
+        s.checkpoints,
+        s.raw_bytes,
+        s.stored_bytes,
+        s.stored_ratio(),
+        s.file_bytes,
+        s.file_ratio()
+    );
+    Ok(())
+}

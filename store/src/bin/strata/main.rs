@@ -1,0 +1,239 @@
+//! `strata`: the command-line tool of a Strata store (import and export safetensors, read
+//! tensors, history, stats, verify, retention, tags, and a demo).
+//!
+//! Exit status: 0 on success, 1 on a failure (or a corrupt store for `verify`), 2 on a usage
+//! error.
+
+/// `println!` that returns [`CliError::BrokenPipe`] from the calling function when stdout is
+/// closed, instead of panicking.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        $crate::progress::write_line(format_args!($($arg)*))?
+    };
+}
+
+mod demo;
+mod fmt;
+mod import;
+mod inspect;
+mod maintain;
+mod progress;
+mod read;
+mod synth;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use strata_store::StoreError;
+
+/// Strata: an embedded store for tensors that change over time.
+#[derive(Debug, Parser)]
+#[command(
+    name = "strata",
+    version,
+    about = "Strata: an embedded store for tensors that change over time",
+    long_about = None
+)]
+struct Cli {
+    /// Hide progress bars (they are hidden anyway when stdout is not a terminal).
+    #[arg(short, long, global = true)]
+    quiet: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Import safetensors files, one checkpoint per file, then compact the store.
+    Import {
+        /// The store file (created if missing).
+        store: PathBuf,
+        /// safetensors files, or folders of step_N.safetensors files (step from the name).
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// The step of the checkpoint (only with a single file).
+        #[arg(long)]
+        step: Option<u64>,
+        /// Skip files whose step already has a checkpoint (resume an interrupted import).
+        #[arg(long)]
+        skip_existing: bool,
+        /// Do not compact the store at the end.
+        #[arg(long)]
+        no_compact: bool,
+    },
+    /// Export a checkpoint to a safetensors file.
+    Export {
+        /// The store file.
+        store: PathBuf,
+        /// Step of the checkpoint.
+        #[arg(long)]
+        step: u64,
+        /// The safetensors file to write.
+        #[arg(short, long)]
+        output: PathBuf,
+    },
+    /// Read one tensor at a step; write it as .npy, or print a summary and its first values.
+    Get {
+        /// The store file.
+        store: PathBuf,
+        /// Tensor name.
+        tensor: String,
+        /// Step of the version.
+        #[arg(long)]
+        step: u64,
+        /// Take the latest version at or before --step.
+        #[arg(long)]
+        at: bool,
+        /// The .npy file to write (bf16 is written as '<u2' raw bits).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+    },
+    /// List checkpoints, or the versions of one tensor with their encoding.
+    Log {
+        /// The store file.
+        store: PathBuf,
+        /// A tensor name: list its versions.
+        tensor: Option<String>,
+    },
+    /// Raw, stored and on-disk sizes, per tensor and in total.
+    Stats {
+        /// The store file.
+        store: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Read every block back and audit the store; exit 1 if anything is corrupt.
+    Verify {
+        /// The store file.
+        store: PathBuf,
+    },
+    /// Delete checkpoints not kept by the policy, then compact.
+    Retain {
+        /// The store file.
+        store: PathBuf,
+        /// Keep the N latest checkpoints.
+        #[arg(long)]
+        keep_last: Option<usize>,
+        /// Keep every checkpoint whose step is a multiple of K.
+        #[arg(long)]
+        keep_every: Option<u64>,
+        /// Delete tagged checkpoints too when the rules do not keep them.
+        #[arg(long)]
+        no_keep_tagged: bool,
+    },
+    /// Name a checkpoint.
+    Tag {
+        /// The store file.
+        store: PathBuf,
+        /// Tag name.
+        name: String,
+        /// Step of the checkpoint.
+        #[arg(long)]
+        step: u64,
+    },
+    /// Import a real (or synthetic) fine-tuning series and show what the store does.
+    Demo {
+        /// Folder for the demo store (default: the workspace's target/ or a temp folder).
+        dir: Option<PathBuf>,
+        /// Use the synthetic series even when the real one is there.
+        #[arg(long)]
+        synthetic: bool,
+    },
+}
+
+/// Why a command failed.
+#[derive(Debug, thiserror::Error)]
+enum CliError {
+    /// The store said no.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The arguments do not make sense together (exit status 2).
+    #[error("{0}")]
+    Usage(String),
+    /// An I/O error on a file or folder of the command line.
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// `verify` found problems (they are printed already).
+    #[error("{0} problem(s) found")]
+    Corrupt(usize),
+    /// stdout was closed (e.g. `strata log STORE | head`): stop quietly.
+    #[error("stdout closed")]
+    BrokenPipe,
+    /// Anything else, said in words.
+    #[error("{0}")]
+    Other(String),
+}
+
+type CliResult<T = ()> = Result<T, CliError>;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let out = progress::Output::new(cli.quiet);
+    let result = match cli.command {
+        Command::Import {
+            store,
+            paths,
+            step,
+            skip_existing,
+            no_compact,
+        } => import::run(
+            &out,
+            &store,
+            &paths,
+            &import::Flags {
+                step,
+                skip_existing,
+                compact: !no_compact,
+            },
+        ),
+        Command::Export {
+            store,
+            step,
+            output,
+        } => read::export(&out, &store, step, &output),
+        Command::Get {
+            store,
+            tensor,
+            step,
+            at,
+            output,
+        } => read::get(&store, &tensor, step, at, output.as_deref()),
+        Command::Log { store, tensor } => inspect::log(&store, tensor.as_deref()),
+        Command::Stats { store, json } => inspect::stats(&store, json),
+        Command::Verify { store } => maintain::verify(&out, &store),
+        Command::Retain {
+            store,
+            keep_last,
+            keep_every,
+            no_keep_tagged,
+        } => maintain::retain(&store, keep_last, keep_every, !no_keep_tagged),
+        Command::Tag { store, name, step } => maintain::tag(&store, &name, step),
+        Command::Demo { dir, synthetic } => demo::run(&out, dir.as_deref(), synthetic),
+    };
+    let mut stderr = std::io::stderr();
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        // As a tool killed by SIGPIPE would.
+        Err(CliError::BrokenPipe) => ExitCode::from(141),
+        Err(CliError::Corrupt(n)) => {
+            let _ = writeln!(stderr, "error: verify found {n} problem(s)");
+            ExitCode::from(1)
+        }
+        Err(e @ CliError::Usage(_)) => {
+            let _ = writeln!(stderr, "error: {e}");
+            ExitCode::from(2)
+        }
+        Err(e) => {
+            // Store errors carry their causes in their message already.
+            let _ = writeln!(stderr, "error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}

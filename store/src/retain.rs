@@ -1,0 +1,143 @@
+//! Retention: [`Store::retain`] keeps the last few checkpoints, every K-th and the tagged
+//! ones, deletes the rest with their tensor versions, and compacts the file.
+
+use std::collections::BTreeSet;
+
+use crate::error::{DbContext, Result, StoreError};
+use crate::rebase::{delete_version, load_checkpoint_record};
+use crate::store::Store;
+
+/// Which checkpoints [`Store::retain`] keeps: the union of its rules.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetainPolicy {
+    /// Keep the `n` latest checkpoints.
+    pub keep_last: Option<usize>,
+    /// Keep every checkpoint whose step is a multiple of `k` (`k >= 1`).
+    pub keep_every: Option<u64>,
+    /// Keep every checkpoint that has a tag.
+    pub keep_tagged: bool,
+}
+
+impl Default for RetainPolicy {
+    /// Keeps the 3 latest checkpoints and the tagged ones.
+    fn default() -> Self {
+        RetainPolicy {
+            keep_last: Some(3),
+            keep_every: None,
+            keep_tagged: true,
+        }
+    }
+}
+
+impl RetainPolicy {
+    /// The steps of `checkpoints` (ascending) this policy keeps, given the tagged steps.
+    pub fn kept(&self, checkpoints: &[u64], tagged: &BTreeSet<u64>) -> BTreeSet<u64> {
+        let mut keep = BTreeSet::new();
+        if let Some(n) = self.keep_last {
+            keep.extend(checkpoints.iter().rev().take(n).copied());
+        }
+        if let Some(k) = self.keep_every.filter(|&k| k > 0) {
+            keep.extend(checkpoints.iter().copied().filter(|s| s % k == 0));
+        }
+        if self.keep_tagged {
+            keep.extend(checkpoints.iter().copied().filter(|s| tagged.contains(s)));
+        }
+        keep
+    }
+
+    fn validate(&self) -> Result<()> {
+        if self.keep_last.is_none() && self.keep_every.is_none() {
+            return Err(StoreError::InvalidOptions {
+                reason: "a retention policy needs keep_last or keep_every".into(),
+            });
+        }
+        if self.keep_every == Some(0) {
+            return Err(StoreError::InvalidOptions {
+                reason: "keep_every must be at least 1".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// What [`Store::retain`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetainReport {
+    /// Steps of the checkpoints kept.
+    pub kept: Vec<u64>,
+    /// Steps of the checkpoints deleted.
+    pub removed: Vec<u64>,
+    /// Tensor versions deleted with them.
+    pub versions_removed: u64,
+    /// File size before.
+    pub file_bytes_before: u64,
+    /// File size after deleting and compacting.
+    pub file_bytes_after: u64,
+}
+
+impl Store {
+    /// Deletes every checkpoint `policy` does not keep, with all its tensor versions, in one
+    /// transaction (versions that depend on a deleted one are re-based in it, as
+    /// [`Store::delete`] does), then compacts the file. Versions written with
+    /// [`Store::put`] outside any checkpoint are left alone.
+    ///
+    /// # Errors
+    /// [`StoreError::InvalidOptions`] for a policy with neither `keep_last` nor `keep_every`
+    /// (it would delete everything untagged) or with `keep_every` 0; the errors of
+    /// [`Store::delete`] (nothing is deleted then); [`StoreError::Compaction`].
+    pub fn retain(&mut self, policy: &RetainPolicy) -> Result<RetainReport> {
+        policy.validate()?;
+        let file_bytes_before = self.file_bytes()?;
+        let (kept, removed, versions_removed) = {
+            let _writer = self.writer.lock();
+            let steps = self.checkpoints()?;
+            let tagged: BTreeSet<u64> = self.tags()?.into_iter().map(|(_, s)| s).collect();
+            let kept = policy.kept(&steps, &tagged);
+            let removed: Vec<u64> = steps
+                .iter()
+                .copied()
+                .filter(|s| !kept.contains(s))
+                .collect();
+            let versions_removed = self.write(|wt| {
+                let mut n = 0u64;
+                for &step in &removed {
+                    let Some(cp) = load_checkpoint_record(&wt.checkpoints, step)? else {
+                        continue;
+                    };
+                    for name in &cp.tensors {
+                        delete_version(wt, &self.cache, &self.opts, name, step, true)?;
+                        n += 1;
+                    }
+                    // The last delete removes the checkpoint and its tags; a checkpoint
+                    // saved with no tensor is removed here.
+                    if cp.tensors.is_empty() {
+                        wt.checkpoints.remove(step).ctx("removing a checkpoint")?;
+                        wt.tags
+                            .retain(|_, s| s != step)
+                            .ctx("removing the tags of a checkpoint")?;
+                    }
+                }
+                Ok(n)
+            })?;
+            (kept.into_iter().collect(), removed, versions_removed)
+        };
+        self.compact()?;
+        Ok(RetainReport {
+            kept,
+            removed,
+            versions_removed,
+            file_bytes_before,
+            file_bytes_after: self.file_bytes()?,
+        })
+    }
+
+    /// Size of the file on disk.
+    pub(crate) fn file_bytes(&self) -> Result<u64> {
+        std::fs::metadata(&self.path)
+            .map(|m| m.len())
+            .map_err(|source| StoreError::Io {
+                path: self.path.clone(),
+                source,
+            })
+    }
+}

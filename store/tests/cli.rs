@@ -1,0 +1,241 @@
+//! The `strata` binary end to end on the real bf16 fine-tuning series: import, export
+//! (byte for byte against the source files), stats, verify (clean and corrupted), get, log,
+//! tag, retain, and exit statuses.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use common::{load_series, series_root};
+use safetensors::SafeTensors;
+use strata_store::{parse_npy_header, Store};
+
+fn strata(args: &[&str]) -> Output {
+    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(args)
+        .output()
+        .expect("run strata");
+    eprintln!(
+        "$ strata {}\n{}{}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = strata(args);
+    assert!(out.status.success(), "strata {args:?} failed: {out:?}");
+    String::from_utf8(out.stdout).expect("utf-8 stdout")
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().expect("utf-8 path")
+}
+
+#[test]
+fn cli_round_trip_on_dev_ft_bf16() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = dir.path().join("ft.strata");
+    let src = series_root().join("dev_ft/bf16");
+    let series = load_series("dev_ft/bf16");
+
+    let out = ok(&["import", p(&store), p(&src)]);
+    for c in &series {
+        assert!(
+            out.contains(&format!("step {:>8}", c.step)),
+            "no line for step {}",
+            c.step
+        );
+    }
+    assert!(out.contains("ratio"), "{out}");
+
+    // Export each step and compare with the source file, tensor by tensor.
+    for c in &series {
+        let file = dir.path().join(format!("out_{}.safetensors", c.step));
+        ok(&[
+            "export",
+            p(&store),
+            "--step",
+            &c.step.to_string(),
+            "-o",
+            p(&file),
+        ]);
+        let exported = std::fs::read(&file).expect("read export");
+        let original = std::fs::read(src.join(format!("step_{:06}.safetensors", c.step)))
+            .expect("read source");
+        let a = SafeTensors::deserialize(&exported).expect("parse export");
+        let b = SafeTensors::deserialize(&original).expect("parse source");
+        let mut names_a: Vec<_> = a.names().into_iter().cloned().collect();
+        let mut names_b: Vec<_> = b.names().into_iter().cloned().collect();
+        names_a.sort();
+        names_b.sort();
+        assert_eq!(names_a, names_b, "step {}", c.step);
+        for name in &names_b {
+            let (x, y) = (a.tensor(name).expect("x"), b.tensor(name).expect("y"));
+            assert_eq!(x.dtype(), y.dtype(), "{name}");
+            assert_eq!(x.shape(), y.shape(), "{name}");
+            assert!(x.data() == y.data(), "{name} step {}: data differs", c.step);
+        }
+    }
+
+    // stats --json has the keys.
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&["stats", p(&store), "--json"])).expect("stats JSON");
+    for key in [
+        "raw_bytes",
+        "stored_bytes",
+        "file_bytes",
+        "ratio",
+        "tensors",
+    ] {
+        assert!(json.get(key).is_some(), "stats --json lacks {key}: {json}");
+    }
+    let raw: u64 = series.iter().map(|c| c.raw_bytes()).sum();
+    assert_eq!(json["raw_bytes"].as_u64(), Some(raw));
+    assert!(json["ratio"].as_f64().expect("ratio") > 3.0, "{json}");
+    assert_eq!(
+        json["tensors"].as_array().expect("tensors").len(),
+        series[0].tensors.len()
+    );
+    ok(&["stats", p(&store)]);
+
+    let out = ok(&["verify", p(&store)]);
+    assert!(out.starts_with("verify OK"), "{out}");
+    assert_eq!(out.lines().count(), 1, "{out}");
+
+    // get -o .npy: header parses, data is the source tensor.
+    let last = series.last().expect("steps");
+    let (name, _, shape, data) = &last.tensors[0];
+    let npy = dir.path().join("t.npy");
+    let out = ok(&[
+        "get",
+        p(&store),
+        name,
+        "--step",
+        &last.step.to_string(),
+        "-o",
+        p(&npy),
+    ]);
+    assert!(out.contains("'<u2'"), "bf16 note missing: {out}");
+    let bytes = std::fs::read(&npy).expect("read npy");
+    let h = parse_npy_header(&bytes).expect("npy header");
+    assert_eq!(h.descr, "<u2");
+    assert!(!h.fortran_order);
+    assert_eq!(&h.shape, shape);
+    assert_eq!(h.data_offset % 64, 0);
+    assert!(bytes[h.data_offset..] == data[..], "npy data differs");
+    // --at: the latest version at or before a step between checkpoints.
+    let npy_at = dir.path().join("t_at.npy");
+    let between = (last.step + 5).to_string();
+    let out = ok(&[
+        "get",
+        p(&store),
+        name,
+        "--step",
+        &between,
+        "--at",
+        "-o",
+        p(&npy_at),
+    ]);
+    assert!(out.contains(&format!("step {}", last.step)), "{out}");
+    assert_eq!(std::fs::read(&npy_at).expect("read"), bytes);
+    // Without --at the version must exist.
+    let out = strata(&["get", p(&store), name, "--step", &between]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).starts_with("error: "));
+
+    // log, tag, retain.
+    let log = ok(&["log", p(&store)]);
+    assert_eq!(log.lines().count(), 1 + series.len(), "{log}");
+    let log = ok(&["log", p(&store), name]);
+    assert!(log.contains("keyframe") && log.contains("delta"), "{log}");
+    ok(&["tag", p(&store), "base", "--step", "350"]);
+    let out = ok(&[
+        "retain",
+        p(&store),
+        "--keep-last",
+        "2",
+        "--keep-every",
+        "400",
+    ]);
+    assert!(
+        out.contains("kept 4 checkpoint(s): 350, 400, 420, 430"),
+        "{out}"
+    );
+    let s = Store::open(&store).expect("open");
+    assert_eq!(s.checkpoints().expect("list"), vec![350, 400, 420, 430]);
+    drop(s);
+    assert!(ok(&["log", p(&store)]).contains("base"));
+
+    // Usage errors exit 2, failures 1.
+    let two = dir.path().join("step_1.safetensors");
+    std::fs::copy(src.join("step_000350.safetensors"), &two).expect("copy");
+    let out = strata(&["import", p(&store), p(&two), p(&two), "--step", "3"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(strata(&["retain", p(&store)]).status.code(), Some(2));
+    assert_eq!(strata(&["frobnicate"]).status.code(), Some(2));
+    let out = strata(&["export", p(&store), "--step", "1", "-o", p(&npy)]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no checkpoint at step 1"));
+    let bad = dir.path().join("bad.safetensors");
+    std::fs::write(&bad, b"not a safetensors file").expect("write");
+    let out = strata(&["import", p(&store), p(&bad), "--step", "9"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bad.safetensors"));
+}
+
+#[test]
+fn verify_exits_1_on_a_corrupt_segment() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = dir.path().join("ft.strata");
+    let src = series_root().join("dev_ft/bf16");
+    ok(&["import", p(&store), p(&src)]);
+    let clean = std::fs::read(&store).expect("read store");
+    let hits: Vec<usize> = clean
+        .windows(4)
+        .enumerate()
+        .filter(|(_, w)| *w == b"STSG")
+        .map(|(i, _)| i)
+        .collect();
+    assert!(!hits.is_empty(), "no segment magic in the store");
+    let mut detected = 0;
+    for &at in hits.iter().take(6) {
+        let mut bad = clean.clone();
+        let i = (at + 60).min(bad.len() - 1);
+        bad[i] ^= 0x5a;
+        std::fs::write(&store, &bad).expect("write");
+        let out = strata(&["verify", p(&store)]);
+        let code = out.status.code();
+        assert!(code == Some(0) || code == Some(1), "verify: {out:?}");
+        if code == Some(1) {
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                text.contains("tensor ") && text.contains("block "),
+                "{text}"
+            );
+            detected += 1;
+        }
+    }
+    assert!(detected > 0, "no corruption was detected");
+    std::fs::write(&store, &clean).expect("restore");
+    assert_eq!(strata(&["verify", p(&store)]).status.code(), Some(0));
+}
+
+#[test]
+fn demo_runs_on_real_and_synthetic_data() {
+    for synthetic in [false, true] {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut args = vec!["demo", p(dir.path())];
+        if synthetic {
+            args.push("--synthetic");
+        }
+        let out = ok(&args);
+        for part in ["ratio:", "partial read", "history of", "verify OK"] {
+            assert!(out.contains(part), "demo output lacks {part:?}: {out}");
+        }
+        assert!(dir.path().join("strata-demo.strata").is_file());
+    }
+}

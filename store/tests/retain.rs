@@ -1,0 +1,159 @@
+//! Retention: `Store::retain` keeps exactly the checkpoints its policy names, each still
+//! bit-exact, and the file shrinks.
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use common::{load_series, series_root, temp_store, Ckpt};
+use strata_store::{DType, RetainPolicy, Store, StoreError, TensorRef};
+
+fn assert_checkpoint_matches(store: &Store, c: &Ckpt) {
+    let cp = store.load_checkpoint(c.step).expect("load checkpoint");
+    let mut got: Vec<_> = cp.tensors.iter().collect();
+    got.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(got.len(), c.tensors.len(), "step {}", c.step);
+    for ((name, t), (n, d, s, b)) in got.iter().zip(&c.tensors) {
+        assert_eq!(name, n);
+        assert_eq!(t.dtype, *d);
+        assert_eq!(&t.shape, s);
+        assert!(t.data == *b, "{name} step {}: bytes differ", c.step);
+    }
+}
+
+#[test]
+fn retain_keeps_last_two_and_every_200_of_dev_pre() {
+    let series = load_series("dev_pre");
+    assert_eq!(series.len(), 8);
+    let (_dir, path) = temp_store();
+    let mut store = Store::open(&path).expect("open");
+    for c in &series {
+        let file = series_root()
+            .join("dev_pre")
+            .join(format!("step_{:06}.safetensors", c.step));
+        store.import_safetensors(&file, c.step).expect("import");
+    }
+    store.compact().expect("compact");
+    let before = store.stats().expect("stats");
+
+    let report = store
+        .retain(&RetainPolicy {
+            keep_last: Some(2),
+            keep_every: Some(200),
+            keep_tagged: true,
+        })
+        .expect("retain");
+    let expected = vec![0u64, 200, 300, 350];
+    assert_eq!(report.kept, expected);
+    assert_eq!(report.removed, vec![50, 100, 150, 250]);
+    let per_checkpoint = series[0].tensors.len() as u64;
+    assert_eq!(report.versions_removed, 4 * per_checkpoint);
+    assert_eq!(report.file_bytes_before, before.file_bytes);
+    assert!(
+        report.file_bytes_after < report.file_bytes_before,
+        "file did not shrink: {} -> {}",
+        report.file_bytes_before,
+        report.file_bytes_after
+    );
+    eprintln!(
+        "retain dev_pre: file {} -> {} bytes",
+        report.file_bytes_before, report.file_bytes_after
+    );
+    drop(store);
+
+    let store = Store::open(&path).expect("reopen");
+    assert_eq!(store.checkpoints().expect("list"), expected);
+    for c in series.iter().filter(|c| expected.contains(&c.step)) {
+        assert_checkpoint_matches(&store, c);
+    }
+    let stats = store.stats().expect("stats");
+    assert_eq!(stats.versions, 4 * per_checkpoint);
+    let report = store.verify().expect("verify");
+    assert!(report.is_ok(), "{:?}", report.issues);
+}
+
+fn small_store(path: &std::path::Path, steps: &[u64]) -> Store {
+    let store = Store::open(path).expect("open");
+    for &s in steps {
+        let v: Vec<u8> = (0..4096u32)
+            .flat_map(|i| ((i as f32) * 0.001 + s as f32 * 1e-4).to_le_bytes())
+            .collect();
+        let t = TensorRef {
+            dtype: DType::F32,
+            shape: &[64, 64],
+            bytes: &v,
+        };
+        store
+            .save_checkpoint(s, &[("w", t), ("b", t)], "")
+            .expect("save");
+    }
+    store
+}
+
+#[test]
+fn tagged_checkpoints_are_kept_unless_asked() {
+    let (_dir, path) = temp_store();
+    let mut store = small_store(&path, &[10, 20, 30, 40, 50]);
+    store.tag("best", 20).expect("tag");
+    store
+        .put(
+            "loose",
+            30,
+            &TensorRef {
+                dtype: DType::U8,
+                shape: &[2],
+                bytes: &[1, 2],
+            },
+        )
+        .expect("put");
+    let r = store
+        .retain(&RetainPolicy {
+            keep_last: Some(1),
+            keep_every: None,
+            keep_tagged: true,
+        })
+        .expect("retain");
+    assert_eq!(r.kept, vec![20, 50]);
+    assert_eq!(r.removed, vec![10, 30, 40]);
+    assert_eq!(r.versions_removed, 6);
+    // A version outside any checkpoint stays.
+    assert_eq!(store.get("loose", 30).expect("loose").data, vec![1, 2]);
+    assert_eq!(store.tags().expect("tags"), vec![("best".to_string(), 20)]);
+
+    let r = store
+        .retain(&RetainPolicy {
+            keep_last: Some(1),
+            keep_every: None,
+            keep_tagged: false,
+        })
+        .expect("retain");
+    assert_eq!(r.kept, vec![50]);
+    assert!(store.tags().expect("tags").is_empty());
+    assert!(store.verify().expect("verify").is_ok());
+}
+
+#[test]
+fn policies_that_keep_nothing_by_rule_are_refused() {
+    let (_dir, path) = temp_store();
+    let mut store = small_store(&path, &[1, 2]);
+    for policy in [
+        RetainPolicy {
+            keep_last: None,
+            keep_every: None,
+            keep_tagged: true,
+        },
+        RetainPolicy {
+            keep_last: None,
+            keep_every: Some(0),
+            keep_tagged: true,
+        },
+    ] {
+        assert!(matches!(
+            store.retain(&policy),
+            Err(StoreError::InvalidOptions { .. })
+        ));
+    }
+    assert_eq!(store.checkpoints().expect("list"), vec![1, 2]);
+    let kept = RetainPolicy::default().kept(&[1, 2, 3, 4, 5], &BTreeSet::from([1]));
+    assert_eq!(kept, BTreeSet::from([1, 3, 4, 5]));
+}

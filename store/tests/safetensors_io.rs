@@ -1,0 +1,272 @@
+//! safetensors import and export: every dtype round-trips bit-exact, metadata maps both ways,
+//! and bad files are typed errors naming the file or the tensor.
+
+mod common;
+
+use std::collections::HashMap;
+
+use common::temp_store;
+use safetensors::tensor::TensorView;
+use safetensors::{Dtype, SafeTensors};
+use strata_store::{
+    dtype_from_safetensors, dtype_to_safetensors, DType, Store, StoreError, METADATA_KEY,
+};
+
+/// Bytes of `n` elements of `size` bytes, deterministic per seed.
+fn bytes(n: usize, size: usize, seed: u8) -> Vec<u8> {
+    (0..n * size)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+fn file_with(
+    tensors: &[(&str, Dtype, Vec<usize>, Vec<u8>)],
+    meta: Option<&[(&str, &str)]>,
+) -> Vec<u8> {
+    let views: Vec<(String, TensorView<'_>)> = tensors
+        .iter()
+        .map(|(n, d, s, b)| {
+            (
+                n.to_string(),
+                TensorView::new(*d, s.clone(), b).expect("view"),
+            )
+        })
+        .collect();
+    let meta: Option<HashMap<String, String>> = meta.map(|m| {
+        m.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    });
+    safetensors::serialize(views, &meta).expect("serialize")
+}
+
+#[test]
+fn every_dtype_round_trips_bit_exact() {
+    let dtypes = [
+        Dtype::F32,
+        Dtype::F16,
+        Dtype::BF16,
+        Dtype::F64,
+        Dtype::I8,
+        Dtype::U8,
+        Dtype::I16,
+        Dtype::U16,
+        Dtype::I32,
+        Dtype::U32,
+        Dtype::I64,
+        Dtype::U64,
+        Dtype::BOOL,
+    ];
+    let mut tensors = Vec::new();
+    for (i, d) in dtypes.iter().enumerate() {
+        let shape = vec![3, i + 1];
+        let mut data = bytes(3 * (i + 1), d.size(), i as u8);
+        if *d == Dtype::BOOL {
+            data.iter_mut().for_each(|b| *b &= 1);
+        }
+        tensors.push((format!("t.{i}.{d:?}"), *d, shape, data));
+        assert_eq!(
+            dtype_from_safetensors(*d).and_then(dtype_to_safetensors),
+            Some(*d)
+        );
+    }
+    // A scalar and an empty tensor too.
+    tensors.push((
+        "scalar".into(),
+        Dtype::F32,
+        vec![],
+        1.5f32.to_le_bytes().to_vec(),
+    ));
+    tensors.push(("empty".into(), Dtype::F32, vec![0, 4], vec![]));
+    let named: Vec<(&str, Dtype, Vec<usize>, Vec<u8>)> = tensors
+        .iter()
+        .map(|(n, d, s, b)| (n.as_str(), *d, s.clone(), b.clone()))
+        .collect();
+    let file = file_with(&named, Some(&[("format", "pt"), ("epoch", "3")]));
+
+    let (dir, path) = temp_store();
+    let src = dir.path().join("in.safetensors");
+    std::fs::write(&src, &file).expect("write");
+    let store = Store::open(&path).expect("open");
+    let r = store.import_safetensors(&src, 7).expect("import");
+    assert_eq!(r.tensors, tensors.len());
+    assert_eq!(r.metadata, r#"{"epoch":"3","format":"pt"}"#);
+    assert_eq!(store.checkpoint_metadata(7).expect("meta"), r.metadata);
+
+    let out = dir.path().join("out.safetensors");
+    let e = store.export_safetensors(7, &out).expect("export");
+    assert_eq!(e.tensors, tensors.len());
+    let back = std::fs::read(&out).expect("read");
+    let st = SafeTensors::deserialize(&back).expect("parse export");
+    assert_eq!(st.len(), tensors.len());
+    for (name, d, shape, data) in &tensors {
+        let v = st.tensor(name).expect("tensor in export");
+        assert_eq!(v.dtype(), *d, "{name}");
+        assert_eq!(v.shape(), shape.as_slice(), "{name}");
+        assert_eq!(v.data(), data.as_slice(), "{name}");
+    }
+    let (_, meta) = SafeTensors::read_metadata(&back).expect("header");
+    let meta = meta.metadata().clone().expect("__metadata__");
+    assert_eq!(meta.get("format").map(String::as_str), Some("pt"));
+    assert_eq!(meta.get("epoch").map(String::as_str), Some("3"));
+}
+
+#[test]
+fn metadata_that_is_not_an_object_of_strings_survives_a_round_trip() {
+    let (dir, path) = temp_store();
+    let store = Store::open(&path).expect("open");
+    let data = 2.0f32.to_le_bytes();
+    let t = strata_store::TensorRef {
+        dtype: DType::F32,
+        shape: &[1],
+        bytes: &data,
+    };
+    let text = r#"{"step": 100, "loss": 0.25}"#;
+    store.save_checkpoint(100, &[("w", t)], text).expect("save");
+    store.save_checkpoint(200, &[("w", t)], "").expect("save");
+    let out = dir.path().join("100.safetensors");
+    store.export_safetensors(100, &out).expect("export");
+    let back = std::fs::read(&out).expect("read");
+    let (_, meta) = SafeTensors::read_metadata(&back).expect("header");
+    assert_eq!(
+        meta.metadata()
+            .as_ref()
+            .and_then(|m| m.get(METADATA_KEY))
+            .map(String::as_str),
+        Some(text)
+    );
+    let r = store.import_safetensors(&out, 101).expect("reimport");
+    assert_eq!(r.metadata, text);
+
+    let out = dir.path().join("200.safetensors");
+    store.export_safetensors(200, &out).expect("export");
+    let back = std::fs::read(&out).expect("read");
+    let (_, meta) = SafeTensors::read_metadata(&back).expect("header");
+    assert!(meta.metadata().is_none());
+    assert_eq!(
+        store
+            .import_safetensors(&out, 201)
+            .expect("import")
+            .metadata,
+        ""
+    );
+}
+
+#[test]
+fn unsupported_dtype_names_the_tensor() {
+    let file = file_with(
+        &[
+            ("ok", Dtype::F32, vec![2], vec![0; 8]),
+            ("fp8", Dtype::F8_E4M3, vec![4], vec![1; 4]),
+        ],
+        None,
+    );
+    let (_dir, path) = temp_store();
+    let store = Store::open(&path).expect("open");
+    let err = store
+        .import_safetensors_bytes(&file, 1, "model.safetensors")
+        .expect_err("fp8 must be refused");
+    match &err {
+        StoreError::UnsupportedDType { tensor, path, .. } => {
+            assert_eq!(tensor, "fp8");
+            assert_eq!(path.to_str(), Some("model.safetensors"));
+        }
+        other => panic!("unexpected error {other:?}"),
+    }
+    assert!(err.to_string().contains("fp8"), "{err}");
+    // Nothing was saved.
+    assert!(store.checkpoints().expect("list").is_empty());
+}
+
+#[test]
+fn bad_files_are_errors_naming_the_file() {
+    let (dir, path) = temp_store();
+    let store = Store::open(&path).expect("open");
+    let good = file_with(&[("a", Dtype::F32, vec![4], vec![7; 16])], None);
+
+    let header = |json: &str, data: usize| {
+        let mut f = (json.len() as u64).to_le_bytes().to_vec();
+        f.extend_from_slice(json.as_bytes());
+        f.extend(std::iter::repeat_n(0u8, data));
+        f
+    };
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("empty", vec![]),
+        ("truncated", good[..good.len() - 3].to_vec()),
+        ("header past the end", {
+            let mut f = good.clone();
+            f[..8].copy_from_slice(&u64::MAX.to_le_bytes());
+            f
+        }),
+        ("not json", header("{not json", 0)),
+        (
+            "offsets overlap",
+            header(
+                r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}}"#,
+                12,
+            ),
+        ),
+        (
+            "shape disagrees with offsets",
+            header(
+                r#"{"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}}"#,
+                8,
+            ),
+        ),
+        (
+            "huge offsets",
+            header(
+                r#"{"a":{"dtype":"U8","shape":[18446744073709551615],"data_offsets":[0,18446744073709551615]}}"#,
+                0,
+            ),
+        ),
+        (
+            "overflowing shape",
+            header(
+                r#"{"a":{"dtype":"F64","shape":[4294967296,4294967296],"data_offsets":[0,8]}}"#,
+                8,
+            ),
+        ),
+    ];
+    for (what, bytes) in cases {
+        let file = dir
+            .path()
+            .join(format!("{}.safetensors", what.replace(' ', "_")));
+        std::fs::write(&file, &bytes).expect("write");
+        match store.import_safetensors(&file, 1) {
+            Err(StoreError::SafeTensors { path, .. }) => assert_eq!(path, file, "{what}"),
+            other => panic!("{what}: expected a safetensors error, got {other:?}"),
+        }
+    }
+    // A missing file is an I/O error naming it.
+    let missing = dir.path().join("missing.safetensors");
+    assert!(matches!(
+        store.import_safetensors(&missing, 1),
+        Err(StoreError::Io { path, .. }) if path == missing
+    ));
+    assert!(store.checkpoints().expect("list").is_empty());
+}
+
+#[test]
+fn header_byte_flips_never_panic() {
+    let file = file_with(
+        &[
+            ("a", Dtype::F32, vec![4], vec![7; 16]),
+            ("b", Dtype::BF16, vec![2, 2], vec![1; 8]),
+        ],
+        Some(&[("k", "v")]),
+    );
+    let (_dir, path) = temp_store();
+    let store = Store::open(&path).expect("open");
+    let header_end = 8 + u64::from_le_bytes(file[..8].try_into().expect("8 bytes")) as usize;
+    let mut step = 0u64;
+    for at in 0..header_end {
+        for flip in [0x01u8, 0x20, 0x80] {
+            let mut bad = file.clone();
+            bad[at] ^= flip;
+            step += 1;
+            // Either a clean import of what the header now says, or an error: never a panic.
+            let _ = store.import_safetensors_bytes(&bad, step, "flipped.safetensors");
+        }
+    }
+}
