@@ -239,21 +239,7 @@ fn load(path: &str, as_bf16: bool) -> Result<Vec<Tensor>, BoxError> {
 /// The codec dtype of a safetensors dtype; dtypes the codec has no name for (FP8) are
 /// taken as raw bytes.
 fn codec_dtype(d: Dtype) -> DType {
-    match d {
-        Dtype::F32 => DType::F32,
-        Dtype::BF16 => DType::BF16,
-        Dtype::F16 => DType::F16,
-        Dtype::F64 => DType::F64,
-        Dtype::I8 => DType::I8,
-        Dtype::I16 => DType::I16,
-        Dtype::U16 => DType::U16,
-        Dtype::I32 => DType::I32,
-        Dtype::U32 => DType::U32,
-        Dtype::I64 => DType::I64,
-        Dtype::U64 => DType::U64,
-        Dtype::BOOL => DType::Bool,
-        _ => DType::U8,
-    }
+    DType::from_safetensors_name(&format!("{d:?}")).unwrap_or(DType::U8)
 }
 
 /// Little-endian f32 bytes to little-endian bf16 bytes, round to nearest even.

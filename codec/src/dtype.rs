@@ -95,6 +95,34 @@ impl DType {
         DType::ALL.get(usize::from(code)).copied()
     }
 
+    /// The dtype's name in the safetensors format (`"F32"`, `"BF16"`, `"BOOL"`, ...).
+    pub const fn safetensors_name(self) -> &'static str {
+        match self {
+            DType::F32 => "F32",
+            DType::F16 => "F16",
+            DType::BF16 => "BF16",
+            DType::F64 => "F64",
+            DType::I8 => "I8",
+            DType::U8 => "U8",
+            DType::I16 => "I16",
+            DType::U16 => "U16",
+            DType::I32 => "I32",
+            DType::U32 => "U32",
+            DType::I64 => "I64",
+            DType::U64 => "U64",
+            DType::Bool => "BOOL",
+        }
+    }
+
+    /// The dtype of a safetensors dtype name, or `None` for one Strata does not hold
+    /// (fp8 types, for example). The `safetensors` crate's `Dtype` prints these names with
+    /// `{:?}`.
+    pub fn from_safetensors_name(name: &str) -> Option<DType> {
+        DType::ALL
+            .into_iter()
+            .find(|d| d.safetensors_name() == name)
+    }
+
     /// The lower-case name used by the CLI and in safetensors-like listings.
     pub const fn name(self) -> &'static str {
         match self {
@@ -133,6 +161,14 @@ mod tests {
         }
         assert_eq!(DType::from_code(13), None);
         assert_eq!(DType::from_code(255), None);
+    }
+
+    #[test]
+    fn safetensors_names_round_trip() {
+        for d in DType::ALL {
+            assert_eq!(DType::from_safetensors_name(d.safetensors_name()), Some(d));
+        }
+        assert_eq!(DType::from_safetensors_name("F8_E4M3"), None);
     }
 
     #[test]

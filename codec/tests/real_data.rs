@@ -66,22 +66,8 @@ impl Tensor {
 }
 
 fn codec_dtype(name: &str, d: Dtype) -> DType {
-    match d {
-        Dtype::F32 => DType::F32,
-        Dtype::BF16 => DType::BF16,
-        Dtype::F16 => DType::F16,
-        Dtype::F64 => DType::F64,
-        Dtype::I8 => DType::I8,
-        Dtype::U8 => DType::U8,
-        Dtype::I16 => DType::I16,
-        Dtype::U16 => DType::U16,
-        Dtype::I32 => DType::I32,
-        Dtype::U32 => DType::U32,
-        Dtype::I64 => DType::I64,
-        Dtype::U64 => DType::U64,
-        Dtype::BOOL => DType::Bool,
-        other => panic!("{name}: safetensors dtype {other:?} has no codec dtype"),
-    }
+    DType::from_safetensors_name(&format!("{d:?}"))
+        .unwrap_or_else(|| panic!("{name}: safetensors dtype {d:?} has no codec dtype"))
 }
 
 /// Every tensor of a checkpoint, in file order.

@@ -58,22 +58,7 @@ pub struct ExportReport {
 
 /// The Strata dtype of a safetensors dtype, or `None` for one Strata does not store (fp8).
 pub fn dtype_from_safetensors(d: Dtype) -> Option<DType> {
-    Some(match d {
-        Dtype::F32 => DType::F32,
-        Dtype::F16 => DType::F16,
-        Dtype::BF16 => DType::BF16,
-        Dtype::F64 => DType::F64,
-        Dtype::I8 => DType::I8,
-        Dtype::U8 => DType::U8,
-        Dtype::I16 => DType::I16,
-        Dtype::U16 => DType::U16,
-        Dtype::I32 => DType::I32,
-        Dtype::U32 => DType::U32,
-        Dtype::I64 => DType::I64,
-        Dtype::U64 => DType::U64,
-        Dtype::BOOL => DType::Bool,
-        _ => return None,
-    })
+    DType::from_safetensors_name(&format!("{d:?}"))
 }
 
 /// The safetensors dtype of a Strata dtype (every dtype of this version has one).
