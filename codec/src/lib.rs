@@ -24,8 +24,11 @@
 
 pub mod bits;
 mod dtype;
+pub mod frames;
+pub mod hpdkv;
 pub mod lossless;
 pub mod quant;
+pub mod residual;
 pub mod segment;
 
 pub use dtype::DType;
