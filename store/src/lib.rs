@@ -95,6 +95,7 @@ mod store;
 mod tables;
 mod tensor;
 mod tensors;
+mod tiers;
 mod values;
 mod verify;
 mod write;
@@ -117,8 +118,12 @@ pub use stats::{StoreStats, TensorStats};
 pub use store::Store;
 pub use strata_codec as codec;
 pub use strata_codec::DType;
+pub use strata_tiering as tiering;
+pub use strata_tiering::{Budget, Tick, Tier, TierConfig};
 pub use tensor::{
     BlockEncoding, Checkpoint, CheckpointInfo, Tensor, TensorRef, TensorSlice, VersionInfo,
 };
+pub use tiers::policy::{Reconstruct, Residual, Source, SourceStep, TierPolicy, MAX_PERMUTATION};
+pub use tiers::{Fidelity, MaintainReport, ReadClock, TierOptions};
 pub use values::to_f64;
 pub use verify::{Issue, VerifyReport};

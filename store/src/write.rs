@@ -29,6 +29,7 @@ impl Store {
                 }
             }
             let mut fetcher = Fetcher::new(&r.t, &self.cache);
+            let rules = self.rules.read();
             plan(
                 &mut fetcher,
                 &r.t.versions,
@@ -36,6 +37,7 @@ impl Store {
                 &self.opts,
                 items,
                 overwrite,
+                &rules,
             )?
         };
         self.write(|wt| {
@@ -48,6 +50,9 @@ impl Store {
                     wt.add_ref(&v.name, v.step, b as u64, block.address, seg.as_deref())?;
                 }
                 wt.put_version(&v.name, v.step, &v.record)?;
+                if let Some((policy, residuals)) = &v.tiered {
+                    crate::tiers::write::add_tier_rows(wt, v, policy, residuals)?;
+                }
             }
             if let Some((step, cp)) = &checkpoint {
                 if load_checkpoint_record(&wt.checkpoints, *step)?.is_some() {

@@ -8,15 +8,19 @@ mod checkpoint;
 mod format;
 mod keys;
 mod segment;
+mod tier;
 mod version;
 
 pub(crate) use checkpoint::CheckpointRecord;
-pub(crate) use format::FormatRecord;
+pub(crate) use format::{FormatRecord, OLDEST_FORMAT_VERSION};
 pub(crate) use keys::{decode_version_key, piece_key, version_key, version_key_range};
 pub(crate) use segment::SegmentInfo;
+pub(crate) use tier::{
+    split_tier_key, tier_code, tier_from_code, tier_key, Rebuild, ResidualRef, SourceAt, TierRow,
+};
 #[cfg(test)]
 pub(crate) use version::BLOCK_RECORD_LEN;
-pub(crate) use version::{BlockRecord, VersionRecord, MAX_BLOCK_BYTES, MAX_DIMS};
+pub(crate) use version::{BlockRecord, Form, VersionRecord, MAX_BLOCK_BYTES, MAX_DIMS};
 
 use thiserror::Error;
 

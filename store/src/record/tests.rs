@@ -4,8 +4,8 @@ use strata_codec::DType;
 fn sample() -> VersionRecord {
     VersionRecord {
         dtype: DType::BF16,
-        shape: vec![3, 5],
-        elements: 15,
+        shape: vec![3, 7],
+        elements: 21,
         block_elems: 8,
         blocks: vec![
             BlockRecord {
@@ -15,6 +15,7 @@ fn sample() -> VersionRecord {
                 depth: 1,
                 run: 1,
                 segment_len: 100,
+                form: Form::Lossless,
             },
             BlockRecord {
                 address: 7,
@@ -23,6 +24,16 @@ fn sample() -> VersionRecord {
                 depth: 3,
                 run: 2,
                 segment_len: 9,
+                form: Form::Lossless,
+            },
+            BlockRecord {
+                address: 8,
+                base: None,
+                reference: false,
+                depth: 1,
+                run: 1,
+                segment_len: 19,
+                form: Form::Quantized,
             },
         ],
     }
@@ -32,7 +43,7 @@ fn sample() -> VersionRecord {
 fn version_record_round_trips() {
     let r = sample();
     let bytes = r.encode();
-    assert_eq!(bytes.len(), 3 + 16 + 12 + 2 * BLOCK_RECORD_LEN);
+    assert_eq!(bytes.len(), 3 + 16 + 12 + 3 * BLOCK_RECORD_LEN);
     assert_eq!(VersionRecord::decode(&bytes), Ok(r));
 }
 

@@ -8,7 +8,9 @@
 //! u64     elements per block (>= 1)
 //! u32     block count (= ceil(elements / elements per block))
 //! 31*k    block records:
-//!   u8    flags: bit 0 delta (has a base), bit 1 reference (no new segment); others 0
+//!   u8    flags: bit 0 delta (has a base), bit 1 reference (no new segment), bit 2
+//!         quantized (the segment is a quantized tier; no base), bit 3 absent (Tier 0: no
+//!         segment, address and length 0); others 0. At most one of bits 0, 2, 3.
 //!   u128  segment address (xxh3-128 of the segment bytes)
 //!   u64   base step (0 unless delta)
 //!   u8    depth: segments decoded to read this block (1 for a keyframe)
@@ -30,6 +32,20 @@ pub(crate) const MAX_BLOCK_BYTES: u64 = 1 << 30;
 
 const FLAG_DELTA: u8 = 1;
 const FLAG_REFERENCE: u8 = 2;
+const FLAG_QUANTIZED: u8 = 4;
+const FLAG_ABSENT: u8 = 8;
+
+/// What a block's segment holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Form {
+    /// A lossless keyframe or delta.
+    #[default]
+    Lossless,
+    /// A quantized tier (its tier row says which and how precise).
+    Quantized,
+    /// Tier 0: no segment (its tier row says how to rebuild it).
+    Absent,
+}
 
 /// How one block of a version is stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,9 +62,16 @@ pub(crate) struct BlockRecord {
     pub(crate) run: u8,
     /// Segment length in bytes.
     pub(crate) segment_len: u32,
+    /// Lossless, quantized or absent.
+    pub(crate) form: Form,
 }
 
 impl BlockRecord {
+    /// Whether the block has a segment of its own (not Tier 0).
+    pub(crate) fn has_segment(&self) -> bool {
+        self.form != Form::Absent
+    }
+
     fn write(&self, out: &mut Vec<u8>) {
         let mut flags = 0;
         if self.base.is_some() {
@@ -57,6 +80,11 @@ impl BlockRecord {
         if self.reference {
             flags |= FLAG_REFERENCE;
         }
+        flags |= match self.form {
+            Form::Lossless => 0,
+            Form::Quantized => FLAG_QUANTIZED,
+            Form::Absent => FLAG_ABSENT,
+        };
         out.push(flags);
         out.extend_from_slice(&self.address.to_le_bytes());
         out.extend_from_slice(&self.base.unwrap_or(0).to_le_bytes());
@@ -67,12 +95,23 @@ impl BlockRecord {
 
     fn read(r: &mut Reader<'_>) -> Result<Self, RecordError> {
         let flags = r.u8("block flags")?;
-        if flags & !(FLAG_DELTA | FLAG_REFERENCE) != 0 {
+        let kinds = flags & (FLAG_DELTA | FLAG_QUANTIZED | FLAG_ABSENT);
+        if flags & !(FLAG_DELTA | FLAG_REFERENCE | FLAG_QUANTIZED | FLAG_ABSENT) != 0
+            || kinds.count_ones() > 1
+            || (flags & FLAG_ABSENT != 0 && flags & FLAG_REFERENCE != 0)
+        {
             return Err(RecordError::BadValue {
                 field: "block flags",
                 value: flags.into(),
             });
         }
+        let form = if flags & FLAG_QUANTIZED != 0 {
+            Form::Quantized
+        } else if flags & FLAG_ABSENT != 0 {
+            Form::Absent
+        } else {
+            Form::Lossless
+        };
         let address = r.u128("block address")?;
         let base_step = r.u64("block base step")?;
         let depth = r.u8("block depth")?;
@@ -92,6 +131,12 @@ impl BlockRecord {
                 value: depth.into(),
             });
         }
+        if form == Form::Absent && (address != 0 || segment_len != 0) {
+            return Err(RecordError::BadValue {
+                field: "absent block segment length",
+                value: segment_len.into(),
+            });
+        }
         Ok(BlockRecord {
             address,
             base,
@@ -99,6 +144,7 @@ impl BlockRecord {
             depth,
             run,
             segment_len,
+            form,
         })
     }
 }
