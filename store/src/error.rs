@@ -370,6 +370,19 @@ pub enum StoreError {
         /// What it holds.
         fidelity: crate::Fidelity,
     },
+    /// A block's residual (exact or sparse) cannot be read or applied.
+    #[error("tensor {tensor:?} step {step} block {block}: residual: {source}")]
+    Residual {
+        /// Tensor name.
+        tensor: String,
+        /// Step.
+        step: u64,
+        /// Block index.
+        block: u64,
+        /// The codec's error.
+        #[source]
+        source: Box<strata_codec::residual::ResidualError>,
+    },
     /// A tier policy that cannot be used.
     #[error("invalid tier policy for {pattern:?}: {reason}")]
     InvalidPolicy {

@@ -98,11 +98,10 @@ impl Store {
             let hi = lo + (rec.block_len(b) * size) as usize;
             let exact =
                 crate::tiers::lossy::apply_exact_residual(&t.data[lo..hi], &residual, hi - lo)
-                    .map_err(|source| StoreError::Segment {
+                    .map_err(|source| StoreError::Residual {
                         tensor: name.to_string(),
                         step,
                         block: b,
-                        address,
                         source: Box::new(source),
                     })?;
             t.data[lo..hi].copy_from_slice(&exact);
@@ -186,8 +185,7 @@ impl Store {
                 tensor: name.to_string(),
             });
         }
-        all
-            .into_iter()
+        all.into_iter()
             .map(|(step, rec)| {
                 let rows = crate::tiers::rows::load_rows(&r.t.tiers, name, step)?;
                 let tiers: Vec<Tier> = (0..rec.blocks.len())

@@ -33,24 +33,12 @@ pub(crate) fn to_f32(dtype: DType, bytes: &[u8]) -> Option<Vec<f32>> {
     })
 }
 
-/// `values` as little-endian bytes of float `dtype` (round to nearest even).
+/// `values` as little-endian bytes of float `dtype` (round to nearest even), the codec's
+/// one definition of that cast ([`residual::cast_to`]); an integer dtype gets f32 bytes
+/// (never asked: only float blocks are quantized).
 pub(crate) fn from_f32(dtype: DType, values: &[f32]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(values.len() * dtype.size());
-    match dtype {
-        DType::F16 => values
-            .iter()
-            .for_each(|v| out.extend_from_slice(&half::f16::from_f32(*v).to_le_bytes())),
-        DType::BF16 => values
-            .iter()
-            .for_each(|v| out.extend_from_slice(&half::bf16::from_f32(*v).to_le_bytes())),
-        DType::F64 => values
-            .iter()
-            .for_each(|v| out.extend_from_slice(&f64::from(*v).to_le_bytes())),
-        _ => values
-            .iter()
-            .for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
-    }
-    out
+    residual::cast_to(dtype, values)
+        .unwrap_or_else(|_| values.iter().flat_map(|v| v.to_le_bytes()).collect())
 }
 
 /// Relative error added by rounding a value to `dtype` on the way out (half an ulp,
@@ -96,13 +84,13 @@ pub(crate) fn encode(
     group_size: u32,
     exact: Option<&[u8]>,
     lossless: &LosslessOptions,
-) -> Result<LossyBlock, SegmentError> {
+) -> Result<LossyBlock, ResidualError> {
     let params = QuantParams::new(bits).with_group_size(group_size);
     let segment = segment::encode_quantized(dtype, values, &params)?;
     let exact_residual = match exact {
         Some(exact) => {
             let lossy = decode(dtype, &segment, exact.len())?;
-            Some(segment::encode_delta(dtype, exact, &lossy, lossless)?)
+            Some(residual::exact_residual(dtype, exact, &lossy, lossless)?)
         }
         None => None,
     };
@@ -138,10 +126,10 @@ pub(crate) fn decode(dtype: DType, segment: &[u8], len: usize) -> Result<Vec<u8>
 /// The exact bytes from lossy bytes and an exact residual segment.
 pub(crate) fn apply_exact_residual(
     lossy: &[u8],
-    residual: &[u8],
+    exact_residual: &[u8],
     len: usize,
-) -> Result<Vec<u8>, SegmentError> {
-    Segment::parse(residual)?.decode_lossless(Some(lossy), len)
+) -> Result<Vec<u8>, ResidualError> {
+    residual::apply_exact_residual(exact_residual, lossy, len)
 }
 
 /// The half type a sparse residual of a `dtype` block is kept in.

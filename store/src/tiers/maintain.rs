@@ -319,11 +319,10 @@ impl Store {
                     .map_err(|e| crate::reader::fetch_error(e, &vid.0, vid.1, b, address))?;
                 let exact =
                     lossy::apply_exact_residual(&bytes, &res, bytes.len()).map_err(|source| {
-                        StoreError::Segment {
+                        StoreError::Residual {
                             tensor: vid.0.to_string(),
                             step: vid.1,
                             block: b,
-                            address,
                             source: Box::new(source),
                         }
                     })?;
