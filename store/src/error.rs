@@ -383,6 +383,29 @@ pub enum StoreError {
         #[source]
         source: Box<strata_codec::residual::ResidualError>,
     },
+    /// A frame appended at a step before the tensor's latest version.
+    #[error("tensor {tensor:?}: frame step {step} is not after the latest version {latest}")]
+    StepNotAfter {
+        /// Tensor name.
+        tensor: String,
+        /// The step given.
+        step: u64,
+        /// The latest step stored.
+        latest: u64,
+    },
+    /// A frame of a frame stream cannot be encoded or decoded.
+    #[error("frame stream {tensor:?} step {step} (segment {address:032x}): {source}")]
+    Frame {
+        /// Tensor name.
+        tensor: String,
+        /// Step of the frame.
+        step: u64,
+        /// The multi-frame segment (0 when encoding).
+        address: u128,
+        /// The codec's error.
+        #[source]
+        source: Box<strata_codec::frames::FrameError>,
+    },
     /// A tier policy that cannot be used.
     #[error("invalid tier policy for {pattern:?}: {reason}")]
     InvalidPolicy {

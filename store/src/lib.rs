@@ -123,6 +123,7 @@ pub use strata_tiering::{Budget, Tick, Tier, TierConfig};
 pub use tensor::{
     BlockEncoding, Checkpoint, CheckpointInfo, Tensor, TensorRef, TensorSlice, VersionInfo,
 };
+pub use tiers::frames::{FrameAppend, FrameOptions};
 pub use tiers::policy::{Reconstruct, Residual, Source, SourceStep, TierPolicy, MAX_PERMUTATION};
 pub use tiers::{Fidelity, MaintainReport, ReadClock, TierOptions};
 pub use values::to_f64;

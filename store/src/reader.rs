@@ -251,7 +251,7 @@ where
         if let Some(ResidualRef::Sparse { address, .. }) = row.residual {
             job.sparse = Some(fetch(address)?);
         }
-        if let Some(hit) = self.cache.get(cur.address) {
+        if let Some(hit) = self.cache.get(cache_key(cur.address, cur.form)) {
             job.base = Some(hit);
         } else {
             let bytes = fetch(cur.address)?;
@@ -262,6 +262,18 @@ where
             });
         }
         Ok(job)
+    }
+}
+
+/// The cache key of a decoded block: its segment's address, or for a frame of a
+/// multi-frame segment, the address mixed with the frame index.
+pub(crate) fn cache_key(address: u128, form: Form) -> u128 {
+    match form {
+        Form::Frame { index } => {
+            address
+                ^ (u128::from(index) + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835)
+        }
+        _ => address,
     }
 }
 
@@ -324,7 +336,7 @@ impl Job {
     pub(crate) fn decode(self, cache: &BlockCache) -> Result<Block> {
         match self.form {
             Form::Lossless => self.decode_lossless(cache),
-            Form::Quantized => self.decode_quantized(cache),
+            Form::Quantized | Form::Frame { .. } => self.decode_quantized(cache),
             Form::Absent => Err(StoreError::Reconstruct {
                 tensor: self.name.to_string(),
                 step: self.step,
@@ -348,6 +360,7 @@ impl Job {
                 };
                 let seg = Segment::parse(&link.bytes).map_err(seg_err)?;
                 let h = seg.header();
+                // A frame segment's element count is per frame, like a block's.
                 if h.dtype != self.dtype
                     || h.elements.checked_mul(self.dtype.size() as u64) != Some(self.len as u64)
                 {
@@ -361,9 +374,21 @@ impl Job {
                         ),
                     });
                 }
-                let out = lossy::decode(self.dtype, &link.bytes, self.len).map_err(seg_err)?;
+                let out = match self.form {
+                    Form::Frame { index } => {
+                        lossy::decode_frame(self.dtype, &link.bytes, index, self.len).map_err(
+                            |e| StoreError::Frame {
+                                tensor: self.name.to_string(),
+                                step: link.step,
+                                address: link.address,
+                                source: Box::new(e),
+                            },
+                        )?
+                    }
+                    _ => lossy::decode(self.dtype, &link.bytes, self.len).map_err(seg_err)?,
+                };
                 let block = Arc::new(out);
-                cache.insert(link.address, block.clone());
+                cache.insert(cache_key(link.address, self.form), block.clone());
                 block
             }
             (None, None) => {

@@ -47,7 +47,7 @@ fn fixture(config: TierConfig) -> Fixture {
             config,
             budget: Budget::UNLIMITED,
             clock,
-            fail_fast: false,
+            ..TierOptions::default()
         },
         ..Options::default()
     };
@@ -568,4 +568,129 @@ fn warm_bytes_stay_under_the_cap() {
     for i in 0..4 {
         check_bound(&w, &store.get(&format!("t{i}"), 1).expect("get"));
     }
+}
+
+/// A slowly drifting embedding of 384 values for tick `t`, scaled by `scale`.
+fn frame(t: u64, scale: f32) -> Vec<f32> {
+    (0..384)
+        .map(|i| scale * ((i as f32 * 0.37 + t as f32 * 0.01).sin() + 0.01 * (t % 7) as f32))
+        .collect()
+}
+
+fn check_frame(store: &Store, name: &str, step: u64, want: &[f32]) {
+    let t = store.get(name, step).expect("get frame");
+    let bound = match t.fidelity {
+        Fidelity::Bounded {
+            max_rel_error,
+            bits,
+        } => {
+            assert_eq!(bits, 8);
+            max_rel_error
+        }
+        other => panic!("{other:?}"),
+    };
+    let got = f32s(&t.data);
+    for (gx, gy) in want.chunks(64).zip(got.chunks(64)) {
+        let max = gx.iter().fold(0f32, |m, v| m.max(v.abs())) as f64;
+        for (a, b) in gx.iter().zip(gy) {
+            assert!(((a - b).abs() as f64) <= bound * max * (1.0 + 1e-5) + 1e-9);
+        }
+    }
+}
+
+#[test]
+fn frame_streams_share_scales_and_decode_one_frame_at_a_time() {
+    let f = fixture(TierConfig::default());
+    let store = f.open();
+    let mut epochs = 0;
+    for t in 0..40u64 {
+        let a = store
+            .append_frame("agent.state", t, &frame(t, 1.0))
+            .expect("append");
+        epochs += usize::from(a.new_epoch);
+        if t > 0 && t % 16 != 0 {
+            // Drift stays small: only a full segment (16 frames) starts an epoch.
+            assert!(!a.new_epoch, "tick {t}: {a:?}");
+        }
+    }
+    assert_eq!(epochs, 3);
+    // Growth and shrinking beyond the tolerance both start epochs.
+    assert!(
+        store
+            .append_frame("agent.state", 40, &frame(40, 2.0))
+            .expect("grow")
+            .new_epoch
+    );
+    assert!(store
+        .append_frame("agent.state", 41, &frame(41, 2.0))
+        .map(|a| !a.new_epoch)
+        .expect("same"));
+    assert!(
+        store
+            .append_frame("agent.state", 42, &frame(42, 0.5))
+            .expect("shrink")
+            .new_epoch
+    );
+    for t in 0..40 {
+        check_frame(&store, "agent.state", t, &frame(t, 1.0));
+    }
+    check_frame(&store, "agent.state", 40, &frame(40, 2.0));
+    check_frame(&store, "agent.state", 42, &frame(42, 0.5));
+    // One segment per epoch: 3 + 2 (the drift epochs), not one per frame.
+    assert_eq!(store.stats().expect("stats").segments, 5);
+    // Bad input.
+    assert!(matches!(
+        store.append_frame("agent.state", 10, &frame(10, 1.0)),
+        Err(StoreError::StepNotAfter { latest: 42, .. })
+    ));
+    assert!(matches!(
+        store.append_frame("agent.state", 42, &frame(42, 1.0)),
+        Err(StoreError::StepExists { .. })
+    ));
+    let mut bad = frame(50, 1.0);
+    bad[3] = f32::NAN;
+    assert!(matches!(
+        store.append_frame("agent.state", 50, &bad),
+        Err(StoreError::Frame { .. })
+    ));
+    assert!(store.verify().expect("verify").is_ok());
+}
+
+#[test]
+fn frame_streams_resume_after_reopening_and_survive_deletes_and_moves() {
+    let f = fixture(TierConfig::default());
+    {
+        let store = f.open();
+        store
+            .set_policy("agent.*", TierPolicy::tiered(Tier::Hot8))
+            .expect("policy");
+        for t in 0..5u64 {
+            store
+                .append_frame("agent.kv", t, &frame(t, 1.0))
+                .expect("append");
+        }
+    }
+    let store = f.open();
+    let a = store
+        .append_frame("agent.kv", 5, &frame(5, 1.0))
+        .expect("append");
+    assert_eq!((a.frame, a.new_epoch), (5, false));
+    store.delete("agent.kv", 2).expect("delete");
+    for t in [0u64, 1, 3, 4, 5] {
+        check_frame(&store, "agent.kv", t, &frame(t, 1.0));
+    }
+    // Nobody reads them: the policy moves the frames out of their segment to 7 bits.
+    store.maintain(11 * MINUTE).expect("maintain");
+    assert!(tiers_of(&store, "agent.kv", 3)
+        .iter()
+        .all(|t| *t == Tier::Warm7));
+    let t = store.get("agent.kv", 3).expect("get");
+    assert!(matches!(t.fidelity, Fidelity::Bounded { bits: 7, .. }));
+    // The open epoch's frames left its segment: the next frame starts a new one.
+    let a = store
+        .append_frame("agent.kv", 6, &frame(6, 1.0))
+        .expect("append");
+    assert_eq!((a.frame, a.new_epoch), (0, true));
+    check_frame(&store, "agent.kv", 6, &frame(6, 1.0));
+    assert!(store.verify().expect("verify").is_ok());
 }

@@ -4,8 +4,8 @@ use strata_codec::DType;
 fn sample() -> VersionRecord {
     VersionRecord {
         dtype: DType::BF16,
-        shape: vec![3, 7],
-        elements: 21,
+        shape: vec![4, 7],
+        elements: 28,
         block_elems: 8,
         blocks: vec![
             BlockRecord {
@@ -35,6 +35,15 @@ fn sample() -> VersionRecord {
                 segment_len: 19,
                 form: Form::Quantized,
             },
+            BlockRecord {
+                address: 9,
+                base: None,
+                reference: false,
+                depth: 1,
+                run: 1,
+                segment_len: 29,
+                form: Form::Frame { index: 7 },
+            },
         ],
     }
 }
@@ -43,7 +52,7 @@ fn sample() -> VersionRecord {
 fn version_record_round_trips() {
     let r = sample();
     let bytes = r.encode();
-    assert_eq!(bytes.len(), 3 + 16 + 12 + 3 * BLOCK_RECORD_LEN);
+    assert_eq!(bytes.len(), 3 + 16 + 12 + 4 * BLOCK_RECORD_LEN);
     assert_eq!(VersionRecord::decode(&bytes), Ok(r));
 }
 

@@ -10,9 +10,10 @@
 //! 31*k    block records:
 //!   u8    flags: bit 0 delta (has a base), bit 1 reference (no new segment), bit 2
 //!         quantized (the segment is a quantized tier; no base), bit 3 absent (Tier 0: no
-//!         segment, address and length 0); others 0. At most one of bits 0, 2, 3.
+//!         segment, address and length 0), bit 4 frame (the segment is a multi-frame
+//!         segment of a frame stream); others 0. At most one of bits 0, 2, 3, 4.
 //!   u128  segment address (xxh3-128 of the segment bytes)
-//!   u64   base step (0 unless delta)
+//!   u64   base step (0 unless delta); for a frame, its index in the multi-frame segment
 //!   u8    depth: segments decoded to read this block (1 for a keyframe)
 //!   u8    run: versions since this block's lineage last had a keyframe (1 for a keyframe)
 //!   u32   segment length in bytes
@@ -34,6 +35,7 @@ const FLAG_DELTA: u8 = 1;
 const FLAG_REFERENCE: u8 = 2;
 const FLAG_QUANTIZED: u8 = 4;
 const FLAG_ABSENT: u8 = 8;
+const FLAG_FRAME: u8 = 16;
 
 /// What a block's segment holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -45,6 +47,11 @@ pub(crate) enum Form {
     Quantized,
     /// Tier 0: no segment (its tier row says how to rebuild it).
     Absent,
+    /// Frame `index` of a multi-frame segment (a frame stream).
+    Frame {
+        /// Index of the frame in the segment.
+        index: u32,
+    },
 }
 
 /// How one block of a version is stored.
@@ -84,10 +91,15 @@ impl BlockRecord {
             Form::Lossless => 0,
             Form::Quantized => FLAG_QUANTIZED,
             Form::Absent => FLAG_ABSENT,
+            Form::Frame { .. } => FLAG_FRAME,
         };
         out.push(flags);
         out.extend_from_slice(&self.address.to_le_bytes());
-        out.extend_from_slice(&self.base.unwrap_or(0).to_le_bytes());
+        let base_field = match self.form {
+            Form::Frame { index } => u64::from(index),
+            _ => self.base.unwrap_or(0),
+        };
+        out.extend_from_slice(&base_field.to_le_bytes());
         out.push(self.depth);
         out.push(self.run);
         out.extend_from_slice(&self.segment_len.to_le_bytes());
@@ -95,8 +107,8 @@ impl BlockRecord {
 
     fn read(r: &mut Reader<'_>) -> Result<Self, RecordError> {
         let flags = r.u8("block flags")?;
-        let kinds = flags & (FLAG_DELTA | FLAG_QUANTIZED | FLAG_ABSENT);
-        if flags & !(FLAG_DELTA | FLAG_REFERENCE | FLAG_QUANTIZED | FLAG_ABSENT) != 0
+        let kinds = flags & (FLAG_DELTA | FLAG_QUANTIZED | FLAG_ABSENT | FLAG_FRAME);
+        if flags & !(FLAG_DELTA | FLAG_REFERENCE | FLAG_QUANTIZED | FLAG_ABSENT | FLAG_FRAME) != 0
             || kinds.count_ones() > 1
             || (flags & FLAG_ABSENT != 0 && flags & FLAG_REFERENCE != 0)
         {
@@ -105,20 +117,26 @@ impl BlockRecord {
                 value: flags.into(),
             });
         }
+        let address = r.u128("block address")?;
+        let base_step = r.u64("block base step")?;
         let form = if flags & FLAG_QUANTIZED != 0 {
             Form::Quantized
         } else if flags & FLAG_ABSENT != 0 {
             Form::Absent
+        } else if flags & FLAG_FRAME != 0 {
+            let index = u32::try_from(base_step).map_err(|_| RecordError::BadValue {
+                field: "frame index",
+                value: base_step,
+            })?;
+            Form::Frame { index }
         } else {
             Form::Lossless
         };
-        let address = r.u128("block address")?;
-        let base_step = r.u64("block base step")?;
         let depth = r.u8("block depth")?;
         let run = r.u8("block run")?;
         let segment_len = r.u32("block segment length")?;
         let base = (flags & FLAG_DELTA != 0).then_some(base_step);
-        if base.is_none() && base_step != 0 {
+        if base.is_none() && base_step != 0 && flags & FLAG_FRAME == 0 {
             return Err(RecordError::BadValue {
                 field: "keyframe base step",
                 value: base_step,

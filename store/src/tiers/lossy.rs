@@ -4,6 +4,7 @@
 //! On the way out, values are rounded to the tensor's dtype (nearest even), and the
 //! [`Fidelity`](super::Fidelity) bound includes that rounding.
 
+use strata_codec::frames::{FrameError, FrameSegment};
 use strata_codec::hpdkv::{HalfDType, HpdkvView};
 use strata_codec::lossless::LosslessOptions;
 use strata_codec::quant::{QuantBits, QuantParams};
@@ -121,6 +122,18 @@ pub(crate) fn decode_values(
 /// The bytes (of `dtype`, `len` of them) of a quantized segment.
 pub(crate) fn decode(dtype: DType, segment: &[u8], len: usize) -> Result<Vec<u8>, SegmentError> {
     Ok(from_f32(dtype, &decode_values(dtype, segment, len)?))
+}
+
+/// The bytes (of `dtype`, `len` of them) of frame `index` of a multi-frame segment.
+pub(crate) fn decode_frame(
+    dtype: DType,
+    segment: &[u8],
+    index: u32,
+    len: usize,
+) -> Result<Vec<u8>, FrameError> {
+    let frames = FrameSegment::parse(segment)?;
+    let values = frames.decode_frame(index, (len / dtype.size().max(1)).saturating_mul(4))?;
+    Ok(from_f32(dtype, &values))
 }
 
 /// The exact bytes from lossy bytes and an exact residual segment.

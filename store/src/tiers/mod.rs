@@ -7,6 +7,7 @@
 //! - `maintain`: plans applied in one transaction.
 //! - `rebuild`: reading Tier 0 blocks through their reconstruct policy.
 
+pub(crate) mod frames;
 pub(crate) mod lossy;
 pub(crate) mod maintain;
 pub(crate) mod policies;
@@ -146,6 +147,8 @@ pub struct TierOptions {
     /// Reads of a Tier 0 block without a reconstruct policy fail with
     /// [`crate::StoreError::TierZeroNoPolicy`] instead of returning zeros.
     pub fail_fast: bool,
+    /// Frame streams ([`crate::Store::append_frame`]).
+    pub frames: frames::FrameOptions,
 }
 
 impl Default for TierOptions {
@@ -155,6 +158,7 @@ impl Default for TierOptions {
             budget: Budget::new(256 << 20, 100_000),
             clock: ReadClock::System,
             fail_fast: false,
+            frames: frames::FrameOptions::default(),
         }
     }
 }

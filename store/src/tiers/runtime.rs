@@ -35,6 +35,8 @@ pub(crate) struct Runtime {
     pub(crate) pending: BTreeSet<VersionId>,
     /// Versions read since the last `maintain`: their statistics are saved then.
     pub(crate) read_since_save: HashSet<VersionId>,
+    /// Open frame streams by tensor name (resumed from the file when missing).
+    pub(crate) streams: HashMap<Arc<str>, crate::tiers::frames::Stream>,
 }
 
 /// The tiering policy's reconstruct policy for a block whose tensor has `r`: a source the
@@ -70,6 +72,7 @@ impl Runtime {
             location: HashMap::new(),
             pending: BTreeSet::new(),
             read_since_save: HashSet::new(),
+            streams: HashMap::new(),
         })
     }
 
@@ -209,6 +212,14 @@ pub(crate) struct TierChanges {
 impl TierChanges {
     /// Applies the changes to the runtime.
     pub(crate) fn apply(self, rt: &mut Runtime, now: Tick) -> Result<()> {
+        // Any change to a tensor's versions ends its in-memory stream: the next append
+        // resumes from the file.
+        for v in self.forgotten.iter().chain(self.pending.iter()) {
+            rt.streams.remove(&v.0);
+        }
+        for (v, _, _) in &self.registered {
+            rt.streams.remove(&v.0);
+        }
         for v in &self.forgotten {
             rt.forget(v);
         }
