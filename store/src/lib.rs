@@ -125,6 +125,6 @@ pub use tensor::{
 };
 pub use tiers::frames::{FrameAppend, FrameOptions};
 pub use tiers::policy::{Reconstruct, Residual, Source, SourceStep, TierPolicy, MAX_PERMUTATION};
-pub use tiers::{Fidelity, MaintainReport, ReadClock, TierOptions};
+pub use tiers::{Fidelity, MaintainReport, ReadClock, TierOptions, TierStats};
 pub use values::to_f64;
 pub use verify::{Issue, VerifyReport};

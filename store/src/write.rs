@@ -51,7 +51,13 @@ impl Store {
                 }
                 wt.put_version(&v.name, v.step, &v.record)?;
                 if let Some((policy, residuals)) = &v.tiered {
-                    crate::tiers::write::add_tier_rows(wt, v, policy, residuals)?;
+                    crate::tiers::write::add_tier_rows(
+                        wt,
+                        v,
+                        policy,
+                        residuals,
+                        self.opts.tiering.clock.now(),
+                    )?;
                 }
             }
             if let Some((step, cp)) = &checkpoint {

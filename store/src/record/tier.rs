@@ -7,6 +7,7 @@
 //! u8      tier code: 0 absent, 1 cold3, 2 warm5, 3 warm7, 4 hot8, 5 exact (a lossless block
 //!         waiting to be converted to its policy's start tier)
 //! u8      policy kind: 0 exact, 1 tiered, 2 pinned;  u8 its tier code (start or pinned)
+//! u64     since: the tick of the block's last write or move (its residency starts there)
 //! u8      precision kind: 0 exact, 1 lossy, 2 no data;  u8 min bits;  f64 bound (LE bits)
 //! u8      residual kind: 0 none, 1 exact XOR, 2 sparse;  u128 address;  u32 length
 //! u8      rebuild kind: 0 none, 1 delta, 2 low rank, 3 scaled (Tier 0 only; see Rebuild)
@@ -92,6 +93,8 @@ pub(crate) struct TierRow {
     pub(crate) id: u64,
     pub(crate) tier: Tier,
     pub(crate) policy: Policy,
+    /// Tick of the last write or move.
+    pub(crate) since: u64,
     pub(crate) precision: Precision,
     pub(crate) residual: Option<ResidualRef>,
     pub(crate) rebuild: Rebuild,
@@ -122,6 +125,7 @@ impl TierRow {
         };
         out.push(kind);
         out.push(tier_code(t));
+        out.extend_from_slice(&self.since.to_le_bytes());
         let (kind, bits, bound) = match self.precision {
             Precision::Exact => (0u8, 0u8, 0.0f64),
             Precision::Lossy {
@@ -201,6 +205,7 @@ impl TierRow {
                 })
             }
         };
+        let since = r.u64("since")?;
         let kind = r.u8("precision kind")?;
         let bits = r.u8("precision bits")?;
         let bound = f64::from_bits(r.u64("precision bound")?);
@@ -287,6 +292,7 @@ impl TierRow {
             id,
             tier,
             policy,
+            since,
             precision,
             residual,
             rebuild,
@@ -319,6 +325,7 @@ mod tests {
             id: 7,
             tier: Tier::Warm5,
             policy: Policy::Tiered { start: Tier::Hot8 },
+            since: 77,
             precision: Precision::fresh(Tier::Hot8).after_encode(Tier::Warm5),
             residual: Some(ResidualRef::Exact {
                 address: 99,

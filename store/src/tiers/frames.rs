@@ -209,6 +209,7 @@ impl Store {
                 id,
                 tier,
                 policy: row_policy,
+                since: self.opts.tiering.clock.now(),
                 precision,
                 residual: None,
                 rebuild: Rebuild::None,

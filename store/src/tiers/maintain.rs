@@ -105,9 +105,9 @@ impl Store {
         let stats = self.stats_to_save();
         self.write(|wt| {
             for c in &converted {
-                report.bytes_written += self.write_conversion(wt, c)?;
+                report.bytes_written += self.write_conversion(wt, c, now)?;
             }
-            report.bytes_written += self.write_moves(wt, &prepared)?;
+            report.bytes_written += self.write_moves(wt, &prepared, now)?;
             report.stats_saved = save_stats(wt, &stats)?;
             Ok(())
         })?;
@@ -486,7 +486,7 @@ impl Store {
     }
 
     /// Writes a converted version; returns the bytes of new segments.
-    fn write_conversion(&self, wt: &mut WriteTables<'_>, c: &Converted) -> Result<u64> {
+    fn write_conversion(&self, wt: &mut WriteTables<'_>, c: &Converted, now: Tick) -> Result<u64> {
         let (name, step) = (&*c.vid.0, c.vid.1);
         let Some(mut rec) = load_version(&wt.t.versions, name, step)? else {
             return Ok(0);
@@ -536,6 +536,7 @@ impl Store {
                 id: first + b as u64,
                 tier,
                 policy: c.policy.policy,
+                since: now,
                 precision: Precision::fresh(tier),
                 residual,
                 rebuild: Rebuild::None,
@@ -553,7 +554,12 @@ impl Store {
     }
 
     /// Writes the moved blocks; returns the bytes of new segments.
-    fn write_moves(&self, wt: &mut WriteTables<'_>, prepared: &[Prepared]) -> Result<u64> {
+    fn write_moves(
+        &self,
+        wt: &mut WriteTables<'_>,
+        prepared: &[Prepared],
+        now: Tick,
+    ) -> Result<u64> {
         let mut by_version: BTreeMap<&VersionId, Vec<&Prepared>> = BTreeMap::new();
         for p in prepared {
             by_version.entry(&p.vid).or_default().push(p);
@@ -619,6 +625,7 @@ impl Store {
                     wt.release(name, step, b, address)?;
                 }
                 row.tier = p.mv.to;
+                row.since = now;
                 row.precision = p.precision;
                 row.rebuild = p.rebuild.clone();
                 put_row(wt, name, step, p.block, &row)?;

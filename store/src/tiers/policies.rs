@@ -103,6 +103,7 @@ impl Store {
         }
         let (old_set, new_set) = (RuleSet::new(old), RuleSet::new(new));
         let names = self.tensors()?;
+        let now = self.opts.tiering.clock.now();
         // Read statistics so far, kept in the rows of blocks that are re-registered.
         let stats: HashMap<u64, AccessStats> = {
             let rt = self.tiers.lock();
@@ -133,7 +134,7 @@ impl Store {
             for name in &names {
                 let (before, after) = (old_set.resolve(name), new_set.resolve(name));
                 if before != after {
-                    follow_policy(wt, name, &after, &stats)?;
+                    follow_policy(wt, name, &after, &stats, now)?;
                 }
             }
             Ok(())
@@ -149,6 +150,7 @@ fn follow_policy(
     name: &str,
     policy: &TierPolicy,
     stats: &HashMap<u64, AccessStats>,
+    now: u64,
 ) -> Result<()> {
     let reconstruct = tiering_reconstruct(&policy.reconstruct);
     for (step, rec) in versions_of(&wt.t.versions, name)? {
@@ -163,6 +165,7 @@ fn follow_policy(
                         id: first + u64::from(b),
                         tier: Tier::Exact,
                         policy: policy.policy,
+                        since: now,
                         precision: Precision::Exact,
                         residual: None,
                         rebuild: Rebuild::None,

@@ -126,7 +126,8 @@ impl Runtime {
                 block: u64::from(block),
             })?;
             let spec = spec_of(&row, values, reconstruct_of(name));
-            rt.register(vid.clone(), block, spec, now)?;
+            // Residency and idle time go on from the row's last write or move.
+            rt.register(vid.clone(), block, spec, row.since.min(now))?;
         }
         Ok(rt)
     }

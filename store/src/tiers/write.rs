@@ -42,6 +42,7 @@ pub(crate) fn add_tier_rows(
     v: &PlannedVersion,
     policy: &TierPolicy,
     residuals: &[Option<PlannedResidual>],
+    now: u64,
 ) -> Result<()> {
     let count = v.record.blocks.len() as u64;
     let first = wt.take_block_ids(count)?;
@@ -56,6 +57,7 @@ pub(crate) fn add_tier_rows(
             id: first + b,
             tier,
             policy: policy.policy,
+            since: now,
             precision: Precision::fresh(tier),
             residual,
             rebuild: crate::record::Rebuild::None,
