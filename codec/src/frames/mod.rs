@@ -735,7 +735,8 @@ impl<'a> FrameSegment<'a> {
         let start = index as usize * self.stride;
         let bytes = &self.codes[start..start + self.stride];
         let bits = self.bits.bits();
-        let used = (self.frame_len * usize::from(bits)) % 8;
+        // `(n * bits) % 8`, without the product (which could overflow on 32-bit targets).
+        let used = ((self.frame_len % 8) * usize::from(bits)) % 8;
         if used != 0 {
             let unused = bytes[self.stride - 1] >> used;
             if unused != 0 {
