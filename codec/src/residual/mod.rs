@@ -107,23 +107,21 @@ pub enum ResidualError {
 /// # Errors
 /// [`ResidualError::NotFloat`] for an integer dtype.
 pub fn cast_to(dtype: DType, values: &[f32]) -> Result<Vec<u8>, ResidualError> {
-    let mut out = Vec::with_capacity(values.len() * dtype.size());
-    match dtype {
-        DType::F32 => values
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        DType::F64 => values
-            .iter()
-            .for_each(|&x| out.extend_from_slice(&f64::from(x).to_le_bytes())),
-        DType::F16 => values
-            .iter()
-            .for_each(|&x| out.extend_from_slice(&half::f16::from_f32(x).to_le_bytes())),
-        DType::BF16 => values
-            .iter()
-            .for_each(|&x| out.extend_from_slice(&half::bf16::from_f32(x).to_le_bytes())),
-        other => return Err(ResidualError::NotFloat { dtype: other }),
+    /// Writes each value's `N` bytes into a presized buffer (this form vectorizes).
+    fn each<const N: usize>(values: &[f32], f: impl Fn(f32) -> [u8; N]) -> Vec<u8> {
+        let mut out = vec![0u8; values.len() * N];
+        for (o, &x) in out.chunks_exact_mut(N).zip(values) {
+            o.copy_from_slice(&f(x));
+        }
+        out
     }
-    Ok(out)
+    Ok(match dtype {
+        DType::F32 => each(values, f32::to_le_bytes),
+        DType::F64 => each(values, |x| f64::from(x).to_le_bytes()),
+        DType::F16 => each(values, |x| half::f16::from_f32(x).to_le_bytes()),
+        DType::BF16 => each(values, |x| half::bf16::from_f32(x).to_le_bytes()),
+        other => return Err(ResidualError::NotFloat { dtype: other }),
+    })
 }
 
 /// The exact residual of `original` against `approx` (both `dtype`, same length, as
