@@ -9,6 +9,8 @@
 //! message (the module keeps working after them). Natively this file is empty: the
 //! bindings call into a JavaScript host.
 #![cfg(target_arch = "wasm32")]
+// clippy.toml allows unwrap in #[test] functions; #[wasm_bindgen_test] ones are tests too.
+#![allow(clippy::unwrap_used)]
 
 use strata_wasm::bindings::*;
 use wasm_bindgen::{JsError, JsValue};
