@@ -174,7 +174,10 @@ fn bench(file: &str) -> Result<(), BoxError> {
     for bits in TIER_BITS {
         let c = codes(values, bits);
         let packed = ops::pack(&c, bits)?;
-        pack.insert(bits.to_string(), mbps(values, time(|| Ok(ops::pack(&c, bits)?))?).into());
+        pack.insert(
+            bits.to_string(),
+            mbps(values, time(|| Ok(ops::pack(&c, bits)?))?).into(),
+        );
         let t = time(|| Ok(ops::unpack(&packed, bits, values)?))?;
         unpack.insert(bits.to_string(), mbps(values, t).into());
     }
@@ -185,7 +188,11 @@ fn bench(file: &str) -> Result<(), BoxError> {
     let raw: usize = tensors.iter().map(|t| t.data.len()).sum();
     let blocks: Vec<(DType, &[u8])> = tensors
         .iter()
-        .flat_map(|t| t.data.chunks(LOSSLESS_BLOCK_BYTES).map(move |b| (t.dtype, b)))
+        .flat_map(|t| {
+            t.data
+                .chunks(LOSSLESS_BLOCK_BYTES)
+                .map(move |b| (t.dtype, b))
+        })
         .collect();
     let encode_all = || -> Result<Vec<Vec<u8>>, BoxError> {
         let mut v = Vec::with_capacity(blocks.len());
@@ -195,7 +202,10 @@ fn bench(file: &str) -> Result<(), BoxError> {
         Ok(v)
     };
     let segments = encode_all()?;
-    out.insert("lossless_encode".into(), mbps(raw, time(encode_all)?).into());
+    out.insert(
+        "lossless_encode".into(),
+        mbps(raw, time(encode_all)?).into(),
+    );
     let t = time(|| {
         for s in &segments {
             std::hint::black_box(ops::decode(s, None)?);

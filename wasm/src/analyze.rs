@@ -6,10 +6,10 @@
 //!   stored bytes are the segments' lengths, headers included.
 //! - **Tiers 8, 7, 5, 3**: a float tensor is widened to f32 and cut into blocks of the same
 //!   number of elements, each quantized with [`QuantParams::new`] defaults (groups of 64,
-//!   two-level 3-bit), then dequantized and compared with the original: the largest and
-//!   the summed absolute error, and the worst group of [`ERROR_GROUP`] values as
-//!   `max|x - x̂| / max|x|` (all-zero groups skipped), which ADR 0003 bounds by
-//!   `1 / (2 * qmax)`. A tensor holding NaN or an infinity has no quantized form and is
+//!   two-level 3-bit), then dequantized and compared with the original. Errors are given
+//!   absolute (`|x - x̂|`) and relative to the largest magnitude of the value's group of
+//!   [`ERROR_GROUP`] values (`|x - x̂| / max|x|`, the quantity ADR 0003 bounds by
+//!   `1 / (2 * qmax)`; all-zero groups have no error): the largest and the mean of each. A tensor holding NaN or an infinity has no quantized form and is
 //!   left out of the tier figures (`non_finite`).
 //! - **Exponent histogram**: how often each exponent occurs (bf16 and f32: the 8-bit
 //!   exponent field; f16: its 5 bits; f64: the top 8 of its 11 bits). This is the byte the
@@ -40,8 +40,10 @@ pub struct TierMeasure {
     pub max_abs_err: f64,
     /// Sum of `|x - x̂|` over every value.
     pub sum_abs_err: f64,
-    /// Worst group's `max|x - x̂| / max|x|`.
+    /// Largest `|x - x̂| / max|x|` (the worst group's).
     pub max_rel_err: f64,
+    /// Sum of `|x - x̂| / max|x|` over every value.
+    pub sum_rel_err: f64,
 }
 
 /// The figures of one tensor, or the total of several ([`Analysis::merge`]).
@@ -59,8 +61,6 @@ pub struct Analysis {
     pub tier_elements: u64,
     /// Raw bytes of those elements (the base of the tier ratios).
     pub tier_raw_bytes: u64,
-    /// Sum of `|x|` over those elements (the base of the relative mean error).
-    pub sum_abs: f64,
     /// Tensors left out of the tier figures because they hold NaN or an infinity.
     pub non_finite: u32,
     /// One entry per tier of [`TIER_BITS`].
@@ -79,7 +79,6 @@ impl Analysis {
             lossless_bytes: 0,
             tier_elements: 0,
             tier_raw_bytes: 0,
-            sum_abs: 0.0,
             non_finite: 0,
             tiers: TIER_BITS.map(|bits| TierMeasure {
                 bits,
@@ -103,13 +102,13 @@ impl Analysis {
         self.lossless_bytes += other.lossless_bytes;
         self.tier_elements += other.tier_elements;
         self.tier_raw_bytes += other.tier_raw_bytes;
-        self.sum_abs += other.sum_abs;
         self.non_finite += other.non_finite;
         for (t, o) in self.tiers.iter_mut().zip(&other.tiers) {
             t.stored_bytes += o.stored_bytes;
             t.max_abs_err = t.max_abs_err.max(o.max_abs_err);
             t.sum_abs_err += o.sum_abs_err;
             t.max_rel_err = t.max_rel_err.max(o.max_rel_err);
+            t.sum_rel_err += o.sum_rel_err;
         }
         for (h, o) in self.exponent_hist.iter_mut().zip(&other.exponent_hist) {
             *h += o;
@@ -136,10 +135,10 @@ impl Analysis {
         }
     }
 
-    /// `sum|x - x̂| / sum|x|` of a tier: the mean error relative to the mean magnitude.
+    /// Mean `|x - x̂| / max|x|` of a tier (relative to each value's group maximum).
     pub fn mean_rel_err(&self, i: usize) -> f64 {
         match self.tiers.get(i) {
-            Some(t) if self.sum_abs > 0.0 => t.sum_abs_err / self.sum_abs,
+            Some(t) if self.tier_elements > 0 => t.sum_rel_err / self.tier_elements as f64,
             _ => 0.0,
         }
     }
@@ -263,7 +262,6 @@ pub fn analyze(dtype: DType, bytes: &[u8]) -> Result<Analysis, WasmError> {
     }
     a.tier_elements = a.elements;
     a.tier_raw_bytes = a.raw_bytes;
-    a.sum_abs = values.iter().map(|&v| f64::from(v.abs())).sum();
     let block_values = LOSSLESS_BLOCK_BYTES / size;
     for t in &mut a.tiers {
         for block in values.chunks(block_values) {
@@ -279,17 +277,19 @@ pub fn analyze(dtype: DType, bytes: &[u8]) -> Result<Analysis, WasmError> {
 /// Adds the errors of `back` against `orig` to `t`.
 fn measure(orig: &[f32], back: &[f32], t: &mut TierMeasure) {
     for (g, h) in orig.chunks(ERROR_GROUP).zip(back.chunks(ERROR_GROUP)) {
-        let mut gmax = 0f64;
+        let gmax = g.iter().fold(0f64, |m, &x| m.max(f64::from(x.abs())));
         let mut emax = 0f64;
+        let mut esum = 0f64;
         for (&x, &y) in g.iter().zip(h) {
             let e = (f64::from(x) - f64::from(y)).abs();
-            t.sum_abs_err += e;
+            esum += e;
             emax = emax.max(e);
-            gmax = gmax.max(f64::from(x.abs()));
         }
+        t.sum_abs_err += esum;
         t.max_abs_err = t.max_abs_err.max(emax);
         if gmax > 0.0 {
             t.max_rel_err = t.max_rel_err.max(emax / gmax);
+            t.sum_rel_err += esum / gmax;
         }
     }
 }
