@@ -32,6 +32,19 @@ pub fn js_u64(what: &'static str, x: f64) -> Result<u64, WasmError> {
     }
 }
 
+/// A JavaScript number as a `u32`, refusing fractions, negatives, NaN and values past
+/// `u32::MAX` (wasm-bindgen's own `u32` conversion would wrap them silently).
+pub fn js_u32(what: &'static str, x: f64) -> Result<u32, WasmError> {
+    if (0.0..=f64::from(u32::MAX)).contains(&x) && x.fract() == 0.0 {
+        Ok(x as u32)
+    } else {
+        Err(invalid(
+            what,
+            format!("{x}: must be an integer in 0..=2^32-1"),
+        ))
+    }
+}
+
 fn encode_with(
     dtype: strata_codec::DType,
     data: &[u8],
@@ -139,12 +152,18 @@ pub fn decode_u16(segment: &[u8], base: Option<Vec<u16>>) -> Result<Vec<u16>, Js
 #[wasm_bindgen]
 pub fn quantize(
     values: &[f32],
-    bits: u32,
+    bits: f64,
     dtype: Option<String>,
-    #[wasm_bindgen(js_name = groupSize)] group_size: Option<u32>,
+    #[wasm_bindgen(js_name = groupSize)] group_size: Option<f64>,
 ) -> Result<Vec<u8>, JsError> {
     let dtype = ops::parse_dtype(dtype.as_deref().unwrap_or("f32"))?;
-    Ok(ops::quantize(values, bits, dtype, group_size)?)
+    let group_size = group_size.map(|g| js_u32("groupSize", g)).transpose()?;
+    Ok(ops::quantize(
+        values,
+        js_u32("bits", bits)?,
+        dtype,
+        group_size,
+    )?)
 }
 
 /// Dequantizes a quantized segment to a `Float32Array`.
@@ -155,14 +174,16 @@ pub fn dequantize(segment: &[u8]) -> Result<Vec<f32>, JsError> {
 
 /// Packs signed codes (an `Int8Array`) at `bits` (1..=8) bits each.
 #[wasm_bindgen]
-pub fn pack(codes: &[i8], bits: u32) -> Result<Vec<u8>, JsError> {
-    Ok(ops::pack(codes, bits)?)
+pub fn pack(codes: &[i8], bits: f64) -> Result<Vec<u8>, JsError> {
+    Ok(ops::pack(codes, js_u32("bits", bits)?)?)
 }
 
 /// Unpacks `count` codes of `bits` bits into an `Int8Array`.
 #[wasm_bindgen]
-pub fn unpack(packed: &[u8], bits: u32, count: u32) -> Result<Vec<i8>, JsError> {
-    Ok(ops::unpack(packed, bits, count as usize)?)
+pub fn unpack(packed: &[u8], bits: f64, count: f64) -> Result<Vec<i8>, JsError> {
+    let count = usize::try_from(js_u64("count", count)?)
+        .map_err(|_| invalid("count", format!("{count}: more codes than memory holds")))?;
+    Ok(ops::unpack(packed, js_u32("bits", bits)?, count)?)
 }
 
 /// Byte-wise XOR of two equally long buffers (the lossless codec's delta).
@@ -373,14 +394,14 @@ impl TieredStore {
     #[wasm_bindgen(constructor)]
     pub fn new(
         #[wasm_bindgen(js_name = warmByteCap)] warm_byte_cap: f64,
-        #[wasm_bindgen(js_name = blockValues)] block_values: Option<u32>,
+        #[wasm_bindgen(js_name = blockValues)] block_values: Option<f64>,
         #[wasm_bindgen(js_name = allowZeroFill)] allow_zero_fill: Option<bool>,
     ) -> Result<TieredStore, JsError> {
         let mut opts = StoreOptions::default();
         opts.tiers.warm_byte_cap = js_u64("warmByteCap", warm_byte_cap)?;
         opts.tiers.allow_zero_fill = allow_zero_fill.unwrap_or(false);
         if let Some(b) = block_values {
-            opts.block_values = b;
+            opts.block_values = js_u32("blockValues", b)?;
         }
         Ok(TieredStore(store::TieredStore::new(opts)?))
     }
@@ -439,7 +460,7 @@ impl TieredStore {
     pub fn maintain(
         &mut self,
         now: f64,
-        #[wasm_bindgen(js_name = maxOps)] max_ops: Option<u32>,
+        #[wasm_bindgen(js_name = maxOps)] max_ops: Option<f64>,
         #[wasm_bindgen(js_name = maxBytes)] max_bytes: Option<f64>,
     ) -> Result<MaintainReport, JsError> {
         let budget = Budget::new(
@@ -447,7 +468,10 @@ impl TieredStore {
                 Some(b) => js_u64("maxBytes", b)?,
                 None => u64::MAX,
             },
-            max_ops.unwrap_or(u32::MAX),
+            match max_ops {
+                Some(n) => js_u32("maxOps", n)?,
+                None => u32::MAX,
+            },
         );
         Ok(self.0.maintain(js_u64("now", now)?, budget)?.into())
     }

@@ -69,7 +69,7 @@ fn lossless_u16_and_bytes() {
 fn quantize_every_tier() {
     let v = sample(4096);
     for bits in [8, 7, 5, 3] {
-        let seg = quantize(&v, bits, Some("bf16".into()), None).unwrap();
+        let seg = quantize(&v, f64::from(bits), Some("bf16".into()), None).unwrap();
         let info = segment_info(&seg).unwrap();
         assert_eq!(info.bits(), bits);
         assert_eq!(info.dtype(), "bf16");
@@ -80,11 +80,11 @@ fn quantize_every_tier() {
             "{bits}"
         );
     }
-    let m = message(quantize(&v, 4, None, None).unwrap_err());
+    let m = message(quantize(&v, 4.0, None, None).unwrap_err());
     assert!(m.contains("8, 7, 5 or 3"), "{m}");
-    let m = message(quantize(&[f32::NAN], 8, None, None).unwrap_err());
+    let m = message(quantize(&[f32::NAN], 8.0, None, None).unwrap_err());
     assert!(m.contains("not finite"), "{m}");
-    let m = message(quantize(&v, 8, None, Some(0)).unwrap_err());
+    let m = message(quantize(&v, 8.0, None, Some(0.0)).unwrap_err());
     assert!(m.contains("group size"), "{m}");
     let m = message(dequantize(&encode_f32(&v, None, None).unwrap()).unwrap_err());
     assert!(m.contains("use decode"), "{m}");
@@ -97,13 +97,18 @@ fn pack_unpack_and_xor() {
         let codes: Vec<i8> = (0..1001)
             .map(|i| ((i % (2 * q as i32 + 1)) - q as i32) as i8)
             .collect();
-        let packed = pack(&codes, bits).unwrap();
+        let packed = pack(&codes, f64::from(bits)).unwrap();
         assert_eq!(packed.len(), (1001 * bits as usize).div_ceil(8));
-        assert_eq!(unpack(&packed, bits, 1001).unwrap(), codes);
+        assert_eq!(unpack(&packed, f64::from(bits), 1001.0).unwrap(), codes);
     }
-    assert!(message(pack(&[5], 3).unwrap_err()).contains("outside"));
-    assert!(message(pack(&[0], 9).unwrap_err()).contains("invalid bit width"));
-    assert!(message(unpack(&[0; 3], 8, 4).unwrap_err()).contains("too small"));
+    assert!(message(pack(&[5], 3.0).unwrap_err()).contains("outside"));
+    assert!(message(pack(&[0], 9.0).unwrap_err()).contains("invalid bit width"));
+    assert!(message(unpack(&[0; 3], 8.0, 4.0).unwrap_err()).contains("too small"));
+    assert!(message(pack(&[0], 3.5).unwrap_err()).contains("invalid bits"));
+    assert!(message(unpack(&[0; 3], 8.0, -1.0).unwrap_err()).contains("invalid count"));
+    // 2^32 + 3 codes: more than a 32-bit address space holds, refused before any allocation.
+    assert!(message(unpack(&[0; 3], 8.0, 4294967299.0).unwrap_err())
+        .contains("more codes than memory holds"));
     let a = [1u8, 2, 3];
     let x = xor_bytes(&a, &[3, 2, 1]).unwrap();
     assert_eq!(xor_bytes(&x, &[3, 2, 1]).unwrap(), a);
@@ -146,7 +151,7 @@ fn analysis_json() {
 fn tiered_store() {
     let v = sample(8192);
     let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
-    let mut st = TieredStore::new(1e6, Some(1024), None).unwrap();
+    let mut st = TieredStore::new(1e6, Some(1024.0), None).unwrap();
     st.put("w", 10.0, "f32", &bytes, "exact", 0.0).unwrap();
     st.put("w", 20.0, "f32", &bytes, "exact", 0.0).unwrap();
     st.put("t", 10.0, "f32", &bytes, "hot8", 0.0).unwrap();
