@@ -3,7 +3,8 @@
 # Node and npm, the Node packages of package-lock.json; build.sh adds clang, the wasm32
 # target and wasm-bindgen-cli with its test runner), builds the package, then runs the
 # wasm-bindgen tests under Node, the Node API and determinism tests, and the end-to-end test
-# in headless Chromium. Exits non-zero on the first failure.
+# in headless Chromium (and clippy on the wasm32 build, which the workspace's native clippy
+# does not see). Exits non-zero on the first failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,6 +24,9 @@ fi
 
 step "build (wasm/build.sh)"
 bash wasm/build.sh
+
+step "clippy on the wasm32 build (the bindings and tests/node.rs)"
+cargo clippy -q -p strata-wasm --target wasm32-unknown-unknown --lib --test node -- -D warnings
 
 step "wasm-bindgen tests under Node"
 CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner \
