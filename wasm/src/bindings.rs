@@ -280,6 +280,7 @@ pub fn segment_info(segment: &[u8]) -> Result<SegmentInfo, JsError> {
         Encoding::Delta => ("delta", 0),
         Encoding::Quantized(b) => ("quantized", u32::from(b.bits())),
         Encoding::TwoLevel3 => ("two-level3", 3),
+        Encoding::QuantizedFrames(b) => ("frames", u32::from(b.bits())),
     };
     Ok(SegmentInfo {
         encoding: encoding.to_owned(),
