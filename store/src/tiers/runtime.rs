@@ -27,8 +27,9 @@ pub(crate) type VersionId = (Arc<str>, u64);
 #[derive(Debug)]
 pub(crate) struct Runtime {
     pub(crate) state: TierState,
-    /// Per tiered version, the handle of each block (in block order).
-    handles: HashMap<VersionId, Vec<(BlockId, BlockHandle)>>,
+    /// Per tensor and step of a tiered version, the handle of each block (in block order):
+    /// looked up by `&str` on every read, without allocating.
+    handles: HashMap<Arc<str>, HashMap<u64, Vec<(BlockId, BlockHandle)>>>,
     /// Where each registered block lives: version and block index.
     pub(crate) location: HashMap<BlockId, (VersionId, u32)>,
     /// Lossless versions whose policy became tiered: `maintain` converts them.
@@ -142,7 +143,12 @@ impl Runtime {
     ) -> Result<()> {
         let id = spec.id;
         let h = self.state.register(spec, now).map_err(tier_error)?;
-        let list = self.handles.entry(vid.clone()).or_default();
+        let list = self
+            .handles
+            .entry(vid.0.clone())
+            .or_default()
+            .entry(vid.1)
+            .or_default();
         list.push((id, h));
         self.location.insert(id, (vid, block));
         Ok(())
@@ -152,12 +158,18 @@ impl Runtime {
     pub(crate) fn forget(&mut self, vid: &VersionId) {
         self.pending.remove(vid);
         self.read_since_save.remove(vid);
-        if let Some(list) = self.handles.remove(vid) {
+        let Some(steps) = self.handles.get_mut(&vid.0) else {
+            return;
+        };
+        if let Some(list) = steps.remove(&vid.1) {
             for (id, _) in list {
                 // Registered above, so known; a failure would only mean it is gone already.
                 let _ = self.state.remove(id);
                 self.location.remove(&id);
             }
+        }
+        if steps.is_empty() {
+            self.handles.remove(&vid.0);
         }
     }
 
@@ -170,8 +182,10 @@ impl Runtime {
         blocks: std::ops::Range<u64>,
         now: Tick,
     ) {
-        let key: (Arc<str>, u64) = (Arc::from(name), step);
-        let Some(list) = self.handles.get(&key) else {
+        let Some((tensor, steps)) = self.handles.get_key_value(name) else {
+            return;
+        };
+        let Some(list) = steps.get(&step) else {
             return;
         };
         let lo = usize::try_from(blocks.start).unwrap_or(usize::MAX);
@@ -180,12 +194,15 @@ impl Runtime {
             // A stale handle cannot happen (forget removes the list with its blocks).
             let _ = self.state.record_access_handle(*h, now);
         }
-        self.read_since_save.insert(key);
+        self.read_since_save.insert((tensor.clone(), step));
     }
 
     /// The blocks of a version, in block order.
     pub(crate) fn blocks_of(&self, vid: &VersionId) -> &[(BlockId, BlockHandle)] {
-        self.handles.get(vid).map_or(&[], Vec::as_slice)
+        self.handles
+            .get(&vid.0)
+            .and_then(|s| s.get(&vid.1))
+            .map_or(&[], Vec::as_slice)
     }
 
     /// Whether any block is registered or pending.
