@@ -22,6 +22,8 @@ use crate::tiers::policy::Reconstruct;
 
 /// A version: tensor name and step.
 pub(crate) type VersionId = (Arc<str>, u64);
+/// The blocks of a version: their ids and handles, in block order.
+type BlockHandles = Vec<(BlockId, BlockHandle)>;
 
 /// The tiering state of an open store.
 #[derive(Debug)]
@@ -29,7 +31,7 @@ pub(crate) struct Runtime {
     pub(crate) state: TierState,
     /// Per tensor and step of a tiered version, the handle of each block (in block order):
     /// looked up by `&str` on every read, without allocating.
-    handles: HashMap<Arc<str>, HashMap<u64, Vec<(BlockId, BlockHandle)>>>,
+    handles: HashMap<Arc<str>, HashMap<u64, BlockHandles>>,
     /// Where each registered block lives: version and block index.
     pub(crate) location: HashMap<BlockId, (VersionId, u32)>,
     /// Lossless versions whose policy became tiered: `maintain` converts them.
