@@ -490,15 +490,11 @@ fn encode_lossy(
     Ok(Done {
         version: task.version,
         block: task.block,
-        record: BlockRecord {
-            address: address_of(&block.segment),
-            base: None,
-            reference: false,
-            depth: 1,
-            run: 1,
-            segment_len: block.segment.len() as u32,
-            form: Form::Quantized,
-        },
+        record: BlockRecord::standalone(
+            address_of(&block.segment),
+            block.segment.len(),
+            Form::Quantized,
+        ),
         segment: Some(block.segment),
         residual,
     })

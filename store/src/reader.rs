@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 use redb::ReadableTable;
-use strata_codec::segment::Segment;
+use strata_codec::segment::{Segment, SegmentError, SegmentHeader};
 use strata_codec::DType;
 
 use crate::cache::{Block, BlockCache};
@@ -346,34 +346,48 @@ impl Job {
         }
     }
 
+    fn segment_error(&self, link: &Link, source: SegmentError) -> StoreError {
+        StoreError::Segment {
+            tensor: self.name.to_string(),
+            step: link.step,
+            block: self.block,
+            address: link.address,
+            source: Box::new(source),
+        }
+    }
+
+    /// Parses a link's segment and checks its dtype, and its size with `size_ok`.
+    fn parse_checked<'l>(
+        &self,
+        link: &'l Link,
+        size_ok: impl Fn(&SegmentHeader) -> bool,
+    ) -> Result<Segment<'l>> {
+        let seg = Segment::parse(&link.bytes).map_err(|e| self.segment_error(link, e))?;
+        let h = seg.header();
+        if h.dtype != self.dtype || !size_ok(h) {
+            return Err(StoreError::BlockMismatch {
+                tensor: self.name.to_string(),
+                step: link.step,
+                block: self.block,
+                reason: format!(
+                    "segment holds {} elements of {}, the record expects {} bytes of {}",
+                    h.elements, h.dtype, self.len, self.dtype
+                ),
+            });
+        }
+        Ok(seg)
+    }
+
     /// Dequantizes the block (cached by segment address) and applies its sparse residual.
-    fn decode_quantized(self, cache: &BlockCache) -> Result<Block> {
-        let block = match (self.base, self.links.first()) {
+    fn decode_quantized(mut self, cache: &BlockCache) -> Result<Block> {
+        let block = match (self.base.take(), self.links.first()) {
             (Some(hit), _) => hit,
             (None, Some(link)) => {
-                let seg_err = |source| StoreError::Segment {
-                    tensor: self.name.to_string(),
-                    step: link.step,
-                    block: self.block,
-                    address: link.address,
-                    source: Box::new(source),
-                };
-                let seg = Segment::parse(&link.bytes).map_err(seg_err)?;
-                let h = seg.header();
+                let seg_err = |source| self.segment_error(link, source);
                 // A frame segment's element count is per frame, like a block's.
-                if h.dtype != self.dtype
-                    || h.elements.checked_mul(self.dtype.size() as u64) != Some(self.len as u64)
-                {
-                    return Err(StoreError::BlockMismatch {
-                        tensor: self.name.to_string(),
-                        step: link.step,
-                        block: self.block,
-                        reason: format!(
-                            "segment holds {} elements of {}, the record expects {} bytes of {}",
-                            h.elements, h.dtype, self.len, self.dtype
-                        ),
-                    });
-                }
+                self.parse_checked(link, |h| {
+                    h.elements.checked_mul(self.dtype.size() as u64) == Some(self.len as u64)
+                })?;
                 let out = match self.form {
                     Form::Frame { index } => {
                         lossy::decode_frame(self.dtype, &link.bytes, index, self.len).map_err(
@@ -429,29 +443,11 @@ impl Job {
         }
     }
 
-    fn decode_lossless(self, cache: &BlockCache) -> Result<Block> {
-        let mut base = self.base;
+    fn decode_lossless(mut self, cache: &BlockCache) -> Result<Block> {
+        let mut base = self.base.take();
         for link in self.links.iter().rev() {
-            let seg_err = |source| StoreError::Segment {
-                tensor: self.name.to_string(),
-                step: link.step,
-                block: self.block,
-                address: link.address,
-                source: Box::new(source),
-            };
-            let seg = Segment::parse(&link.bytes).map_err(seg_err)?;
-            let h = seg.header();
-            if h.dtype != self.dtype || h.decoded_len().ok() != Some(self.len) {
-                return Err(StoreError::BlockMismatch {
-                    tensor: self.name.to_string(),
-                    step: link.step,
-                    block: self.block,
-                    reason: format!(
-                        "segment holds {} elements of {}, the record expects {} bytes of {}",
-                        h.elements, h.dtype, self.len, self.dtype
-                    ),
-                });
-            }
+            let seg_err = |source| self.segment_error(link, source);
+            let seg = self.parse_checked(link, |h| h.decoded_len().ok() == Some(self.len))?;
             let out = seg
                 .decode_lossless(base.as_deref().map(Vec::as_slice), self.len)
                 .map_err(seg_err)?;

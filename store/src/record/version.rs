@@ -74,6 +74,20 @@ pub(crate) struct BlockRecord {
 }
 
 impl BlockRecord {
+    /// A block that needs no other block: its own segment of `len` bytes (a quantized
+    /// segment, a frame of one, a keyframe) or none (Tier 0: address and length 0).
+    pub(crate) fn standalone(address: u128, len: usize, form: Form) -> BlockRecord {
+        BlockRecord {
+            address,
+            base: None,
+            reference: false,
+            depth: 1,
+            run: 1,
+            segment_len: len as u32,
+            form,
+        }
+    }
+
     /// Whether the block has a segment of its own (not Tier 0).
     pub(crate) fn has_segment(&self) -> bool {
         self.form != Form::Absent

@@ -170,15 +170,8 @@ impl Store {
         let reconstruct = tiering_reconstruct(&policy.reconstruct);
         let steps = stream.steps.clone();
         self.write(|wt| {
-            let record = |index: u32| BlockRecord {
-                address,
-                base: None,
-                reference: false,
-                depth: 1,
-                run: 1,
-                segment_len: segment.len() as u32,
-                form: Form::Frame { index },
-            };
+            let record =
+                |index: u32| BlockRecord::standalone(address, segment.len(), Form::Frame { index });
             // Earlier frames of the open epoch move to the new copy of the segment.
             for &s in &steps {
                 let Some(mut rec) = load_version(&wt.t.versions, name, s)? else {

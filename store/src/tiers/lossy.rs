@@ -15,16 +15,7 @@ use strata_tiering::Precision;
 
 /// The values of float `bytes` as `f32` (`None` for an integer dtype).
 pub(crate) fn to_f32(dtype: DType, bytes: &[u8]) -> Option<Vec<f32>> {
-    fn each<const N: usize>(bytes: &[u8], f: impl Fn([u8; N]) -> f32) -> Vec<f32> {
-        bytes
-            .chunks_exact(N)
-            .map(|c| {
-                let mut a = [0u8; N];
-                a.copy_from_slice(c);
-                f(a)
-            })
-            .collect()
-    }
+    use crate::values::le_values as each;
     Some(match dtype {
         DType::F32 => each(bytes, f32::from_le_bytes),
         DType::F16 => each(bytes, |a| half::f16::from_le_bytes(a).to_f32()),

@@ -514,15 +514,7 @@ impl Store {
                 wt.release(name, step, b as u64, old.address)?;
             }
             written += segment.len() as u64;
-            rec.blocks[b] = BlockRecord {
-                address,
-                base: None,
-                reference: false,
-                depth: 1,
-                run: 1,
-                segment_len: segment.len() as u32,
-                form: Form::Quantized,
-            };
+            rec.blocks[b] = BlockRecord::standalone(address, segment.len(), Form::Quantized);
             let residual = match residual {
                 Some(r) => {
                     written += match r {
@@ -582,25 +574,9 @@ impl Store {
                         let address = address_of(seg);
                         wt.add_ref(name, step, b, address, Some(seg))?;
                         written += seg.len() as u64;
-                        BlockRecord {
-                            address,
-                            base: None,
-                            reference: false,
-                            depth: 1,
-                            run: 1,
-                            segment_len: seg.len() as u32,
-                            form: Form::Quantized,
-                        }
+                        BlockRecord::standalone(address, seg.len(), Form::Quantized)
                     }
-                    None => BlockRecord {
-                        address: 0,
-                        base: None,
-                        reference: false,
-                        depth: 1,
-                        run: 1,
-                        segment_len: 0,
-                        form: Form::Absent,
-                    },
+                    None => BlockRecord::standalone(0, 0, Form::Absent),
                 };
                 if old.has_segment() {
                     wt.release(name, step, b, old.address)?;
