@@ -3,7 +3,7 @@
 
 Run through benches/compare/run.sh, which makes the venv and builds strata-bench:
 
-    benches/compare/run.sh [--quick] [--no-readme]
+    benches/compare/run.sh [--quick] [--no-readme] [--from-json target/compare/results.json]
 
 - single models: all-MiniLM-L6-v2 (f32 and its bf16 cast): ratio, encode and decode GB/s on one
   thread and on all cores, for Strata (strata-bench codec), ZipNN, blosc2 and zstd (peers.py codec);
@@ -306,19 +306,25 @@ def series(name, plan, stores, log):
 # Report
 
 
-def x_cell(strata, peer, higher_is_better=True, digits=2):
-    """Strata's advantage over the peer (>1: Strata ahead); bold and marked when behind."""
+def advantage(strata, peer, higher_is_better=True, digits=2):
+    """Strata's advantage over the peer, rounded as shown (above 1: Strata ahead), or None."""
     if strata is None or peer is None or strata <= 0 or peer <= 0:
+        return None
+    return round(strata / peer if higher_is_better else peer / strata, digits)
+
+
+def x_cell(strata, peer, higher_is_better=True, digits=2):
+    """The advantage as a cell; bold and marked when Strata is behind."""
+    x = advantage(strata, peer, higher_is_better, digits)
+    if x is None:
         return "–"
-    x = strata / peer if higher_is_better else peer / strata
     return f"{x:.{digits}f}" if x >= 1 else f"**{x:.{digits}f} behind**"
 
 
-def behind(strata, peer, higher_is_better=True):
-    if strata is None or peer is None or strata <= 0 or peer <= 0:
-        return None
-    x = strata / peer if higher_is_better else peer / strata
-    return x if x < 1 else None
+def behind(strata, peer, higher_is_better=True, digits=2):
+    """The advantage when Strata is behind at the precision shown, else None."""
+    x = advantage(strata, peer, higher_is_better, digits)
+    return x if x is not None and x < 1 else None
 
 
 def run_of(row, threads):
@@ -438,8 +444,8 @@ def series_tables(series_results):
 def behind_notes(single, series_results, cores):
     groups, reasons = {}, []
 
-    def note(where, what, x, reason):
-        groups.setdefault(where, []).append(f"{what} {x:.2f}×")
+    def note(where, what, x, reason, digits=2):
+        groups.setdefault(where, []).append(f"{what} {x:.{digits}f}×")
         if reason not in reasons:
             reasons.append(reason)
 
@@ -451,9 +457,9 @@ def behind_notes(single, series_results, cores):
             if row is strata or "error" in row:
                 continue
             where = f"{row['tool']} on {block['data']}"
-            x = behind(strata["ratio"], row["ratio"])
+            x = behind(strata["ratio"], row["ratio"], digits=3)
             if x:
-                note(where, "ratio", x, "ratio-single")
+                note(where, "ratio", x, "ratio-single", 3)
             family = "speed-lz4" if "lz4" in row["tool"] else "speed-zipnn" if "ZipNN" in row["tool"] else "speed-zstd"
             for threads in sorted({1, cores}):
                 a, b = run_of(strata, threads), run_of(row, threads)
@@ -471,18 +477,18 @@ def behind_notes(single, series_results, cores):
             where = f"{row['tool']} on {s['series']}"
             family = "store-plain" if row["tool"] == "safetensors files" else \
                 "store-zipnn" if row["tool"].startswith("ZipNN") else "store-peer"
-            checks = [("ratio", strata["ratio"], row["ratio"], True, "ratio-series"),
-                      ("write", strata["write_mbps"], row["write_mbps"], True, family),
-                      ("read", strata["read"]["seconds"], row["read"]["seconds"], False, family),
-                      ("load", strata["load"]["seconds"], row["load"]["seconds"], False, family)]
+            checks = [("ratio", strata["ratio"], row["ratio"], True, "ratio-series", 3),
+                      ("write", strata["write_mbps"], row["write_mbps"], True, family, 2),
+                      ("read", strata["read"]["seconds"], row["read"]["seconds"], False, family, 2),
+                      ("load", strata["load"]["seconds"], row["load"]["seconds"], False, family, 2)]
             for op in ("write", "read", "load"):
                 sp, pp = strata[op].get("peak_bytes"), row[op].get("peak_bytes")
                 if sp is not None and pp is not None:
-                    checks.append((f"{op} memory", max(sp, 1e6), max(pp, 1e6), False, "memory"))
-            for what, a, b, hib, fam in checks:
-                x = behind(a, b, hib)
+                    checks.append((f"{op} memory", max(sp, 1e6), max(pp, 1e6), False, "memory", 2))
+            for what, a, b, hib, fam, digits in checks:
+                x = behind(a, b, hib, digits)
                 if x:
-                    note(where, what, x, fam)
+                    note(where, what, x, fam, digits)
     if not groups:
         return ["Strata is ahead of every peer on every figure above."]
     return (["Where Strata is behind (Strata's figure over the peer's, nT = n threads):", ""]
@@ -524,8 +530,14 @@ def main():
     p.add_argument("--quick", action="store_true", help="MiniLM bf16 and dev_ft/bf16 only, fewer repetitions")
     p.add_argument("--no-readme", action="store_true", help="do not write the README section")
     p.add_argument("--out", default=os.path.join(ROOT, "target", "compare"))
+    p.add_argument("--from-json", metavar="RESULTS.json",
+                   help="measure nothing: write the tables (and the README section) of an earlier run")
     args = p.parse_args()
     t0 = time.perf_counter()
+    if args.from_json:
+        with open(args.from_json) as f:
+            publish(json.load(f), args)
+        return
 
     def log(msg):
         print(f"[{time.perf_counter() - t0:6.1f}s] {msg}", file=sys.stderr, flush=True)
@@ -557,17 +569,23 @@ def main():
         "series": series_results,
     }
     res["runtime_s"] = time.perf_counter() - t0
-    body = report(res)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump(res, f, indent=1)
+    publish(res, args)
+
+
+def publish(res, args):
+    """results.md, the README section (unless --no-readme) and the tables on stdout."""
+    body = report(res)
+    os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "results.md"), "w") as f:
         f.write("# Strata against other tools\n\n" + body)
     if not args.no_readme:
         write_readme(body)
     print(body)
-    log(f"wrote {os.path.relpath(args.out, ROOT)}/results.json and results.md"
-        + ("" if args.no_readme else " and README.md"))
+    print(f"wrote {os.path.relpath(args.out, ROOT)}/results.md" + ("" if args.no_readme else " and README.md"),
+          file=sys.stderr)
 
 
 if __name__ == "__main__":
