@@ -12,6 +12,7 @@ use crate::cache::BlockCache;
 use crate::error::{DbContext, Result, StoreError};
 use crate::options::{DeltaPolicy, Options};
 use crate::reader::{Fetcher, Job};
+use crate::record::Stored;
 use crate::record::{
     decode_version_key, version_key_range, BlockRecord, Form, VersionRecord, MAX_DIMS,
 };
@@ -132,10 +133,11 @@ pub(crate) fn at_or_before(
             value: k.value().len() as u64,
         },
     })?;
-    let rec = VersionRecord::decode(v.value()).map_err(|source| StoreError::Record {
-        what: format!("version record of tensor {name:?} step {s}"),
-        source,
-    })?;
+    let rec =
+        VersionRecord::from_stored(k.value(), v.value()).map_err(|source| StoreError::Record {
+            what: format!("version record of tensor {name:?} step {s}"),
+            source,
+        })?;
     Ok(Some((s, rec)))
 }
 

@@ -14,6 +14,7 @@ use strata_codec::DType;
 
 use crate::cache::{Block, BlockCache};
 use crate::error::{DbContext, Result, StoreError};
+use crate::record::Stored;
 use crate::record::{version_key, Form, ResidualRef, TierRow, VersionRecord};
 use crate::segstore::{self, FetchError};
 use crate::tiers::{lossy, Fidelity};
@@ -61,7 +62,7 @@ pub(crate) fn load_version(
     else {
         return Ok(None);
     };
-    VersionRecord::decode(v.value())
+    VersionRecord::from_stored(&key, v.value())
         .map(Some)
         .map_err(|source| StoreError::Record {
             what: format!("version record of tensor {name:?} step {step}"),

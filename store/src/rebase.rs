@@ -21,6 +21,8 @@ use crate::cache::{Block, BlockCache};
 use crate::error::{DbContext, Result, StoreError};
 use crate::options::Options;
 use crate::reader::{fetch_error, load_version, Fetcher, Tables, WritableTables};
+use crate::record::checkpoint_key;
+use crate::record::Stored;
 use crate::record::{
     decode_version_key, version_key, version_key_range, BlockRecord, CheckpointRecord, Form,
     VersionRecord,
@@ -131,7 +133,7 @@ impl<'txn> WriteTables<'txn> {
         let key = version_key(name, step);
         self.t
             .versions
-            .insert(key.as_slice(), rec.encode().as_slice())
+            .insert(key.as_slice(), rec.to_stored(&key).as_slice())
             .ctx("writing a version record")?;
         Ok(())
     }
@@ -155,9 +157,11 @@ pub(crate) fn versions_of(
     {
         let (k, v) = entry.ctx("listing versions")?;
         let step = decode_version_key(k.value()).map(|(_, s)| s).unwrap_or(0);
-        let rec = VersionRecord::decode(v.value()).map_err(|source| StoreError::Record {
-            what: format!("version record of tensor {name:?} step {step}"),
-            source,
+        let rec = VersionRecord::from_stored(k.value(), v.value()).map_err(|source| {
+            StoreError::Record {
+                what: format!("version record of tensor {name:?} step {step}"),
+                source,
+            }
         })?;
         out.push((step, rec));
     }
@@ -459,7 +463,7 @@ fn drop_from_checkpoint(wt: &mut WriteTables<'_>, name: &str, step: u64) -> Resu
     cp.tensors.retain(|t| t != name);
     if !cp.tensors.is_empty() {
         wt.checkpoints
-            .insert(step, cp.encode().as_slice())
+            .insert(step, cp.to_stored(&checkpoint_key(step)).as_slice())
             .ctx("updating a checkpoint")?;
         return Ok(());
     }
@@ -478,7 +482,7 @@ pub(crate) fn load_checkpoint_record(
     let Some(v) = checkpoints.get(step).ctx("reading a checkpoint")? else {
         return Ok(None);
     };
-    CheckpointRecord::decode(v.value())
+    CheckpointRecord::from_stored(&checkpoint_key(step), v.value())
         .map(Some)
         .map_err(|source| StoreError::Record {
             what: format!("checkpoint record of step {step}"),

@@ -370,7 +370,7 @@ pub(crate) fn version_info(step: u64, rec: &VersionRecord, tiers: &[Tier]) -> Ve
             },
         })
         .collect();
-    let record_bytes = rec.encode().len() as u64;
+    let record_bytes = (rec.encode().len() + crate::record::CHECKSUM_LEN) as u64;
     VersionInfo {
         step,
         dtype: rec.dtype,

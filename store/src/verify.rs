@@ -8,6 +8,7 @@ use redb::ReadableTable;
 use crate::cache::BlockCache;
 use crate::error::{DbContext, Result, StoreError};
 use crate::reader::{decode_all, Fetcher};
+use crate::record::Stored;
 use crate::record::{decode_version_key, CheckpointRecord, SegmentInfo, VersionRecord};
 use crate::store::Store;
 
@@ -122,7 +123,10 @@ impl Store {
         let mut keys = Vec::new();
         for e in r.t.versions.iter().ctx("verifying versions")? {
             let (k, v) = e.ctx("verifying versions")?;
-            keys.push((k.value().to_vec(), VersionRecord::decode(v.value())));
+            keys.push((
+                k.value().to_vec(),
+                VersionRecord::from_stored(k.value(), v.value()),
+            ));
         }
         for (key, rec) in keys {
             report.versions += 1;
@@ -228,7 +232,7 @@ impl Store {
                 });
                 continue;
             };
-            let row = match crate::record::TierRow::decode(v.value()) {
+            let row = match crate::record::TierRow::from_stored(k.value(), v.value()) {
                 Ok(row) => row,
                 Err(e) => {
                     report.issues.push(Issue::TierRow {
@@ -267,7 +271,7 @@ impl Store {
             let address = k.value();
             report.segments += 1;
             let counted = refs.get(&address).copied().unwrap_or(0);
-            match SegmentInfo::decode(v.value()) {
+            match SegmentInfo::from_stored(&crate::record::segment_key(address), v.value()) {
                 Ok(info) if info.refcount != counted => {
                     ids.insert(info.id);
                     report.issues.push(Issue::Segment {
@@ -317,7 +321,7 @@ impl Store {
             let step = k.value();
             report.checkpoints += 1;
             steps.insert(step);
-            match CheckpointRecord::decode(v.value()) {
+            match CheckpointRecord::from_stored(&crate::record::checkpoint_key(step), v.value()) {
                 Ok(cp) => {
                     for t in cp.tensors {
                         if !versions.contains(&(t.clone(), step)) {

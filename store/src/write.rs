@@ -5,7 +5,9 @@ use crate::error::{DbContext, Result, StoreError};
 use crate::plan::{plan, NewVersion};
 use crate::reader::Fetcher;
 use crate::rebase::{delete_version, load_checkpoint_record};
+use crate::record::checkpoint_key;
 use crate::record::CheckpointRecord;
+use crate::record::Stored;
 use crate::store::Store;
 
 impl Store {
@@ -65,7 +67,7 @@ impl Store {
                     return Err(StoreError::CheckpointExists { step: *step });
                 }
                 wt.checkpoints
-                    .insert(*step, cp.encode().as_slice())
+                    .insert(*step, cp.to_stored(&checkpoint_key(*step)).as_slice())
                     .ctx("writing a checkpoint")?;
             }
             Ok(())

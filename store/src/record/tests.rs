@@ -128,3 +128,33 @@ fn format_and_segment_records() {
     assert_eq!(SegmentInfo::decode(&s.encode()), Ok(s));
     assert!(SegmentInfo::decode(&s.encode()[..31]).is_err());
 }
+
+#[test]
+fn sealed_records_catch_any_changed_byte_of_key_or_value() {
+    let key = version_key("layer.0.w", 1200);
+    let value = sample().encode();
+    let stored = sample().to_stored(&key);
+    assert_eq!(VersionRecord::from_stored(&key, &stored), Ok(sample()));
+    for i in 0..stored.len() {
+        for bit in [0x01u8, 0x80] {
+            let mut bad = stored.clone();
+            bad[i] ^= bit;
+            assert!(
+                VersionRecord::from_stored(&key, &bad).is_err(),
+                "value byte {i} bit {bit:#x}"
+            );
+        }
+    }
+    for i in 0..key.len() {
+        let mut k = key.clone();
+        k[i] ^= 0x04;
+        assert!(matches!(
+            VersionRecord::from_stored(&k, &stored),
+            Err(RecordError::Checksum { .. })
+        ));
+    }
+    // A value moved under another key of the same length is caught too.
+    let other = version_key("layer.0.w", 1201);
+    assert!(VersionRecord::from_stored(&other, &stored).is_err());
+    assert!(unseal(&key, &value[..3]).is_err());
+}

@@ -17,6 +17,7 @@
 //!      delta: source, f32 keep;  low rank: source, source;
 //!      scaled: source, f32 scale, u8 has permutation, u32 count + u32 x count
 //! source: u32 length + tensor name, u8 step kind (0 same, 1 before, 2 at), u64 step
+//! u64  xxh3-64 of the pattern and the bytes above (as every record value, crate docs)
 //! ```
 
 use strata_tiering::{Policy, Tier};
@@ -324,7 +325,12 @@ fn read_src(r: &mut Reader<'_>) -> Result<Source, RecordError> {
 }
 
 impl Rule {
+    /// The stored value: the rule and a checksum over pattern and rule.
     pub(crate) fn encode_value(&self) -> Vec<u8> {
+        crate::record::seal(self.pattern.as_bytes(), &self.encode_body())
+    }
+
+    fn encode_body(&self) -> Vec<u8> {
         let mut out = vec![RULE_VERSION, u8::from(self.pin)];
         let (kind, t) = match self.policy.policy {
             Policy::Exact => (0, Tier::Exact),
@@ -375,7 +381,8 @@ impl Rule {
         out
     }
 
-    pub(crate) fn decode(pattern: &[u8], value: &[u8]) -> Result<Rule, RecordError> {
+    pub(crate) fn decode(pattern: &[u8], stored: &[u8]) -> Result<Rule, RecordError> {
+        let value = crate::record::unseal(pattern, stored)?;
         let pattern = std::str::from_utf8(pattern)
             .map_err(|_| RecordError::Utf8 { field: "pattern" })?
             .to_string();

@@ -6,6 +6,7 @@ use redb::ReadableTable;
 
 use crate::error::{DbContext, Result, StoreError};
 use crate::rebase::WriteTables;
+use crate::record::Stored;
 use crate::record::{tier_key, version_key, Rebuild, TierRow};
 
 /// The tier row of block `block` of a version, if any.
@@ -22,7 +23,7 @@ pub(crate) fn load_row(
     let Some(v) = tiers.get(key.as_slice()).ctx("reading a tier row")? else {
         return Ok(None);
     };
-    TierRow::decode(v.value())
+    TierRow::from_stored(&key, v.value())
         .map(Some)
         .map_err(|source| StoreError::Record {
             what: format!("tier row of tensor {name:?} step {step} block {block}"),
@@ -46,10 +47,11 @@ pub(crate) fn load_rows(
     {
         let (k, v) = entry.ctx("reading tier rows")?;
         let block = crate::record::split_tier_key(k.value()).map_or(0, |(_, b)| b);
-        let row = TierRow::decode(v.value()).map_err(|source| StoreError::Record {
-            what: format!("tier row of tensor {name:?} step {step} block {block}"),
-            source,
-        })?;
+        let row =
+            TierRow::from_stored(k.value(), v.value()).map_err(|source| StoreError::Record {
+                what: format!("tier row of tensor {name:?} step {step} block {block}"),
+                source,
+            })?;
         out.push((block, row));
     }
     Ok(out)
@@ -65,7 +67,7 @@ pub(crate) fn put_row(
 ) -> Result<()> {
     let key = tier_key(&version_key(name, step), block);
     wt.t.tiers
-        .insert(key.as_slice(), row.encode().as_slice())
+        .insert(key.as_slice(), row.to_stored(&key).as_slice())
         .ctx("writing a tier row")?;
     Ok(())
 }

@@ -17,6 +17,7 @@ use strata_tiering::{
 
 use crate::error::{DbContext, Result, StoreError};
 use crate::reader::load_version;
+use crate::record::Stored;
 use crate::record::{decode_version_key, split_tier_key, ResidualRef, TierRow, VersionRecord};
 use crate::tiers::policy::Reconstruct;
 
@@ -100,9 +101,11 @@ impl Runtime {
             };
             let (vkey, block) = split_tier_key(k.value()).ok_or_else(bad_key)?;
             let (name, step) = decode_version_key(vkey).ok_or_else(bad_key)?;
-            let row = TierRow::decode(v.value()).map_err(|source| StoreError::Record {
-                what: format!("tier row of tensor {name:?} step {step} block {block}"),
-                source,
+            let row = TierRow::from_stored(k.value(), v.value()).map_err(|source| {
+                StoreError::Record {
+                    what: format!("tier row of tensor {name:?} step {step} block {block}"),
+                    source,
+                }
             })?;
             let same = matches!(&current, Some(((n, s), _)) if &**n == name && *s == step);
             if !same {
