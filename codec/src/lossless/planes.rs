@@ -1,9 +1,21 @@
-//! Byte-plane transform: XOR against a base, rotate floats, split into planes, and back.
+//! Plane transforms: XOR against a base, rotate floats, cut words into planes, and back.
 //!
-//! A float word is rotated left by one bit before splitting, so the sign moves to bit 0
+//! A float word is rotated left by one bit before cutting, so the sign moves to bit 0
 //! and the exponent fills the top byte (bf16, f32) or its top bits (f16, f64): the plane
 //! that holds the exponent then has few distinct values and codes well. XOR with a base of
 //! the same dtype is applied to the word first (rotation and XOR commute).
+//!
+//! Two cuts:
+//!
+//! - bytes ([`split`], [`join`]): plane `k` holds byte `k` (little-endian) of each word;
+//! - head ([`split_head`], [`join_head`], floats of 2, 4 or 8 bytes), top down: the top
+//!   [`HEAD_BITS`] bits (the exponent and the top mantissa bits, one joint symbol), then
+//!   bytes, then the last [`TAIL_BITS`] bits (low mantissa bits and the sign).
+
+use super::rans::Symbol;
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
 
 /// Splits `data` (and `data ^ base`) into `W` planes of `n` bytes in `planes`
 /// (`planes.len() == data.len()`): plane `k` holds byte `k` (little-endian) of each word.
@@ -173,7 +185,7 @@ pub(crate) enum Plane<'a> {
 
 impl Plane<'_> {
     #[inline(always)]
-    fn at(&self, i: usize) -> u8 {
+    pub(crate) fn at(&self, i: usize) -> u8 {
         match self {
             Plane::Bytes(b) => b[i],
             Plane::Constant(c) => *c,
@@ -205,4 +217,270 @@ fn rotl<const W: usize>(w: u64) -> u64 {
 
 fn rotr<const W: usize>(w: u64) -> u64 {
     ((w >> 1) | (w << (8 * W - 1))) & mask::<W>()
+}
+
+/// Bits of the head plane of the head cut.
+pub(crate) const HEAD_BITS: u32 = 10;
+/// Bits of the last plane of the head cut.
+pub(crate) const TAIL_BITS: u32 = 6;
+
+/// Splits `data` (and `data ^ base`) into the head cut: `head` gets the top
+/// [`HEAD_BITS`] bits of each rotated word; `rest` (`(W - 1) * n` bytes) gets the next
+/// `W - 2` bytes, top down, one plane each, then the low [`TAIL_BITS`] bits.
+pub(crate) fn split_head<const W: usize>(
+    data: &[u8],
+    base: Option<&[u8]>,
+    head: &mut [u16],
+    rest: &mut [u8],
+) {
+    let n = head.len();
+    match W {
+        2 => {
+            let tail = &mut rest[..n];
+            let words = data.chunks_exact(2);
+            match base {
+                Some(b) => {
+                    for (((h, t), d), b) in
+                        head.iter_mut().zip(tail).zip(words).zip(b.chunks_exact(2))
+                    {
+                        let w = (u16::from_le_bytes([d[0], d[1]])
+                            ^ u16::from_le_bytes([b[0], b[1]]))
+                        .rotate_left(1);
+                        *h = w >> TAIL_BITS;
+                        *t = (w & 0x3F) as u8;
+                    }
+                }
+                None => {
+                    for ((h, t), d) in head.iter_mut().zip(tail).zip(words) {
+                        let w = u16::from_le_bytes([d[0], d[1]]).rotate_left(1);
+                        *h = w >> TAIL_BITS;
+                        *t = (w & 0x3F) as u8;
+                    }
+                }
+            }
+        }
+        4 => {
+            let (p1, rest) = rest.split_at_mut(n);
+            let (p2, p3) = rest.split_at_mut(n);
+            let mut put = |i: usize, w: u32| {
+                head[i] = (w >> 22) as u16;
+                p1[i] = (w >> 14) as u8;
+                p2[i] = (w >> 6) as u8;
+                p3[i] = (w & 0x3F) as u8;
+            };
+            match base {
+                Some(bs) => {
+                    for (i, (d, b)) in data.chunks_exact(4).zip(bs.chunks_exact(4)).enumerate() {
+                        put(i, (le32(d) ^ le32(b)).rotate_left(1));
+                    }
+                }
+                None => {
+                    for (i, d) in data.chunks_exact(4).enumerate() {
+                        put(i, le32(d).rotate_left(1));
+                    }
+                }
+            }
+        }
+        _ => {
+            let bits = 8 * W as u32;
+            for (i, d) in data.chunks_exact(W).enumerate() {
+                let mut w = word::<W>(d);
+                if let Some(b) = base {
+                    w ^= word::<W>(&b[i * W..i * W + W]);
+                }
+                let w = rotl::<W>(w);
+                head[i] = (w >> (bits - HEAD_BITS)) as u16;
+                for k in 1..W - 1 {
+                    rest[(k - 1) * n + i] = (w >> (bits - HEAD_BITS - 8 * k as u32)) as u8;
+                }
+                rest[(W - 2) * n + i] = (w & 0x3F) as u8;
+            }
+        }
+    }
+}
+
+/// The head plane of the head cut when decoded: its symbols, or one repeated.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Head<'a> {
+    /// `n` symbols.
+    Words(&'a [u16]),
+    /// The same symbol `n` times.
+    Constant(u16),
+}
+
+impl Head<'_> {
+    #[inline(always)]
+    fn at(&self, i: usize) -> u16 {
+        match self {
+            Head::Words(w) => w[i],
+            Head::Constant(c) => *c,
+        }
+    }
+}
+
+/// The inverse of [`split_head`]: rebuilds words from the head and the `W - 1` other
+/// planes (symbols below `2^HEAD_BITS`, `2^8` and `2^TAIL_BITS`), un-rotates, XORs with
+/// `base`, and writes `out` (`n * W` bytes).
+pub(crate) fn join_head<const W: usize>(
+    head: Head<'_>,
+    rest: &[Plane<'_>],
+    base: Option<&[u8]>,
+    out: &mut [u8],
+) {
+    match (W, head, rest) {
+        (2, Head::Words(h), [Plane::Bytes(t)]) => {
+            for ((o, &h), &t) in out.chunks_exact_mut(2).zip(h).zip(*t) {
+                let w = (h << TAIL_BITS | u16::from(t)).rotate_right(1);
+                o.copy_from_slice(&w.to_le_bytes());
+            }
+        }
+        (4, Head::Words(h), [Plane::Bytes(a), Plane::Bytes(b), Plane::Bytes(c)]) => {
+            for (i, o) in out.chunks_exact_mut(4).enumerate() {
+                let w = u32::from(h[i]) << 22
+                    | u32::from(a[i]) << 14
+                    | u32::from(b[i]) << 6
+                    | u32::from(c[i]);
+                o.copy_from_slice(&w.rotate_right(1).to_le_bytes());
+            }
+        }
+        _ => {
+            let bits = 8 * W as u32;
+            for (i, o) in out.chunks_exact_mut(W).enumerate() {
+                let mut w = u64::from(head.at(i)) << (bits - HEAD_BITS);
+                for (k, p) in rest.iter().enumerate().take(W - 2) {
+                    w |= u64::from(p.at(i)) << (bits - HEAD_BITS - 8 * (k as u32 + 1));
+                }
+                w |= u64::from(rest[W - 2].at(i));
+                o.copy_from_slice(&rotr::<W>(w).to_le_bytes()[..W]);
+            }
+        }
+    }
+    if let Some(b) = base {
+        xor_in_place(out, b);
+    }
+}
+
+/// Appends `values` packed at `bits` (1..=16) bits each, most significant bit first (the
+/// first value's top bit is the top bit of the first byte, as in base64): `ceil(n * bits /
+/// 8)` bytes, the unused low bits of the last byte zero. Values must be below `2^bits`.
+pub(crate) fn pack<S: Symbol>(values: &[S], bits: u32, out: &mut Vec<u8>) {
+    let start = out.len();
+    out.resize(start + packed_len(values.len(), bits), 0);
+    let dst = &mut out[start..];
+    let mut done = 0;
+    if bits == 6 {
+        if let Some(v) = S::as_bytes(values) {
+            done = pack6(v, dst);
+        }
+    }
+    let mut acc = 0u64;
+    let mut held = 0;
+    let mut at = done / 4 * 3;
+    for &v in &values[done..] {
+        acc = acc << bits | v.index() as u64;
+        held += bits;
+        while held >= 8 {
+            held -= 8;
+            dst[at] = (acc >> held) as u8;
+            at += 1;
+        }
+    }
+    if held > 0 {
+        dst[at] = (acc << (8 - held)) as u8;
+    }
+}
+
+/// Bytes that [`pack`] writes for `n` values of `bits` bits.
+pub(crate) fn packed_len(n: usize, bits: u32) -> usize {
+    (n * bits as usize).div_ceil(8)
+}
+
+/// The inverse of [`pack`]: fills `out` from `src`, which must be exactly
+/// `packed_len(out.len(), bits)` bytes. `false` if the unused bits of the last byte are
+/// not zero.
+pub(crate) fn unpack<S: Symbol>(src: &[u8], bits: u32, out: &mut [S]) -> bool {
+    let mut done = 0;
+    if bits == 6 {
+        if let Some(o) = S::as_bytes_mut(out) {
+            done = unpack6(src, o);
+        }
+    }
+    let mask = (1u64 << bits) - 1;
+    let mut acc = 0u64;
+    let mut held = 0;
+    let mut bytes = src[(done / 4 * 3).min(src.len())..].iter();
+    for o in &mut out[done..] {
+        while held < bits {
+            acc = acc << 8 | u64::from(bytes.next().copied().unwrap_or(0));
+            held += 8;
+        }
+        held -= bits;
+        *o = S::from_index((acc >> held & mask) as u32);
+    }
+    acc & ((1 << held) - 1) == 0
+}
+
+/// Packs whole groups of four 6-bit values into three bytes each (`a << 18 | b << 12 | c
+/// << 6 | d`, big-endian); returns the values packed, a multiple of 4.
+fn pack6(values: &[u8], dst: &mut [u8]) -> usize {
+    let done = pack6_simd(values, dst);
+    for (v, d) in values[done..]
+        .chunks_exact(4)
+        .zip(dst[done / 4 * 3..].chunks_exact_mut(3))
+    {
+        let w =
+            u32::from(v[0]) << 18 | u32::from(v[1]) << 12 | u32::from(v[2]) << 6 | u32::from(v[3]);
+        d.copy_from_slice(&w.to_be_bytes()[1..]);
+    }
+    values.len() / 4 * 4
+}
+
+/// The leading groups [`pack6`] packs with SIMD; returns the values packed.
+#[cfg(target_arch = "x86_64")]
+fn pack6_simd(values: &[u8], dst: &mut [u8]) -> usize {
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: AVX2 is available (checked above), the one requirement of the call.
+        unsafe { avx2::pack6(values, dst) }
+    } else {
+        0
+    }
+}
+
+/// No SIMD here: nothing packed.
+#[cfg(not(target_arch = "x86_64"))]
+fn pack6_simd(_: &[u8], _: &mut [u8]) -> usize {
+    0
+}
+
+/// The leading groups [`unpack6`] unpacks with SIMD; returns the values written.
+#[cfg(target_arch = "x86_64")]
+fn unpack6_simd(src: &[u8], out: &mut [u8]) -> usize {
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: AVX2 is available (checked above), the one requirement of the call.
+        unsafe { avx2::unpack6(src, out) }
+    } else {
+        0
+    }
+}
+
+/// No SIMD here: nothing unpacked.
+#[cfg(not(target_arch = "x86_64"))]
+fn unpack6_simd(_: &[u8], _: &mut [u8]) -> usize {
+    0
+}
+
+/// The inverse of [`pack6`]: unpacks whole groups; returns the values written.
+fn unpack6(src: &[u8], out: &mut [u8]) -> usize {
+    let done = unpack6_simd(src, out);
+    for (o, s) in out[done..]
+        .chunks_exact_mut(4)
+        .zip(src[done / 4 * 3..].chunks_exact(3))
+    {
+        let w = u32::from_be_bytes([0, s[0], s[1], s[2]]);
+        o[0] = (w >> 18) as u8;
+        o[1] = (w >> 12 & 0x3F) as u8;
+        o[2] = (w >> 6 & 0x3F) as u8;
+        o[3] = (w & 0x3F) as u8;
+    }
+    out.len() / 4 * 4
 }

@@ -51,8 +51,8 @@ fn identical_to_base_is_tiny() {
             .collect::<Vec<_>>(),
     );
     let payload = round_trip(DType::F32, &data, Some(&data));
-    // Four constant planes: 4 * (5 + 1) bytes.
-    assert_eq!(payload.len(), 24);
+    // The layout byte and four constant planes: 1 + 4 * (5 + 1) bytes.
+    assert_eq!(payload.len(), 25);
 }
 
 #[test]
@@ -132,7 +132,7 @@ fn corrupt_payloads_are_errors() {
         Err(LosslessError::TrailingBytes { extra: 1 })
     );
     let mut bad = payload.clone();
-    bad[0] = 9;
+    bad[1] = 9;
     assert_eq!(
         decode(DType::F32, &bad, None, &mut out),
         Err(LosslessError::UnknownMethod {
@@ -140,6 +140,21 @@ fn corrupt_payloads_are_errors() {
             method: 9
         })
     );
+    let mut bad = payload.clone();
+    bad[0] = 7;
+    assert_eq!(
+        decode(DType::F32, &bad, None, &mut out),
+        Err(LosslessError::UnknownPlaneLayout {
+            code: 7,
+            dtype: DType::F32
+        })
+    );
+    // The head cut is for floats of 2 and 4 bytes only.
+    bad[0] = 1;
+    assert!(matches!(
+        decode(DType::I32, &bad, None, &mut out),
+        Err(LosslessError::UnknownPlaneLayout { code: 1, .. })
+    ));
     // Wrong element count for the payload.
     let mut short_out = vec![0u8; data.len() - 4];
     assert!(decode(DType::F32, &payload, None, &mut short_out).is_err());
@@ -171,5 +186,59 @@ proptest! {
         let data: Vec<u8> = v.iter().flat_map(|w| w.to_le_bytes()).collect();
         round_trip(DType::F64, &data, None);
         round_trip(DType::I64, &data, Some(&data.iter().rev().copied().collect::<Vec<_>>()));
+    }
+}
+
+/// Reference packer: most significant bit first, one bit at a time.
+fn pack_reference(values: &[u16], bits: u32) -> Vec<u8> {
+    let mut out = vec![0u8; planes::packed_len(values.len(), bits)];
+    for (i, &v) in values.iter().enumerate() {
+        for b in 0..bits {
+            if v >> (bits - 1 - b) & 1 == 1 {
+                let at = i * bits as usize + b as usize;
+                out[at / 8] |= 0x80 >> (at % 8);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn packing_matches_the_reference_at_every_width() {
+    let mut x = 0x9E37_79B9u32;
+    for bits in 1..=10u32 {
+        for n in (0..80).chain([1000, 4099]) {
+            let values: Vec<u16> = (0..n)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 17;
+                    x ^= x << 5;
+                    (x & ((1 << bits) - 1)) as u16
+                })
+                .collect();
+            let expect = pack_reference(&values, bits);
+            let mut packed = Vec::new();
+            planes::pack(&values, bits, &mut packed);
+            assert_eq!(packed, expect, "{bits} bits, {n} values");
+            let mut back = vec![0u16; n];
+            assert!(planes::unpack(&packed, bits, &mut back));
+            assert_eq!(back, values);
+            if bits <= 8 {
+                // Byte symbols take the fast paths (6 bits: AVX2 where the CPU has it).
+                let bytes: Vec<u8> = values.iter().map(|&v| v as u8).collect();
+                let mut packed = Vec::new();
+                planes::pack(&bytes, bits, &mut packed);
+                assert_eq!(packed, expect, "{bits} bits, {n} byte values");
+                let mut back = vec![0u8; n];
+                assert!(planes::unpack(&packed, bits, &mut back));
+                assert_eq!(back, bytes);
+                if !(n * bits as usize).is_multiple_of(8) {
+                    // A set padding bit is refused.
+                    let last = packed.len() - 1;
+                    packed[last] |= 1;
+                    assert!(!planes::unpack(&packed, bits, &mut back));
+                }
+            }
+        }
     }
 }

@@ -1,0 +1,315 @@
+//! AVX2 kernels of the wide layout (32 lanes, 4 streams of 8 lanes): the parent module's
+//! arithmetic, one stream's 8 lanes per register. They write the same bytes as the scalar
+//! code (tested), so a stream decodes the same way on every CPU.
+
+use std::arch::x86_64::*;
+
+use super::{EncTables, Reader, Streams, Symbol, MASK, MAX_LANES, PROB_BITS, PROB_SCALE, RANS_L};
+
+/// For each refill mask (bit `k`: lane `k` needs a word), the word each lane takes from the
+/// 8 at the stream's position: lane `k` takes word `popcount(mask & ((1 << k) - 1))`.
+static REFILL: [[u32; 8]; 256] = refill_table();
+
+/// For each emit mask (bit `k`: lane `k` emits its low 16 bits), a byte shuffle that puts
+/// the emitted words, in lane order, in the top words of a register: stored just below
+/// the stream's position they come out in decoder order.
+static EMIT: [[u8; 16]; 256] = emit_table();
+
+const fn refill_table() -> [[u32; 8]; 256] {
+    let mut t = [[0u32; 8]; 256];
+    let mut m = 0;
+    while m < 256 {
+        let (mut k, mut n) = (0, 0);
+        while k < 8 {
+            t[m][k] = n;
+            n += (m >> k & 1) as u32;
+            k += 1;
+        }
+        m += 1;
+    }
+    t
+}
+
+const fn emit_table() -> [[u8; 16]; 256] {
+    let mut t = [[0x80u8; 16]; 256];
+    let mut m = 0;
+    while m < 256 {
+        let mut slot = 8 - (m as u32).count_ones() as usize;
+        let mut k = 0;
+        while k < 8 {
+            if m >> k & 1 == 1 {
+                t[m][2 * slot] = 2 * k as u8;
+                t[m][2 * slot + 1] = 2 * k as u8 + 1;
+                slot += 1;
+            }
+            k += 1;
+        }
+        m += 1;
+    }
+    t
+}
+
+/// Decodes the `out.len() / 32` full steps of `out` (the first step's contexts are
+/// `ctx[..32]`), starting from states `x` and the four `readers`, which must each hold at
+/// least 8 words per step (a step reads at most one word per lane).
+///
+/// `table` holds `n_ctx` decode tables of `PROB_SCALE` slots. Contexts above `n_ctx - 1`
+/// are clamped (the caller has refused them already; the clamp keeps every gather inside
+/// the table whatever the input).
+///
+/// # Panics
+/// If `readers` are not 4 with enough words, the tables are shorter than `n_ctx` say, or
+/// `ctx` is shorter than `out`: the caller guarantees all of these.
+#[target_feature(enable = "avx2,popcnt")]
+pub(super) fn decode_steps<S: Symbol>(
+    table: &[u32],
+    n_ctx: usize,
+    ctx: Option<&[u8]>,
+    out: &mut [S],
+    x: &mut [u32; MAX_LANES],
+    readers: &mut [Reader<'_>],
+) {
+    match S::BITS {
+        8 => decode_kernel::<S, 8, 20>(table, n_ctx, ctx, out, x, readers),
+        _ => decode_kernel::<S, 10, 21>(table, n_ctx, ctx, out, x, readers),
+    }
+}
+
+/// [`decode_steps`] with the entry's field positions as constants: the frequency at bit
+/// `FB` (= `S::BITS`), the offset at bit `OB` (= `S::BITS + S::FREQ_BITS`).
+#[target_feature(enable = "avx2,popcnt")]
+fn decode_kernel<S: Symbol, const FB: i32, const OB: i32>(
+    table: &[u32],
+    n_ctx: usize,
+    ctx: Option<&[u8]>,
+    out: &mut [S],
+    x: &mut [u32; MAX_LANES],
+    readers: &mut [Reader<'_>],
+) {
+    assert!(FB as u32 == S::BITS && OB as u32 == S::BITS + S::FREQ_BITS);
+    assert!(S::BITS == 8 || S::BITS == 10 && size_of::<S>() == 2);
+    let steps = out.len() / 32;
+    assert!((1..=super::MAX_CONTEXTS).contains(&n_ctx) && table.len() >= n_ctx << PROB_BITS);
+    assert!(readers.len() == 4 && readers.iter().all(|r| r.words_left() >= 8 * steps));
+    assert!(ctx.is_none_or(|c| c.len() >= 32 * steps));
+    let low = _mm256_set1_epi32(MASK as i32);
+    let sym_mask = _mm256_set1_epi32((1 << S::BITS) - 1);
+    let freq_mask = _mm256_set1_epi32((1 << S::FREQ_BITS) - 1);
+    let one = _mm256_set1_epi32(1);
+    let l = _mm256_set1_epi32(RANS_L as i32);
+    let top = _mm256_set1_epi32(n_ctx as i32 - 1);
+    let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    let mut xs = [_mm256_setzero_si256(); 4];
+    for (g, v) in xs.iter_mut().enumerate() {
+        // SAFETY: lanes 8g..8g + 8 of the 32 in `x` (g < 4).
+        *v = unsafe { _mm256_loadu_si256(x.as_ptr().add(8 * g).cast()) };
+    }
+    let mut pos = [
+        readers[0].pos,
+        readers[1].pos,
+        readers[2].pos,
+        readers[3].pos,
+    ];
+    let words = [
+        readers[0].bytes.as_ptr(),
+        readers[1].bytes.as_ptr(),
+        readers[2].bytes.as_ptr(),
+        readers[3].bytes.as_ptr(),
+    ];
+    let table = table.as_ptr().cast::<i32>();
+    for t in 0..steps {
+        let mut syms = [_mm256_setzero_si256(); 4];
+        for g in 0..4 {
+            let mut idx = _mm256_and_si256(xs[g], low);
+            if let Some(c) = ctx {
+                // SAFETY: `c.len() >= 32 * steps` (asserted) and t < steps, so the 8
+                // bytes at 32t + 8g are inside `c`.
+                let cv = unsafe { _mm_loadl_epi64(c.as_ptr().add(32 * t + 8 * g).cast()) };
+                let cv = _mm256_min_epu32(_mm256_cvtepu8_epi32(cv), top);
+                idx = _mm256_or_si256(idx, _mm256_slli_epi32::<12>(cv));
+            }
+            // SAFETY: every index is `(x & MASK) | ctx << 12` with `ctx <= n_ctx - 1`, so
+            // below `n_ctx << PROB_BITS <= table.len()` (asserted).
+            let e = unsafe { _mm256_i32gather_epi32::<4>(table, idx) };
+            syms[g] = _mm256_and_si256(e, sym_mask);
+            let f = _mm256_and_si256(_mm256_srli_epi32::<FB>(e), freq_mask);
+            let f = _mm256_add_epi32(f, one);
+            let v = _mm256_add_epi32(
+                _mm256_mullo_epi32(f, _mm256_srli_epi32::<12>(xs[g])),
+                _mm256_srli_epi32::<OB>(e),
+            );
+            // States stay below 2^31, so the signed compare is an unsigned one.
+            let need = _mm256_cmpgt_epi32(l, v);
+            let m = _mm256_movemask_ps(_mm256_castsi256_ps(need)) as usize & 0xFF;
+            // SAFETY: stream g held at least 8 * steps words at `pos[g]` when the call
+            // began (asserted) and each step advances it by at most 8, so the 8 words
+            // (16 bytes) at the current `pos[g]` are inside `bytes`.
+            let w = unsafe { _mm_loadu_si128(words[g].add(2 * pos[g]).cast()) };
+            // SAFETY: `REFILL[m]` is 8 u32, 32 bytes; no alignment is needed.
+            let perm = unsafe { _mm256_loadu_si256(REFILL[m].as_ptr().cast()) };
+            let w = _mm256_permutevar8x32_epi32(_mm256_cvtepu16_epi32(w), perm);
+            let refilled = _mm256_or_si256(_mm256_slli_epi32::<16>(v), w);
+            xs[g] = _mm256_blendv_epi8(v, refilled, need);
+            pos[g] += m.count_ones() as usize;
+        }
+        // Packing to 16 bits gives [a0-3 b0-3 a4-7 b4-7] in 64-bit units; to bytes then
+        // [a0-3 b0-3 c0-3 d0-3 a4-7 b4-7 c4-7 d4-7] in 32-bit units.
+        let ab = _mm256_packus_epi32(syms[0], syms[1]);
+        let cd = _mm256_packus_epi32(syms[2], syms[3]);
+        let dst = out.as_mut_ptr().cast::<u8>();
+        if S::BITS == 8 {
+            let b = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(ab, cd), order);
+            // SAFETY: t < steps = out.len() / 32 and symbols are bytes, so bytes
+            // 32t..32t + 32 are inside `out`.
+            unsafe { _mm256_storeu_si256(dst.add(32 * t).cast(), b) };
+        } else {
+            let ab = _mm256_permute4x64_epi64::<0b11_01_10_00>(ab);
+            let cd = _mm256_permute4x64_epi64::<0b11_01_10_00>(cd);
+            // SAFETY: t < steps = out.len() / 32 and symbols are 2 bytes (asserted), so
+            // bytes 64t..64t + 64 are inside `out`.
+            unsafe {
+                _mm256_storeu_si256(dst.add(64 * t).cast(), ab);
+                _mm256_storeu_si256(dst.add(64 * t + 32).cast(), cd);
+            }
+        }
+    }
+    for (g, v) in xs.iter().enumerate() {
+        // SAFETY: lanes 8g..8g + 8 of the 32 in `x` (g < 4).
+        unsafe { _mm256_storeu_si256(x.as_mut_ptr().add(8 * g).cast(), *v) };
+    }
+    for (r, p) in readers.iter_mut().zip(pos) {
+        r.pos = p;
+    }
+}
+
+/// Encodes the `plane.len() / 32` full steps of `plane` in reverse (step `t`'s contexts
+/// are `ctx[32t..32t + 32]`) into the four streams of `st`, from states `x`.
+///
+/// Contexts above `n_ctx - 1` are clamped, as in [`decode_steps`].
+///
+/// # Panics
+/// If the tables are shorter than `n_ctx` say, `ctx` is shorter than `plane`, or a stream
+/// has fewer than `8 * (steps + 1)` free words below its position: the caller guarantees
+/// all of these.
+#[target_feature(enable = "avx2,popcnt")]
+pub(super) fn encode_steps<S: Symbol>(
+    tables: &EncTables,
+    n_ctx: usize,
+    plane: &[S],
+    ctx: Option<&[u8]>,
+    x: &mut [u32; MAX_LANES],
+    st: &mut Streams<'_>,
+) {
+    match S::BITS {
+        8 => encode_kernel::<S, 8>(tables, n_ctx, plane, ctx, x, st),
+        _ => encode_kernel::<S, 10>(tables, n_ctx, plane, ctx, x, st),
+    }
+}
+
+/// [`encode_steps`] with `S::BITS` as the constant `SB`.
+#[target_feature(enable = "avx2,popcnt")]
+fn encode_kernel<S: Symbol, const SB: i32>(
+    tables: &EncTables,
+    n_ctx: usize,
+    plane: &[S],
+    ctx: Option<&[u8]>,
+    x: &mut [u32; MAX_LANES],
+    st: &mut Streams<'_>,
+) {
+    assert!(SB as u32 == S::BITS);
+    assert!(S::BITS == 8 || S::BITS == 10 && size_of::<S>() == 2);
+    let steps = plane.len() / 32;
+    let entries = n_ctx << S::BITS;
+    assert!((1..=super::MAX_CONTEXTS).contains(&n_ctx));
+    assert!(tables.rcp.len() >= entries && tables.sym.len() >= entries);
+    assert!(ctx.is_none_or(|c| c.len() >= 32 * steps));
+    assert!(st.bytes.len() >= 2 * 4 * st.cap);
+    for &p in &st.pos {
+        assert!(p >= 8 * (steps + 1) && p <= st.cap);
+    }
+    let low = _mm256_set1_epi32(MASK as i32);
+    let low16 = _mm256_set1_epi32(0xFFFF);
+    let freq_mask = _mm256_set1_epi32(0x1FFF);
+    let one = _mm256_set1_epi32(1);
+    let scale = _mm256_set1_epi32(PROB_SCALE as i32);
+    let base_shift = _mm256_set1_epi32(31);
+    let lo32 = _mm256_set1_epi64x(0xFFFF_FFFF);
+    let top = _mm256_set1_epi32(n_ctx as i32 - 1);
+    let sym_mask = _mm256_set1_epi32((1 << S::BITS) - 1);
+    let mut xs = [_mm256_setzero_si256(); 4];
+    for (g, v) in xs.iter_mut().enumerate() {
+        // SAFETY: lanes 8g..8g + 8 of the 32 in `x` (g < 4).
+        *v = unsafe { _mm256_loadu_si256(x.as_ptr().add(8 * g).cast()) };
+    }
+    let rcp = tables.rcp.as_ptr().cast::<i32>();
+    let sym = tables.sym.as_ptr().cast::<i32>();
+    let src = plane.as_ptr().cast::<u8>();
+    let words = st.bytes.as_mut_ptr();
+    let cap = st.cap;
+    let mut pos = st.pos;
+    for t in (0..steps).rev() {
+        for g in 0..4 {
+            let mut idx = if S::BITS == 8 {
+                // SAFETY: t < steps = plane.len() / 32 and symbols are bytes, so the 8
+                // bytes at 32t + 8g are inside `plane`.
+                _mm256_cvtepu8_epi32(unsafe { _mm_loadl_epi64(src.add(32 * t + 8 * g).cast()) })
+            } else {
+                // SAFETY: as above with 2-byte symbols (asserted): bytes 64t + 16g..+16.
+                let v = unsafe { _mm_loadu_si128(src.add(64 * t + 16 * g).cast()) };
+                _mm256_and_si256(_mm256_cvtepu16_epi32(v), sym_mask)
+            };
+            if let Some(c) = ctx {
+                // SAFETY: `c.len() >= 32 * steps` (asserted), so the 8 bytes at 32t + 8g
+                // are inside `c`.
+                let cv = unsafe { _mm_loadl_epi64(c.as_ptr().add(32 * t + 8 * g).cast()) };
+                let cv = _mm256_min_epu32(_mm256_cvtepu8_epi32(cv), top);
+                idx = _mm256_or_si256(idx, _mm256_slli_epi32::<SB>(cv));
+            }
+            // SAFETY: every index is `symbol | ctx << S::BITS` with `symbol < 2^S::BITS`
+            // (masked) and `ctx <= n_ctx - 1`, below `n_ctx << S::BITS`, which both
+            // tables reach (asserted).
+            let (r, p) = unsafe {
+                (
+                    _mm256_i32gather_epi32::<4>(rcp, idx),
+                    _mm256_i32gather_epi32::<4>(sym, idx),
+                )
+            };
+            let f = _mm256_and_si256(p, freq_mask);
+            let start = _mm256_and_si256(_mm256_srli_epi32::<13>(p), low);
+            let shift = _mm256_add_epi32(_mm256_srli_epi32::<25>(p), base_shift);
+            let x_max = _mm256_sub_epi32(_mm256_slli_epi32::<19>(f), one);
+            let v = xs[g];
+            // States and `x_max - 1` are below 2^31: a signed compare is right.
+            let emit = _mm256_cmpgt_epi32(v, x_max);
+            let m = _mm256_movemask_ps(_mm256_castsi256_ps(emit)) as usize & 0xFF;
+            let w = _mm256_and_si256(v, low16);
+            let w = _mm256_permute4x64_epi64::<0b1000>(_mm256_packus_epi32(w, w));
+            // SAFETY: `EMIT[m]` is 16 bytes; no alignment is needed.
+            let shuffle = unsafe { _mm_loadu_si128(EMIT[m].as_ptr().cast()) };
+            let w = _mm_shuffle_epi8(_mm256_castsi256_si128(w), shuffle);
+            // SAFETY: `pos[g]` started at least 8 * (steps + 1) and at most `cap`
+            // (asserted), and each step lowers it by at most 8, so the 8 words below it are
+            // inside stream g's region, words `g * cap..(g + 1) * cap` of `st.bytes`
+            // (asserted long enough).
+            unsafe { _mm_storeu_si128(words.add(2 * (g * cap + pos[g] - 8)).cast(), w) };
+            pos[g] -= m.count_ones() as usize;
+            let v = _mm256_blendv_epi8(v, _mm256_srli_epi32::<16>(v), emit);
+            // q = (v * rcp) >> shift, per lane: even lanes, then odd lanes, in 64 bits.
+            let even = _mm256_srlv_epi64(_mm256_mul_epu32(v, r), _mm256_and_si256(shift, lo32));
+            let odd = _mm256_srlv_epi64(
+                _mm256_mul_epu32(_mm256_srli_epi64::<32>(v), _mm256_srli_epi64::<32>(r)),
+                _mm256_srli_epi64::<32>(shift),
+            );
+            let q = _mm256_blend_epi32::<0b1010_1010>(even, _mm256_slli_epi64::<32>(odd));
+            let v = _mm256_add_epi32(_mm256_add_epi32(v, start), {
+                _mm256_mullo_epi32(q, _mm256_sub_epi32(scale, f))
+            });
+            xs[g] = v;
+        }
+    }
+    for (g, v) in xs.iter().enumerate() {
+        // SAFETY: lanes 8g..8g + 8 of the 32 in `x` (g < 4).
+        unsafe { _mm256_storeu_si256(x.as_mut_ptr().add(8 * g).cast(), *v) };
+    }
+    st.pos = pos;
+}
