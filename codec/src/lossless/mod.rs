@@ -28,7 +28,8 @@
 //!
 //! - 0 raw: the symbols packed LSB-first at `b` bits, `stored_len == ceil(n * b / 8)`, the
 //!   unused bits of the last byte zero;
-//! - 1 zstd (8-bit planes only): a frame that decodes to exactly `n` bytes;
+//! - 1 zstd (planes of at most 8 bits): a frame that decodes to exactly `n` bytes, one
+//!   symbol each;
 //! - 2 constant: the symbol, 1 byte (2 bytes LE for a 10-bit plane), repeated `n` times;
 //! - 3 rANS: one model (see the `rans` module for the stream layout);
 //! - 4 rANS with base contexts (float deltas only): a byte `lo`, then a rANS stream of `C`
@@ -155,44 +156,52 @@ pub enum PlaneMethod {
 
 /// Encoder settings.
 ///
-/// Every plane that is not constant gets a byte histogram. A plane that coding would
-/// shrink by less than `min_gain` is stored raw. Otherwise it is rANS-coded (with base
-/// contexts for float deltas when they are smaller), and, when `zstd_level` is set, zstd
-/// is tried too and the smaller output kept: zstd wins on planes with repeats that an
-/// order-0 model cannot see, by 0.1 to 0.3 % on the shared data, at about twice the
-/// encode time.
+/// Every plane that is not constant gets a histogram. A plane that coding would shrink by
+/// less than `min_gain` is stored raw. Otherwise it is rANS-coded (with base contexts for
+/// float deltas when they are smaller), and zstd may be tried too, the smaller output
+/// kept: zstd wins on planes with repeats that an order-0 model cannot see (runs of
+/// equal bytes, such as the rows of an embedding table that were never trained and keep
+/// few mantissa bits), by 0.2 % on MiniLM in f32. It is tried only on planes of at most
+/// 8 bits whose neighbours are equal more often than their histogram predicts, which
+/// keeps its cost away from planes it cannot help.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LosslessOptions {
-    /// zstd level to try beside rANS; `None` (the default) skips zstd.
+    /// zstd level to try beside rANS (default 3); `None` never tries zstd.
     pub zstd_level: Option<i32>,
+    /// zstd is tried on a coded plane when the fraction of its symbols equal to the one
+    /// before exceeds the probability that two symbols drawn from its histogram are
+    /// equal by at least this much (default 0.02). `0.0` tries every coded plane.
+    pub zstd_min_repeats: f64,
     /// Smallest fraction of a plane that coding must save to be used (default 0.001).
-    /// Raising it trades ratio for decode speed: at 0.005 the near-random mantissa plane
-    /// of bf16 weights is stored raw (about 2x faster decode, 0.2 % larger on MiniLM).
+    /// Raising it stores near-random planes raw, which decode faster.
     pub min_gain: f64,
 }
 
 impl Default for LosslessOptions {
     fn default() -> Self {
         LosslessOptions {
-            zstd_level: None,
+            zstd_level: Some(3),
+            zstd_min_repeats: 0.02,
             min_gain: 0.001,
         }
     }
 }
 
 impl LosslessOptions {
-    /// The smallest output: zstd level 3 tried on every coded plane.
+    /// The smallest output: zstd level 3 tried on every coded plane, at about twice the
+    /// encode time of the default for 0.01 to 0.1 % on the shared series.
     pub fn max_ratio() -> Self {
         LosslessOptions {
-            zstd_level: Some(3),
+            zstd_min_repeats: 0.0,
             ..LosslessOptions::default()
         }
     }
 
-    /// The fastest decode: zstd skipped, planes that save under 0.5 % stored raw.
+    /// The fastest: zstd never tried, planes that save under 0.5 % stored raw.
     pub fn fast() -> Self {
         LosslessOptions {
             zstd_level: None,
+            zstd_min_repeats: 0.0,
             min_gain: 0.005,
         }
     }
@@ -446,7 +455,8 @@ impl PlaneEncoder<'_> {
         let worth = |size: usize| (size as f64) < raw as f64 * (1.0 - self.opts.min_gain);
         // Candidate models: order-0, and with a base the base-exponent contexts; keep the
         // smaller estimate.
-        let mut best = rans::Model::new::<S>(&[rans::histogram(plane)])
+        let hist = rans::histogram(plane);
+        let mut best = rans::Model::new::<S>(std::slice::from_ref(&hist))
             .map(|m| (m.bytes(), PlaneMethod::Rans, m));
         if let Some(bc) = self.contexts {
             let hists = rans::histograms(plane, &bc.ctx, bc.count);
@@ -467,7 +477,11 @@ impl PlaneEncoder<'_> {
                 }
                 _ => rans::encode(plane, rans::Contexts::Order0, &model, out),
             }
-            if let (Some(level), Some(bytes)) = (self.opts.zstd_level, S::as_bytes(plane)) {
+            let zstd = match (self.opts.zstd_level, S::as_bytes(plane)) {
+                (Some(level), Some(bytes)) if self.repeats(bytes, &hist) => Some((level, bytes)),
+                _ => None,
+            };
+            if let Some((level, bytes)) = zstd {
                 let c = match &mut self.zstd {
                     Some(c) => c,
                     None => self.zstd.insert(
@@ -494,6 +508,19 @@ impl PlaneEncoder<'_> {
             method = PlaneMethod::Raw;
         }
         Ok(method)
+    }
+
+    /// Whether zstd should be tried on `plane` (with histogram `hist`): its neighbours are
+    /// equal more often than `zstd_min_repeats` above what the histogram predicts.
+    fn repeats(&self, plane: &[u8], hist: &[u32]) -> bool {
+        let min = self.opts.zstd_min_repeats;
+        if min <= 0.0 {
+            return true;
+        }
+        let n = plane.len() as f64;
+        let collide: f64 = hist.iter().map(|&c| (f64::from(c) / n).powi(2)).sum();
+        let equal = plane.windows(2).filter(|w| w[0] == w[1]).count();
+        equal as f64 / n >= collide + min
     }
 }
 
@@ -546,7 +573,7 @@ pub fn decode(
         let bits = cut.bits(k, w);
         let ok = match method {
             0 => stored == planes::packed_len(n, bits),
-            1 => bits == 8 && stored > 0 && stored <= payload.len(),
+            1 => bits <= 8 && stored > 0 && stored <= payload.len(),
             2 => stored == constant_len(bits) && n > 0,
             3 => stored > 0 && stored <= payload.len() && n > 0,
             4 => stored > 1 && stored <= payload.len() && n > 0 && float && base.is_some(),
@@ -686,7 +713,12 @@ impl PlaneDecoder<'_> {
                 }
             }
             1 => match S::as_bytes_mut(dst) {
-                Some(d) => decode_zstd(body, plane, &mut self.zstd, d, self.n)?,
+                Some(d) => {
+                    decode_zstd(body, plane, &mut self.zstd, d, self.n)?;
+                    if d.iter().any(|&b| u32::from(b) >> bits != 0) {
+                        return Err(LosslessError::SymbolRange { plane, bits });
+                    }
+                }
                 None => return Err(LosslessError::UnknownMethod { plane, method }),
             },
             3 => rans::decode(body, plane, rans::Contexts::Order0, bits, dst)?,

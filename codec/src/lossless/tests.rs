@@ -1,15 +1,24 @@
 use super::*;
 use proptest::prelude::*;
 
+/// Round trips with every preset; returns the default's payload.
 fn round_trip(dtype: DType, data: &[u8], base: Option<&[u8]>) -> Vec<u8> {
-    let mut payload = Vec::new();
-    let stats =
-        encode(dtype, data, base, &LosslessOptions::default(), &mut payload).expect("encode");
-    assert_eq!(stats.payload_bytes, payload.len());
-    let mut out = vec![0xEEu8; data.len()];
-    decode(dtype, &payload, base, &mut out).expect("decode");
-    assert_eq!(out, data, "{dtype} round trip");
-    payload
+    let presets = [
+        LosslessOptions::default(),
+        LosslessOptions::max_ratio(),
+        LosslessOptions::fast(),
+    ];
+    let mut first = None;
+    for opts in presets {
+        let mut payload = Vec::new();
+        let stats = encode(dtype, data, base, &opts, &mut payload).expect("encode");
+        assert_eq!(stats.payload_bytes, payload.len());
+        let mut out = vec![0xEEu8; data.len()];
+        decode(dtype, &payload, base, &mut out).expect("decode");
+        assert_eq!(out, data, "{dtype} round trip with {opts:?}");
+        first.get_or_insert(payload);
+    }
+    first.unwrap_or_default()
 }
 
 fn special_f32() -> impl Strategy<Value = u32> {
@@ -53,6 +62,58 @@ fn identical_to_base_is_tiny() {
     let payload = round_trip(DType::F32, &data, Some(&data));
     // The layout byte and four constant planes: 1 + 4 * (5 + 1) bytes.
     assert_eq!(payload.len(), 25);
+}
+
+#[test]
+fn zstd_takes_planes_with_runs() {
+    // f32 weights whose rows alternate between full precision and fp16 precision (the
+    // low 13 mantissa bits zero), as in an embedding table with untrained rows: the two
+    // low planes have long runs, which zstd codes and rANS cannot.
+    let mut x = 0x2545_F491u32;
+    let words: Vec<u32> = (0..65_536u32)
+        .map(|i| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            let v = ((x >> 8) as f32 / (1 << 24) as f32 - 0.5) * 0.1;
+            if (i / 384) % 3 == 0 {
+                v.to_bits() & !0x1FFF
+            } else {
+                v.to_bits()
+            }
+        })
+        .collect();
+    let data = bytes_of(&words);
+    round_trip(DType::F32, &data, None);
+    let mut payload = Vec::new();
+    let stats = encode(
+        DType::F32,
+        &data,
+        None,
+        &LosslessOptions::default(),
+        &mut payload,
+    )
+    .expect("encode");
+    assert_eq!(stats.planes[2].0, PlaneMethod::Zstd, "{stats:?}");
+    assert_eq!(stats.planes[3].0, PlaneMethod::Zstd, "{stats:?}");
+    // A 6-bit plane whose zstd frame holds a wider symbol is refused.
+    let z = zstd::bulk::compress(&vec![64u8; 65_536], 3).expect("zstd");
+    let mut bad = payload[..1 + 5 * 4].to_vec();
+    let bodies_at = 1 + 5 * 4;
+    let mut at = bodies_at;
+    for k in 0..3 {
+        let len = stats.planes[k].1;
+        bad.extend_from_slice(&payload[at..at + len]);
+        at += len;
+    }
+    bad[1 + 15] = 1;
+    bad[1 + 16..1 + 20].copy_from_slice(&(z.len() as u32).to_le_bytes());
+    bad.extend_from_slice(&z);
+    let mut out = vec![0u8; data.len()];
+    assert_eq!(
+        decode(DType::F32, &bad, None, &mut out),
+        Err(LosslessError::SymbolRange { plane: 3, bits: 6 })
+    );
 }
 
 #[test]

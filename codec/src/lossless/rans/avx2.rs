@@ -99,11 +99,9 @@ fn decode_kernel<S: Symbol, const FB: i32, const OB: i32>(
     let l = _mm256_set1_epi32(RANS_L as i32);
     let top = _mm256_set1_epi32(n_ctx as i32 - 1);
     let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-    let mut xs = [_mm256_setzero_si256(); 4];
-    for (g, v) in xs.iter_mut().enumerate() {
-        // SAFETY: lanes 8g..8g + 8 of the 32 in `x` (g < 4).
-        *v = unsafe { _mm256_loadu_si256(x.as_ptr().add(8 * g).cast()) };
-    }
+    // SAFETY: lanes 8g..8g + 8 of the 32 in `x` for g = 0..4.
+    let [mut x0, mut x1, mut x2, mut x3] =
+        [0, 1, 2, 3].map(|g| unsafe { _mm256_loadu_si256(x.as_ptr().add(8 * g).cast()) });
     let mut pos = [
         readers[0].pos,
         readers[1].pos,
@@ -117,46 +115,54 @@ fn decode_kernel<S: Symbol, const FB: i32, const OB: i32>(
         readers[3].bytes.as_ptr(),
     ];
     let table = table.as_ptr().cast::<i32>();
-    for t in 0..steps {
-        let mut syms = [_mm256_setzero_si256(); 4];
-        for g in 0..4 {
-            let mut idx = _mm256_and_si256(xs[g], low);
-            if let Some(c) = ctx {
-                // SAFETY: `c.len() >= 32 * steps` (asserted) and t < steps, so the 8
-                // bytes at 32t + 8g are inside `c`.
-                let cv = unsafe { _mm_loadl_epi64(c.as_ptr().add(32 * t + 8 * g).cast()) };
-                let cv = _mm256_min_epu32(_mm256_cvtepu8_epi32(cv), top);
-                idx = _mm256_or_si256(idx, _mm256_slli_epi32::<12>(cv));
-            }
-            // SAFETY: every index is `(x & MASK) | ctx << 12` with `ctx <= n_ctx - 1`, so
-            // below `n_ctx << PROB_BITS <= table.len()` (asserted).
-            let e = unsafe { _mm256_i32gather_epi32::<4>(table, idx) };
-            syms[g] = _mm256_and_si256(e, sym_mask);
-            let f = _mm256_and_si256(_mm256_srli_epi32::<FB>(e), freq_mask);
-            let f = _mm256_add_epi32(f, one);
-            let v = _mm256_add_epi32(
-                _mm256_mullo_epi32(f, _mm256_srli_epi32::<12>(xs[g])),
-                _mm256_srli_epi32::<OB>(e),
-            );
-            // States stay below 2^31, so the signed compare is an unsigned one.
-            let need = _mm256_cmpgt_epi32(l, v);
-            let m = _mm256_movemask_ps(_mm256_castsi256_ps(need)) as usize & 0xFF;
-            // SAFETY: stream g held at least 8 * steps words at `pos[g]` when the call
-            // began (asserted) and each step advances it by at most 8, so the 8 words
-            // (16 bytes) at the current `pos[g]` are inside `bytes`.
-            let w = unsafe { _mm_loadu_si128(words[g].add(2 * pos[g]).cast()) };
-            // SAFETY: `REFILL[m]` is 8 u32, 32 bytes; no alignment is needed.
-            let perm = unsafe { _mm256_loadu_si256(REFILL[m].as_ptr().cast()) };
-            let w = _mm256_permutevar8x32_epi32(_mm256_cvtepu16_epi32(w), perm);
-            let refilled = _mm256_or_si256(_mm256_slli_epi32::<16>(v), w);
-            xs[g] = _mm256_blendv_epi8(v, refilled, need);
-            pos[g] += m.count_ones() as usize;
+    // One step of stream g's 8 lanes from state `v` (step t): the new state and the
+    // symbols, one per 32-bit lane.
+    let mut lanes = |v: __m256i, g: usize, t: usize| -> (__m256i, __m256i) {
+        let mut idx = _mm256_and_si256(v, low);
+        if let Some(c) = ctx {
+            // SAFETY: `c.len() >= 32 * steps` (asserted) and t < steps, so the 8 bytes at
+            // 32t + 8g are inside `c`.
+            let cv = unsafe { _mm_loadl_epi64(c.as_ptr().add(32 * t + 8 * g).cast()) };
+            let cv = _mm256_min_epu32(_mm256_cvtepu8_epi32(cv), top);
+            idx = _mm256_or_si256(idx, _mm256_slli_epi32::<12>(cv));
         }
+        // SAFETY: every index is `(x & MASK) | ctx << 12` with `ctx <= n_ctx - 1`, so
+        // below `n_ctx << PROB_BITS <= table.len()` (asserted).
+        let e = unsafe { _mm256_i32gather_epi32::<4>(table, idx) };
+        let f = _mm256_and_si256(_mm256_srli_epi32::<FB>(e), freq_mask);
+        let f = _mm256_add_epi32(f, one);
+        let v = _mm256_add_epi32(
+            _mm256_mullo_epi32(f, _mm256_srli_epi32::<12>(v)),
+            _mm256_srli_epi32::<OB>(e),
+        );
+        // States stay below 2^31, so the signed compare is an unsigned one.
+        let need = _mm256_cmpgt_epi32(l, v);
+        let m = _mm256_movemask_ps(_mm256_castsi256_ps(need)) as usize & 0xFF;
+        // SAFETY: stream g held at least 8 * steps words at `pos[g]` when the call began
+        // (asserted) and each step advances it by at most 8, so the 8 words (16 bytes) at
+        // the current `pos[g]` are inside `bytes`.
+        let w = unsafe { _mm_loadu_si128(words[g].add(2 * pos[g]).cast()) };
+        // SAFETY: `REFILL[m]` is 8 u32, 32 bytes; no alignment is needed.
+        let perm = unsafe { _mm256_loadu_si256(REFILL[m].as_ptr().cast()) };
+        let w = _mm256_permutevar8x32_epi32(_mm256_cvtepu16_epi32(w), perm);
+        let refilled = _mm256_or_si256(_mm256_slli_epi32::<16>(v), w);
+        pos[g] += m.count_ones() as usize;
+        (
+            _mm256_blendv_epi8(v, refilled, need),
+            _mm256_and_si256(e, sym_mask),
+        )
+    };
+    let dst = out.as_mut_ptr().cast::<u8>();
+    for t in 0..steps {
+        let (y0, s0) = lanes(x0, 0, t);
+        let (y1, s1) = lanes(x1, 1, t);
+        let (y2, s2) = lanes(x2, 2, t);
+        let (y3, s3) = lanes(x3, 3, t);
+        [x0, x1, x2, x3] = [y0, y1, y2, y3];
         // Packing to 16 bits gives [a0-3 b0-3 a4-7 b4-7] in 64-bit units; to bytes then
         // [a0-3 b0-3 c0-3 d0-3 a4-7 b4-7 c4-7 d4-7] in 32-bit units.
-        let ab = _mm256_packus_epi32(syms[0], syms[1]);
-        let cd = _mm256_packus_epi32(syms[2], syms[3]);
-        let dst = out.as_mut_ptr().cast::<u8>();
+        let ab = _mm256_packus_epi32(s0, s1);
+        let cd = _mm256_packus_epi32(s2, s3);
         if S::BITS == 8 {
             let b = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(ab, cd), order);
             // SAFETY: t < steps = out.len() / 32 and symbols are bytes, so bytes
@@ -173,9 +179,9 @@ fn decode_kernel<S: Symbol, const FB: i32, const OB: i32>(
             }
         }
     }
-    for (g, v) in xs.iter().enumerate() {
+    for (g, v) in [x0, x1, x2, x3].into_iter().enumerate() {
         // SAFETY: lanes 8g..8g + 8 of the 32 in `x` (g < 4).
-        unsafe { _mm256_storeu_si256(x.as_mut_ptr().add(8 * g).cast(), *v) };
+        unsafe { _mm256_storeu_si256(x.as_mut_ptr().add(8 * g).cast(), v) };
     }
     for (r, p) in readers.iter_mut().zip(pos) {
         r.pos = p;
@@ -221,7 +227,7 @@ fn encode_kernel<S: Symbol, const SB: i32>(
     let steps = plane.len() / 32;
     let entries = n_ctx << S::BITS;
     assert!((1..=super::MAX_CONTEXTS).contains(&n_ctx));
-    assert!(tables.rcp.len() >= entries && tables.sym.len() >= entries);
+    assert!(tables.sym.len() >= entries);
     assert!(ctx.is_none_or(|c| c.len() >= 32 * steps));
     assert!(st.bytes.len() >= 2 * 4 * st.cap);
     for &p in &st.pos {
@@ -231,85 +237,83 @@ fn encode_kernel<S: Symbol, const SB: i32>(
     let low16 = _mm256_set1_epi32(0xFFFF);
     let freq_mask = _mm256_set1_epi32(0x1FFF);
     let one = _mm256_set1_epi32(1);
+    let zero = _mm256_setzero_si256();
+    let two = _mm256_set1_ps(2.0);
     let scale = _mm256_set1_epi32(PROB_SCALE as i32);
-    let base_shift = _mm256_set1_epi32(31);
-    let lo32 = _mm256_set1_epi64x(0xFFFF_FFFF);
     let top = _mm256_set1_epi32(n_ctx as i32 - 1);
     let sym_mask = _mm256_set1_epi32((1 << S::BITS) - 1);
-    let mut xs = [_mm256_setzero_si256(); 4];
-    for (g, v) in xs.iter_mut().enumerate() {
-        // SAFETY: lanes 8g..8g + 8 of the 32 in `x` (g < 4).
-        *v = unsafe { _mm256_loadu_si256(x.as_ptr().add(8 * g).cast()) };
-    }
-    let rcp = tables.rcp.as_ptr().cast::<i32>();
+    // SAFETY: lanes 8g..8g + 8 of the 32 in `x` for g = 0..4.
+    let [mut x0, mut x1, mut x2, mut x3] =
+        [0, 1, 2, 3].map(|g| unsafe { _mm256_loadu_si256(x.as_ptr().add(8 * g).cast()) });
     let sym = tables.sym.as_ptr().cast::<i32>();
     let src = plane.as_ptr().cast::<u8>();
     let words = st.bytes.as_mut_ptr();
     let cap = st.cap;
     let mut pos = st.pos;
-    for t in (0..steps).rev() {
-        for g in 0..4 {
-            let mut idx = if S::BITS == 8 {
-                // SAFETY: t < steps = plane.len() / 32 and symbols are bytes, so the 8
-                // bytes at 32t + 8g are inside `plane`.
-                _mm256_cvtepu8_epi32(unsafe { _mm_loadl_epi64(src.add(32 * t + 8 * g).cast()) })
-            } else {
-                // SAFETY: as above with 2-byte symbols (asserted): bytes 64t + 16g..+16.
-                let v = unsafe { _mm_loadu_si128(src.add(64 * t + 16 * g).cast()) };
-                _mm256_and_si256(_mm256_cvtepu16_epi32(v), sym_mask)
-            };
-            if let Some(c) = ctx {
-                // SAFETY: `c.len() >= 32 * steps` (asserted), so the 8 bytes at 32t + 8g
-                // are inside `c`.
-                let cv = unsafe { _mm_loadl_epi64(c.as_ptr().add(32 * t + 8 * g).cast()) };
-                let cv = _mm256_min_epu32(_mm256_cvtepu8_epi32(cv), top);
-                idx = _mm256_or_si256(idx, _mm256_slli_epi32::<SB>(cv));
-            }
-            // SAFETY: every index is `symbol | ctx << S::BITS` with `symbol < 2^S::BITS`
-            // (masked) and `ctx <= n_ctx - 1`, below `n_ctx << S::BITS`, which both
-            // tables reach (asserted).
-            let (r, p) = unsafe {
-                (
-                    _mm256_i32gather_epi32::<4>(rcp, idx),
-                    _mm256_i32gather_epi32::<4>(sym, idx),
-                )
-            };
-            let f = _mm256_and_si256(p, freq_mask);
-            let start = _mm256_and_si256(_mm256_srli_epi32::<13>(p), low);
-            let shift = _mm256_add_epi32(_mm256_srli_epi32::<25>(p), base_shift);
-            let x_max = _mm256_sub_epi32(_mm256_slli_epi32::<19>(f), one);
-            let v = xs[g];
-            // States and `x_max - 1` are below 2^31: a signed compare is right.
-            let emit = _mm256_cmpgt_epi32(v, x_max);
-            let m = _mm256_movemask_ps(_mm256_castsi256_ps(emit)) as usize & 0xFF;
-            let w = _mm256_and_si256(v, low16);
-            let w = _mm256_permute4x64_epi64::<0b1000>(_mm256_packus_epi32(w, w));
-            // SAFETY: `EMIT[m]` is 16 bytes; no alignment is needed.
-            let shuffle = unsafe { _mm_loadu_si128(EMIT[m].as_ptr().cast()) };
-            let w = _mm_shuffle_epi8(_mm256_castsi256_si128(w), shuffle);
-            // SAFETY: `pos[g]` started at least 8 * (steps + 1) and at most `cap`
-            // (asserted), and each step lowers it by at most 8, so the 8 words below it are
-            // inside stream g's region, words `g * cap..(g + 1) * cap` of `st.bytes`
-            // (asserted long enough).
-            unsafe { _mm_storeu_si128(words.add(2 * (g * cap + pos[g] - 8)).cast(), w) };
-            pos[g] -= m.count_ones() as usize;
-            let v = _mm256_blendv_epi8(v, _mm256_srli_epi32::<16>(v), emit);
-            // q = (v * rcp) >> shift, per lane: even lanes, then odd lanes, in 64 bits.
-            let even = _mm256_srlv_epi64(_mm256_mul_epu32(v, r), _mm256_and_si256(shift, lo32));
-            let odd = _mm256_srlv_epi64(
-                _mm256_mul_epu32(_mm256_srli_epi64::<32>(v), _mm256_srli_epi64::<32>(r)),
-                _mm256_srli_epi64::<32>(shift),
-            );
-            let q = _mm256_blend_epi32::<0b1010_1010>(even, _mm256_slli_epi64::<32>(odd));
-            let v = _mm256_add_epi32(_mm256_add_epi32(v, start), {
-                _mm256_mullo_epi32(q, _mm256_sub_epi32(scale, f))
-            });
-            xs[g] = v;
+    // One step of stream g's 8 lanes, state `v`, symbols of step t.
+    let mut lanes = |v: __m256i, g: usize, t: usize| -> __m256i {
+        let mut idx = if S::BITS == 8 {
+            // SAFETY: t < steps = plane.len() / 32 and symbols are bytes, so the 8 bytes
+            // at 32t + 8g are inside `plane`.
+            _mm256_cvtepu8_epi32(unsafe { _mm_loadl_epi64(src.add(32 * t + 8 * g).cast()) })
+        } else {
+            // SAFETY: as above with 2-byte symbols (asserted): bytes 64t + 16g..+16.
+            let v = unsafe { _mm_loadu_si128(src.add(64 * t + 16 * g).cast()) };
+            _mm256_and_si256(_mm256_cvtepu16_epi32(v), sym_mask)
+        };
+        if let Some(c) = ctx {
+            // SAFETY: `c.len() >= 32 * steps` (asserted), so the 8 bytes at 32t + 8g are
+            // inside `c`.
+            let cv = unsafe { _mm_loadl_epi64(c.as_ptr().add(32 * t + 8 * g).cast()) };
+            let cv = _mm256_min_epu32(_mm256_cvtepu8_epi32(cv), top);
+            idx = _mm256_or_si256(idx, _mm256_slli_epi32::<SB>(cv));
         }
+        // SAFETY: every index is `symbol | ctx << S::BITS` with `symbol < 2^S::BITS`
+        // (masked) and `ctx <= n_ctx - 1`, below `n_ctx << S::BITS`, which the table
+        // reaches (asserted).
+        let p = unsafe { _mm256_i32gather_epi32::<4>(sym, idx) };
+        let f = _mm256_and_si256(p, freq_mask);
+        let start = _mm256_and_si256(_mm256_srli_epi32::<13>(p), low);
+        let x_max = _mm256_sub_epi32(_mm256_slli_epi32::<19>(f), one);
+        // States and `x_max - 1` are below 2^31: a signed compare is right.
+        let emit = _mm256_cmpgt_epi32(v, x_max);
+        let m = _mm256_movemask_ps(_mm256_castsi256_ps(emit)) as usize & 0xFF;
+        let w = _mm256_and_si256(v, low16);
+        let w = _mm256_permute4x64_epi64::<0b1000>(_mm256_packus_epi32(w, w));
+        // SAFETY: `EMIT[m]` is 16 bytes; no alignment is needed.
+        let shuffle = unsafe { _mm_loadu_si128(EMIT[m].as_ptr().cast()) };
+        let w = _mm_shuffle_epi8(_mm256_castsi256_si128(w), shuffle);
+        // SAFETY: `pos[g]` started at least 8 * (steps + 1) and at most `cap` (asserted),
+        // and each step lowers it by at most 8, so the 8 words below it are inside
+        // stream g's region, words `g * cap..(g + 1) * cap` of `st.bytes` (asserted long
+        // enough).
+        unsafe { _mm_storeu_si128(words.add(2 * (g * cap + pos[g] - 8)).cast(), w) };
+        pos[g] -= m.count_ones() as usize;
+        let v = _mm256_blendv_epi8(v, _mm256_srli_epi32::<16>(v), emit);
+        // q = v / f. Now v < 2^19 f, so q < 2^19: a float estimate from a reciprocal
+        // refined by one Newton step (relative error below 2^-21) is within 0.32 of v / f,
+        // so its floor is off by at most one, which the remainder corrects. The result is
+        // exact, whatever the CPU's `rcp` approximation.
+        let ff = _mm256_cvtepi32_ps(f);
+        let r = _mm256_rcp_ps(ff);
+        let r = _mm256_mul_ps(r, _mm256_sub_ps(two, _mm256_mul_ps(ff, r)));
+        let q = _mm256_cvttps_epi32(_mm256_mul_ps(_mm256_cvtepi32_ps(v), r));
+        let rem = _mm256_sub_epi32(v, _mm256_mullo_epi32(q, f));
+        let q = _mm256_add_epi32(q, _mm256_cmpgt_epi32(zero, rem));
+        let q = _mm256_sub_epi32(q, _mm256_cmpgt_epi32(rem, _mm256_sub_epi32(f, one)));
+        // x = v + start + q * (SCALE - f) = q * SCALE + v % f + start.
+        let q_scale = _mm256_mullo_epi32(q, _mm256_sub_epi32(scale, f));
+        _mm256_add_epi32(_mm256_add_epi32(v, start), q_scale)
+    };
+    for t in (0..steps).rev() {
+        x0 = lanes(x0, 0, t);
+        x1 = lanes(x1, 1, t);
+        x2 = lanes(x2, 2, t);
+        x3 = lanes(x3, 3, t);
     }
-    for (g, v) in xs.iter().enumerate() {
+    for (g, v) in [x0, x1, x2, x3].into_iter().enumerate() {
         // SAFETY: lanes 8g..8g + 8 of the 32 in `x` (g < 4).
-        unsafe { _mm256_storeu_si256(x.as_mut_ptr().add(8 * g).cast(), *v) };
+        unsafe { _mm256_storeu_si256(x.as_mut_ptr().add(8 * g).cast(), v) };
     }
     st.pos = pos;
 }
