@@ -371,7 +371,7 @@ fn exponent_bytes(dtype: DType, data: &[u8]) -> Vec<u8> {
 struct BaseContexts {
     lo: u8,
     count: usize,
-    ctx: Vec<u8>,
+    map: rans::ContextMap,
 }
 
 impl BaseContexts {
@@ -383,7 +383,7 @@ impl BaseContexts {
         (count >= 2).then(|| BaseContexts {
             lo,
             count,
-            ctx: bucketize(&exps, lo, count),
+            map: rans::ContextMap::new(bucketize(&exps, lo, count)),
         })
     }
 }
@@ -455,11 +455,17 @@ impl PlaneEncoder<'_> {
         let worth = |size: usize| (size as f64) < raw as f64 * (1.0 - self.opts.min_gain);
         // Candidate models: order-0, and with a base the base-exponent contexts; keep the
         // smaller estimate.
-        let hist = rans::histogram(plane);
+        // With base contexts, the order-0 histogram is the sum of the contexts' ones.
+        let hists = self
+            .contexts
+            .map(|bc| rans::histograms(plane, bc.map.ctx(), bc.count));
+        let hist = match &hists {
+            Some(h) => rans::merge(h),
+            None => rans::histogram(plane),
+        };
         let mut best = rans::Model::new::<S>(std::slice::from_ref(&hist))
             .map(|m| (m.bytes(), PlaneMethod::Rans, m));
-        if let Some(bc) = self.contexts {
-            let hists = rans::histograms(plane, &bc.ctx, bc.count);
+        if let Some(hists) = hists {
             if let Some(m) = rans::Model::new::<S>(&hists) {
                 if best.as_ref().is_none_or(|b| m.bytes() + 1 < b.0) {
                     best = Some((m.bytes() + 1, PlaneMethod::RansBaseContext, m));
@@ -473,7 +479,7 @@ impl PlaneEncoder<'_> {
             match (m, self.contexts) {
                 (PlaneMethod::RansBaseContext, Some(bc)) => {
                     out.push(bc.lo);
-                    rans::encode(plane, rans::Contexts::Given(&bc.ctx), &model, out);
+                    rans::encode(plane, rans::Contexts::Given(&bc.map), &model, out);
                 }
                 _ => rans::encode(plane, rans::Contexts::Order0, &model, out),
             }
@@ -511,16 +517,31 @@ impl PlaneEncoder<'_> {
     }
 
     /// Whether zstd should be tried on `plane` (with histogram `hist`): its neighbours are
-    /// equal more often than `zstd_min_repeats` above what the histogram predicts.
+    /// equal more often than `zstd_min_repeats` above what the histogram predicts. Large
+    /// planes are sampled: 64 runs of 1024 symbols spread evenly.
     fn repeats(&self, plane: &[u8], hist: &[u32]) -> bool {
+        const RUNS: usize = 64;
+        const RUN: usize = 1024;
         let min = self.opts.zstd_min_repeats;
         if min <= 0.0 {
             return true;
         }
         let n = plane.len() as f64;
         let collide: f64 = hist.iter().map(|&c| (f64::from(c) / n).powi(2)).sum();
-        let equal = plane.windows(2).filter(|w| w[0] == w[1]).count();
-        equal as f64 / n >= collide + min
+        let equal_in = |run: &[u8]| -> usize {
+            let next = run.get(1..).unwrap_or_default();
+            next.iter().zip(run).map(|(a, b)| usize::from(a == b)).sum()
+        };
+        let (equal, pairs) = if plane.len() <= RUNS * RUN {
+            (equal_in(plane), plane.len().saturating_sub(1))
+        } else {
+            let stride = plane.len() / RUNS;
+            let equal = (0..RUNS)
+                .map(|r| equal_in(&plane[r * stride..r * stride + RUN]))
+                .sum();
+            (equal, RUNS * (RUN - 1))
+        };
+        equal as f64 >= (collide + min) * pairs.max(1) as f64
     }
 }
 
@@ -614,6 +635,8 @@ pub fn decode(
     let mut dec = PlaneDecoder {
         n,
         exps: contexts.as_deref(),
+        map: None,
+        table: Vec::new(),
         zstd: None,
     };
 
@@ -682,6 +705,11 @@ struct PlaneDecoder<'a> {
     n: usize,
     /// The base's exponent bytes, when some plane uses base contexts.
     exps: Option<&'a [u8]>,
+    /// The last base-context map, with its `lo` and context count (planes of a block
+    /// usually share one).
+    map: Option<(u8, usize, rans::ContextMap)>,
+    /// rANS decode tables, reused from plane to plane.
+    table: Vec<u32>,
     zstd: Option<zstd::bulk::Decompressor<'static>>,
 }
 
@@ -721,13 +749,29 @@ impl PlaneDecoder<'_> {
                 }
                 None => return Err(LosslessError::UnknownMethod { plane, method }),
             },
-            3 => rans::decode(body, plane, rans::Contexts::Order0, bits, dst)?,
+            3 => rans::decode(
+                body,
+                plane,
+                rans::Contexts::Order0,
+                bits,
+                dst,
+                &mut self.table,
+            )?,
             _ => {
                 // Method 4; the table check guarantees a base of a float.
-                let exps = self.exps.unwrap_or_default();
                 let count = rans::stream_contexts(&body[1..], plane, rans::MAX_CONTEXTS)?;
-                let ctx = bucketize(exps, body[0], count);
-                rans::decode(&body[1..], plane, rans::Contexts::Given(&ctx), bits, dst)?;
+                let lo = body[0];
+                let map = match self.map.take() {
+                    Some(m) if m.0 == lo && m.1 == count => m,
+                    _ => {
+                        let exps = self.exps.unwrap_or_default();
+                        (lo, count, rans::ContextMap::new(bucketize(exps, lo, count)))
+                    }
+                };
+                let ctx = rans::Contexts::Given(&map.2);
+                let r = rans::decode(&body[1..], plane, ctx, bits, dst, &mut self.table);
+                self.map = Some(map);
+                r?;
             }
         }
         Ok(())

@@ -201,13 +201,42 @@ impl Kernel {
     }
 }
 
+/// The context of each element of a plane, and which contexts occur.
+#[derive(Debug, Clone)]
+pub(crate) struct ContextMap {
+    ctx: Vec<u8>,
+    /// Bit `k` set when some element has context `k` (contexts above 31 set bit 31).
+    present: u32,
+}
+
+impl ContextMap {
+    /// The map of `ctx` (element `i` has context `ctx[i]`).
+    pub(crate) fn new(ctx: Vec<u8>) -> ContextMap {
+        let mut seen = [false; 256];
+        for &k in &ctx {
+            seen[usize::from(k)] = true;
+        }
+        let present = seen
+            .iter()
+            .enumerate()
+            .filter(|p| *p.1)
+            .fold(0u32, |m, (k, _)| m | 1 << k.min(31));
+        ContextMap { ctx, present }
+    }
+
+    /// The context of each element.
+    pub(crate) fn ctx(&self) -> &[u8] {
+        &self.ctx
+    }
+}
+
 /// Where each symbol's model comes from.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Contexts<'a> {
     /// One model for every symbol.
     Order0,
-    /// Element `i` uses model `ctx[i]` (`ctx.len()` is the plane's length).
-    Given(&'a [u8]),
+    /// Element `i` uses model `map.ctx[i]` (at least as many as the plane's symbols).
+    Given(&'a ContextMap),
 }
 
 impl<'a> Contexts<'a> {
@@ -215,7 +244,7 @@ impl<'a> Contexts<'a> {
     fn at(self, i: usize) -> usize {
         match self {
             Contexts::Order0 => 0,
-            Contexts::Given(c) => usize::from(c[i]),
+            Contexts::Given(m) => usize::from(m.ctx[i]),
         }
     }
 
@@ -224,7 +253,7 @@ impl<'a> Contexts<'a> {
     fn head(self, n: usize) -> Option<&'a [u8]> {
         match self {
             Contexts::Order0 => None,
-            Contexts::Given(c) => Some(&c[..n]),
+            Contexts::Given(m) => Some(&m.ctx[..n]),
         }
     }
 }
@@ -257,9 +286,40 @@ pub(crate) fn histogram<S: Symbol>(plane: &[S]) -> Vec<u32> {
 
 /// One histogram per context (`ctx[i] < n` for every element).
 pub(crate) fn histograms<S: Symbol>(plane: &[S], ctx: &[u8], n: usize) -> Vec<Vec<u32>> {
-    let mut h = vec![vec![0u32; alphabet::<S>()]; n];
-    for (&s, &c) in plane.iter().zip(ctx) {
-        h[usize::from(c)][s.index()] += 1;
+    // One flat table, the context in the high bits of the index; two of them, for
+    // alternate elements, so that repeated (context, symbol) pairs do not wait on each
+    // other's stores.
+    let a = alphabet::<S>();
+    let size = n.next_power_of_two() * a;
+    let mut flat = vec![0u32; 2 * size];
+    let (h0, h1) = flat.split_at_mut(size);
+    // Contexts are below `n`, so the mask never folds two together; it only spares the
+    // bounds checks.
+    let mask = size - 1;
+    let len = plane.len().min(ctx.len());
+    let (plane, ctx) = (&plane[..len], &ctx[..len]);
+    for (s, c) in plane.chunks_exact(2).zip(ctx.chunks_exact(2)) {
+        h0[(usize::from(c[0]) << S::BITS | s[0].index()) & mask] += 1;
+        h1[(usize::from(c[1]) << S::BITS | s[1].index()) & mask] += 1;
+    }
+    if len % 2 == 1 {
+        h0[(usize::from(ctx[len - 1]) << S::BITS | plane[len - 1].index()) & mask] += 1;
+    }
+    (0..n)
+        .map(|k| {
+            let (a0, a1) = (&h0[k * a..(k + 1) * a], &h1[k * a..(k + 1) * a]);
+            a0.iter().zip(a1).map(|(x, y)| x + y).collect()
+        })
+        .collect()
+}
+
+/// The order-0 histogram of a plane from its per-context histograms.
+pub(crate) fn merge(hists: &[Vec<u32>]) -> Vec<u32> {
+    let mut h = hists.first().cloned().unwrap_or_default();
+    for other in hists.iter().skip(1) {
+        for (a, &b) in h.iter_mut().zip(other) {
+            *a += b;
+        }
     }
     h
 }
@@ -275,6 +335,8 @@ pub(crate) struct Model {
     /// What each context's table transmits: counts whose [`normalize`] gives its
     /// frequencies.
     counts: Vec<Vec<u32>>,
+    /// Estimated bytes of the word streams.
+    data_bytes: usize,
     bytes: usize,
 }
 
@@ -310,11 +372,12 @@ impl Model {
             counts.push(c);
         }
         let layout = Layout::for_len(usize::try_from(n).unwrap_or(usize::MAX));
-        let bytes =
-            (bits / 8.0).ceil() as usize + 1 + table_bits.div_ceil(8) + layout.header_bytes();
+        let data_bytes = (bits / 8.0).ceil() as usize;
+        let bytes = data_bytes + 1 + table_bits.div_ceil(8) + layout.header_bytes();
         Some(Model {
             freqs,
             counts,
+            data_bytes,
             bytes,
         })
     }
@@ -332,51 +395,69 @@ impl Model {
 }
 
 /// Scales counts to frequencies summing to `PROB_SCALE`, every present symbol at least 1
-/// and none above `max`. Rounds to nearest, then settles the difference on the most
-/// frequent symbols, whose code lengths it changes least. An empty histogram gives all
-/// zeros; `None` if one symbol would need more than `max`, with no other to take the rest.
+/// and none above `max`. The decoder runs it on the counts a table holds, so it is part of
+/// the format: plain integer arithmetic, the same on every platform.
+///
+/// Symbols whose share of the scale is below one slot get one; the others share the rest
+/// of the scale in proportion to their counts, rounded to nearest. The rounding error
+/// (a few slots) then goes to or comes from the most frequent symbols, one at a time
+/// (the most frequent first, ties to the lower symbol), whose code lengths it changes
+/// least. Counts that already sum to the scale within the bounds are returned as they
+/// are. An empty histogram gives all zeros; `None` if no symbol can take the rest (one
+/// symbol, capped below the scale).
 fn normalize(hist: &[u32], max: u32) -> Option<Freqs> {
+    let scale = u64::from(PROB_SCALE);
     let total: u64 = hist.iter().map(|&c| u64::from(c)).sum();
-    let mut freq = vec![0u32; hist.len()];
-    if total == 0 {
-        return Some(freq);
+    if total == 0 || total == scale && hist.iter().all(|&c| c <= max) {
+        return Some(hist.to_vec());
     }
+    // Symbols below one slot, and what they leave to the others.
+    let (mut forced, mut forced_count) = (0u64, 0u64);
+    for &c in hist.iter().filter(|&&c| c > 0) {
+        if u64::from(c) * scale < total {
+            forced += 1;
+            forced_count += u64::from(c);
+        }
+    }
+    let (rest_total, rest_scale) = (total - forced_count, scale - forced);
+    let mut freq = vec![0u32; hist.len()];
     let mut sum = 0i64;
     for (f, &c) in freq.iter_mut().zip(hist) {
+        let c = u64::from(c);
         if c > 0 {
-            let scaled = (u64::from(c) * u64::from(PROB_SCALE) + total / 2) / total;
-            *f = scaled.clamp(1, u64::from(max)) as u32;
+            let share = if c * scale < total {
+                1
+            } else {
+                (c * rest_scale + rest_total / 2) / rest_total
+            };
+            *f = share.clamp(1, u64::from(max)) as u32;
             sum += i64::from(*f);
         }
     }
-    let mut order: Vec<usize> = (0..hist.len()).filter(|&s| freq[s] > 0).collect();
-    order.sort_unstable_by(|&a, &b| hist[b].cmp(&hist[a]).then(a.cmp(&b)));
     let mut diff = i64::from(PROB_SCALE) - sum;
-    // Give to the largest first, each up to `max`.
-    for &s in &order {
-        if diff <= 0 {
-            break;
+    while diff != 0 {
+        // The most frequent symbol that can still move the way `diff` asks.
+        let mut best: Option<usize> = None;
+        for (s, (&f, &c)) in freq.iter().zip(hist).enumerate() {
+            let movable = if diff > 0 { f > 0 && f < max } else { f > 1 };
+            if movable && best.is_none_or(|b| c > hist[b]) {
+                best = Some(s);
+            }
         }
-        let give = diff.min(i64::from(max - freq[s]));
-        freq[s] += give as u32;
-        diff -= give;
-    }
-    if diff > 0 {
-        return None;
-    }
-    // Take from the largest first; each keeps at least 1 (there is room: at most 2^BITS
-    // symbols were raised to 1, and some symbol holds at least SCALE / 2^BITS + 1).
-    let mut i = 0;
-    while diff < 0 {
-        let s = order[i % order.len()];
-        if freq[s] > 1 {
-            let take = (-diff)
-                .min(i64::from(freq[s] - 1))
-                .min(i64::from(freq[s] / 4).max(1));
-            freq[s] -= take as u32;
-            diff += take;
+        let s = best?;
+        let room = if diff > 0 {
+            i64::from(max - freq[s])
+        } else {
+            i64::from(freq[s] - 1)
+        };
+        let step = diff.abs().min(room);
+        if diff > 0 {
+            freq[s] += step as u32;
+            diff -= step;
+        } else {
+            freq[s] -= step as u32;
+            diff += step;
         }
-        i += 1;
     }
     Some(freq)
 }
@@ -444,9 +525,10 @@ impl BitWriter<'_> {
     fn put(&mut self, v: u32, n: u32) {
         self.acc = self.acc << n | u64::from(v) & ((1u64 << n) - 1);
         self.held += n;
-        while self.held >= 8 {
-            self.held -= 8;
-            self.out.push((self.acc >> self.held) as u8);
+        if self.held >= 32 {
+            self.held -= 32;
+            self.out
+                .extend_from_slice(&((self.acc >> self.held) as u32).to_be_bytes());
         }
     }
 
@@ -458,11 +540,12 @@ impl BitWriter<'_> {
         self.put(v, n + 1);
     }
 
-    /// Pads the last byte with zeros.
+    /// Writes the bits held, the last byte padded with zeros.
     fn finish(self) {
-        if self.held > 0 {
-            self.out.push((self.acc << (8 - self.held)) as u8);
-        }
+        let bytes = self.held.div_ceil(8);
+        let tail = (self.acc << (8 * bytes - self.held)) as u32;
+        self.out
+            .extend_from_slice(&tail.to_be_bytes()[4 - bytes as usize..]);
     }
 }
 
@@ -522,11 +605,17 @@ impl EncTables {
         for freq in &model.freqs {
             let mut start = 0u32;
             for &f in freq {
-                // Absent symbols are never coded; give them a valid entry all the same.
-                let fe = f.max(1);
-                // shift = ceil(log2(f)); rcp = ceil(2^(31 + shift) / f) < 2^32.
+                // Absent symbols are never coded; give them a valid entry all the same
+                // (frequency 1, whose reciprocal needs no division).
+                let (fe, r) = match f {
+                    0 | 1 => (1, 1u64 << 31),
+                    // shift = ceil(log2(f)); rcp = ceil(2^(31 + shift) / f) < 2^32.
+                    f => {
+                        let shift = 32 - (f - 1).leading_zeros();
+                        (f, (1u64 << (31 + shift)).div_ceil(u64::from(f)))
+                    }
+                };
                 let shift = 32 - (fe - 1).leading_zeros();
-                let r = (1u64 << (31 + shift)).div_ceil(u64::from(fe));
                 rcp.push(r as u32);
                 sym.push(fe | start.min(MASK) << 13 | shift << 25);
                 start += f;
@@ -600,69 +689,131 @@ fn encode_with<S: Symbol>(
     w.finish();
     out.push(layout.code());
     let tables = EncTables::new(model);
+    // Each stream's region is sized from the model's estimate with a margin, so that
+    // `out` does not grow to the worst case (two bytes per symbol); a stream that runs
+    // out of room makes the encoder start again with the worst case, which always fits
+    // (every symbol emits at most one word). 8 words more for the SIMD encoder's
+    // whole-register stores, one for the scalar encoder's store below `pos`.
     let (lanes, streams) = (layout.lanes(), layout.streams());
     let per = lanes / streams;
-    let n = plane.len();
-    let steps = n / lanes;
-    // Every symbol emits at most one word; 8 more for the SIMD encoder's whole-register
-    // stores, one for the scalar encoder's store below `pos`.
-    let cap = (steps + 1) * per + 9;
-    let states_at = out.len();
-    let words_at = states_at + 4 * lanes + 4 * streams;
-    out.resize(words_at + 2 * streams * cap, 0);
-    let mut st = Streams {
-        bytes: &mut out[words_at..],
-        cap,
-        pos: [cap; 4],
-    };
-    let mut x = [RANS_L; MAX_LANES];
-    // Encoding runs backwards: the partial last step first, lanes in reverse order.
-    let full = steps * lanes;
-    for lane in (0..n - full).rev() {
-        let i = full + lane;
-        let e = ctx.at(i) << S::BITS | plane[i].index();
-        let s = lane / per;
-        let mut p = st.pos[s];
-        tables.put(e, &mut x[lane], st.region(s), &mut p);
-        st.pos[s] = p;
-    }
-    match layout {
-        Layout::Narrow => encode_steps::<S, 1, 4>(&tables, plane, ctx, steps, &mut x, &mut st),
-        Layout::Wide => match kernel {
-            #[cfg(target_arch = "x86_64")]
-            Kernel::Avx2 => {
-                let (plane, ctx) = (&plane[..full], ctx.head(full));
-                // SAFETY: `Kernel::Avx2` is only chosen when the CPU has AVX2 and POPCNT, the
-                // requirements of the call.
-                unsafe {
-                    avx2::encode_steps(&tables, model.contexts(), plane, ctx, &mut x, &mut st)
-                };
-            }
-            Kernel::Scalar => encode_steps::<S, 4, 8>(&tables, plane, ctx, steps, &mut x, &mut st),
-        },
-    }
-    // Move the streams together, then fill in the states and lengths.
-    let pos = st.pos;
-    let mut at = words_at;
-    for (s, &p) in pos.iter().enumerate().take(streams) {
-        let from = words_at + 2 * (s * cap + p);
-        let len = 2 * (cap - p);
-        out.copy_within(from..from + len, at);
-        at += len;
-    }
-    out.truncate(at);
-    let mut head = states_at;
-    for s in &x[..lanes] {
-        out[head..head + 4].copy_from_slice(&s.to_le_bytes());
-        head += 4;
-    }
-    for &p in &pos[..streams] {
-        out[head..head + 4].copy_from_slice(&((cap - p) as u32).to_le_bytes());
-        head += 4;
+    let worst = (plane.len() / lanes + 1) * per + 9;
+    let estimate = model.data_bytes / 2 / streams;
+    let tight = (estimate + estimate / 16 + 64).min(worst);
+    let start = out.len();
+    for cap in [tight, worst] {
+        let enc = Encoding::new(kernel, layout, cap, out);
+        if let Some(enc) = enc.encode(&tables, plane, ctx, model, out) {
+            enc.finish(out);
+            return;
+        }
+        out.truncate(start);
     }
 }
 
-/// Encodes the full steps `0..steps` in reverse, `G` streams of `K` lanes, in scalar code.
+/// The word streams of one rANS stream being encoded, and where they go in `out`.
+struct Encoding {
+    kernel: Kernel,
+    layout: Layout,
+    /// Where the states start in `out`; the stream lengths follow, then the words.
+    states_at: usize,
+    words_at: usize,
+    cap: usize,
+    x: [u32; MAX_LANES],
+    pos: [usize; 4],
+}
+
+impl Encoding {
+    /// Appends room for the states, lengths and `layout.streams()` regions of `cap` words.
+    fn new(kernel: Kernel, layout: Layout, cap: usize, out: &mut Vec<u8>) -> Encoding {
+        let states_at = out.len();
+        let words_at = states_at + 4 * layout.lanes() + 4 * layout.streams();
+        out.resize(words_at + 2 * layout.streams() * cap, 0);
+        Encoding {
+            kernel,
+            layout,
+            states_at,
+            words_at,
+            cap,
+            x: [RANS_L; MAX_LANES],
+            pos: [cap; 4],
+        }
+    }
+
+    /// Codes `plane` into the regions reserved in `out`; `None` if a stream ran out of
+    /// room. Encoding runs backwards: the partial last step first, lanes in reverse order.
+    fn encode<S: Symbol>(
+        mut self,
+        tables: &EncTables,
+        plane: &[S],
+        ctx: Contexts<'_>,
+        model: &Model,
+        out: &mut [u8],
+    ) -> Option<Encoding> {
+        let (lanes, streams) = (self.layout.lanes(), self.layout.streams());
+        let per = lanes / streams;
+        let n = plane.len();
+        let steps = n / lanes;
+        let full = steps * lanes;
+        let mut st = Streams {
+            bytes: &mut out[self.words_at..],
+            cap: self.cap,
+            pos: self.pos,
+        };
+        let x = &mut self.x;
+        // The partial step puts at most `per` words in a stream.
+        if st.pos[..streams].iter().any(|&p| p <= per) {
+            return None;
+        }
+        for lane in (0..n - full).rev() {
+            let i = full + lane;
+            let e = ctx.at(i) << S::BITS | plane[i].index();
+            let s = lane / per;
+            let mut p = st.pos[s];
+            tables.put(e, &mut x[lane], st.region(s), &mut p);
+            st.pos[s] = p;
+        }
+        let done = match self.layout {
+            Layout::Narrow => encode_steps::<S, 1, 4>(tables, plane, ctx, steps, x, &mut st),
+            Layout::Wide => match self.kernel {
+                #[cfg(target_arch = "x86_64")]
+                Kernel::Avx2 => {
+                    let (plane, ctx) = (&plane[..full], ctx.head(full));
+                    // SAFETY: `Kernel::Avx2` is only chosen when the CPU has AVX2 and
+                    // POPCNT, the requirements of the call.
+                    unsafe { avx2::encode_steps(tables, model.contexts(), plane, ctx, x, &mut st) }
+                }
+                Kernel::Scalar => encode_steps::<S, 4, 8>(tables, plane, ctx, steps, x, &mut st),
+            },
+        };
+        self.pos = st.pos;
+        done.then_some(self)
+    }
+
+    /// Moves the streams together, writes the states and lengths, trims `out`.
+    fn finish(self, out: &mut Vec<u8>) {
+        let (lanes, streams) = (self.layout.lanes(), self.layout.streams());
+        let mut at = self.words_at;
+        for (s, &p) in self.pos.iter().enumerate().take(streams) {
+            let from = self.words_at + 2 * (s * self.cap + p);
+            let len = 2 * (self.cap - p);
+            out.copy_within(from..from + len, at);
+            at += len;
+        }
+        out.truncate(at);
+        let mut head = self.states_at;
+        for s in &self.x[..lanes] {
+            out[head..head + 4].copy_from_slice(&s.to_le_bytes());
+            head += 4;
+        }
+        for &p in &self.pos[..streams] {
+            out[head..head + 4].copy_from_slice(&((self.cap - p) as u32).to_le_bytes());
+            head += 4;
+        }
+    }
+}
+
+/// Encodes the full steps `0..steps` in reverse, `G` streams of `K` lanes, in scalar code;
+/// `false` if a stream ran out of room.
 fn encode_steps<S: Symbol, const G: usize, const K: usize>(
     tables: &EncTables,
     plane: &[S],
@@ -670,11 +821,15 @@ fn encode_steps<S: Symbol, const G: usize, const K: usize>(
     steps: usize,
     x: &mut [u32; MAX_LANES],
     st: &mut Streams<'_>,
-) {
+) -> bool {
     let lanes = G * K;
     for t in (0..steps).rev() {
         for g in 0..G {
             let mut p = st.pos[g];
+            // A step puts at most `K` words in a stream, each store one word below `p`.
+            if p <= K {
+                return false;
+            }
             let words = st.region(g);
             for k in (0..K).rev() {
                 let lane = g * K + k;
@@ -685,6 +840,7 @@ fn encode_steps<S: Symbol, const G: usize, const K: usize>(
             st.pos[g] = p;
         }
     }
+    true
 }
 
 /// The number of contexts a stream declares (its first byte), checked against `max`.
@@ -734,8 +890,9 @@ pub(crate) fn decode<S: Symbol>(
     ctx: Contexts<'_>,
     bits: u32,
     out: &mut [S],
+    table: &mut Vec<u32>,
 ) -> Result<(), LosslessError> {
-    decode_with(Kernel::detect(), src, plane, ctx, bits, out)
+    decode_with(Kernel::detect(), src, plane, ctx, bits, out, table)
 }
 
 fn decode_with<S: Symbol>(
@@ -745,11 +902,14 @@ fn decode_with<S: Symbol>(
     ctx: Contexts<'_>,
     bits: u32,
     out: &mut [S],
+    table: &mut Vec<u32>,
 ) -> Result<(), LosslessError> {
     let bad = |reason: &'static str| LosslessError::Rans { plane, reason };
     let n_ctx = stream_contexts(src, plane, MAX_CONTEXTS)?;
-    // One decode table of PROB_SCALE slots per context, one after the other.
-    let mut table = vec![0u32; n_ctx << PROB_BITS];
+    // One decode table of PROB_SCALE slots per context, one after the other. The buffer
+    // is reused: a used context's table is written whole, an unused one is never read.
+    table.resize(n_ctx << PROB_BITS, 0);
+    let table = &mut table[..n_ctx << PROB_BITS];
     let mut used = 0u32;
     let mut r = BitReader { src, pos: 8 };
     for (k, t) in table.chunks_exact_mut(PROB_SCALE as usize).enumerate() {
@@ -802,8 +962,8 @@ fn decode_with<S: Symbol>(
     let (head, tail) = out.split_at_mut(full);
     let r = &mut readers[..streams];
     match layout {
-        Layout::Narrow => decode_steps::<S, 1, 4>(&table, ctx, 0, head, &mut x, r),
-        Layout::Wide => decode_wide(kernel, &table, ctx, head, &mut x, r),
+        Layout::Narrow => decode_steps::<S, 1, 4>(table, ctx, 0, head, &mut x, r),
+        Layout::Wide => decode_wide(kernel, table, ctx, head, &mut x, r),
     }
     let per = lanes / streams;
     for (lane, o) in tail.iter_mut().enumerate() {
@@ -827,30 +987,13 @@ fn check_contexts(
     n_ctx: usize,
     used: u32,
 ) -> Result<(), &'static str> {
-    let all = (1u32 << n_ctx) - 1;
     match ctx {
         Contexts::Order0 if n == 0 || used & 1 != 0 => Ok(()),
         Contexts::Order0 => Err("symbol in an unused context"),
-        Contexts::Given(c) => {
-            let c = &c[..n];
-            if used == all {
-                // The common case: only the range matters.
-                match c.iter().max() {
-                    Some(&m) if usize::from(m) >= n_ctx => Err("context out of range"),
-                    _ => Ok(()),
-                }
-            } else {
-                let mut seen = 0u32;
-                for &k in c {
-                    seen |= 1u32 << k.min(31);
-                }
-                if seen & !used != 0 {
-                    Err("symbol in an unused context")
-                } else {
-                    Ok(())
-                }
-            }
-        }
+        Contexts::Given(m) if m.ctx.len() < n => Err("fewer contexts than symbols"),
+        Contexts::Given(m) if m.present >> n_ctx != 0 => Err("context out of range"),
+        Contexts::Given(m) if m.present & !used != 0 => Err("symbol in an unused context"),
+        Contexts::Given(_) => Ok(()),
     }
 }
 
@@ -926,8 +1069,8 @@ fn decode_wide<S: Symbol>(
     decode_steps::<S, 4, 8>(table, ctx, done, &mut out[done * 32..], x, readers);
 }
 
-/// Runs the AVX2 kernel over as many full steps as the streams allow without a check;
-/// returns the steps done. `table` holds one decode table per context.
+/// Runs the AVX2 kernel over the full steps; returns the steps done (all, unless a
+/// stream ran out: corrupt data, which the checked steps after it report).
 #[cfg(target_arch = "x86_64")]
 fn decode_avx2<S: Symbol>(
     table: &[u32],
@@ -937,28 +1080,11 @@ fn decode_avx2<S: Symbol>(
     readers: &mut [Reader<'_>],
 ) -> usize {
     let n_ctx = table.len() >> PROB_BITS;
-    let steps = out.len() / 32;
-    let mut done = 0;
-    loop {
-        let safe = readers
-            .iter()
-            .map(|r| r.words_left() / 8)
-            .min()
-            .unwrap_or(0);
-        let run = safe.min(steps - done);
-        if run == 0 {
-            return done;
-        }
-        let range = done * 32..(done + run) * 32;
-        let c = match ctx {
-            Contexts::Order0 => None,
-            Contexts::Given(c) => Some(&c[range.clone()]),
-        };
-        // SAFETY: `Kernel::Avx2` is only chosen when the CPU has AVX2 and POPCNT, the
-        // requirements of the call.
-        unsafe { avx2::decode_steps(table, n_ctx, c, &mut out[range], x, readers) };
-        done += run;
-    }
+    let full = out.len() / 32 * 32;
+    let c = ctx.head(full);
+    // SAFETY: `Kernel::Avx2` is only chosen when the CPU has AVX2 and POPCNT, the
+    // requirements of the call.
+    unsafe { avx2::decode_steps(table, n_ctx, c, &mut out[..full], x, readers) }
 }
 
 /// Reads one context's table (see [`table_len`]) into its decode table `t`; `false` for

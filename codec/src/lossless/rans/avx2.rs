@@ -50,16 +50,19 @@ const fn emit_table() -> [[u8; 16]; 256] {
 }
 
 /// Decodes the `out.len() / 32` full steps of `out` (the first step's contexts are
-/// `ctx[..32]`), starting from states `x` and the four `readers`, which must each hold at
-/// least 8 words per step (a step reads at most one word per lane).
+/// `ctx[..32]`), starting from states `x` and the four `readers`. A step reads up to 8
+/// words (16 bytes) of each stream at once; the last 16 bytes of each stream are read
+/// from a zero-padded copy, so the kernel runs to the end however few words a stream
+/// holds. It stops early, marking the reader overrun, when a stream has been read past
+/// its end (corrupt data). Returns the steps decoded.
 ///
 /// `table` holds `n_ctx` decode tables of `PROB_SCALE` slots. Contexts above `n_ctx - 1`
 /// are clamped (the caller has refused them already; the clamp keeps every gather inside
 /// the table whatever the input).
 ///
 /// # Panics
-/// If `readers` are not 4 with enough words, the tables are shorter than `n_ctx` say, or
-/// `ctx` is shorter than `out`: the caller guarantees all of these.
+/// If `readers` are not 4, the tables are shorter than `n_ctx` say, or `ctx` is shorter
+/// than `out`: the caller guarantees all of these.
 #[target_feature(enable = "avx2,popcnt")]
 pub(super) fn decode_steps<S: Symbol>(
     table: &[u32],
@@ -68,7 +71,7 @@ pub(super) fn decode_steps<S: Symbol>(
     out: &mut [S],
     x: &mut [u32; MAX_LANES],
     readers: &mut [Reader<'_>],
-) {
+) -> usize {
     match S::BITS {
         8 => decode_kernel::<S, 8, 20>(table, n_ctx, ctx, out, x, readers),
         _ => decode_kernel::<S, 10, 21>(table, n_ctx, ctx, out, x, readers),
@@ -85,12 +88,12 @@ fn decode_kernel<S: Symbol, const FB: i32, const OB: i32>(
     out: &mut [S],
     x: &mut [u32; MAX_LANES],
     readers: &mut [Reader<'_>],
-) {
+) -> usize {
     assert!(FB as u32 == S::BITS && OB as u32 == S::BITS + S::FREQ_BITS);
     assert!(S::BITS == 8 || S::BITS == 10 && size_of::<S>() == 2);
     let steps = out.len() / 32;
     assert!((1..=super::MAX_CONTEXTS).contains(&n_ctx) && table.len() >= n_ctx << PROB_BITS);
-    assert!(readers.len() == 4 && readers.iter().all(|r| r.words_left() >= 8 * steps));
+    assert!(readers.len() == 4);
     assert!(ctx.is_none_or(|c| c.len() >= 32 * steps));
     let low = _mm256_set1_epi32(MASK as i32);
     let sym_mask = _mm256_set1_epi32((1 << S::BITS) - 1);
@@ -102,22 +105,25 @@ fn decode_kernel<S: Symbol, const FB: i32, const OB: i32>(
     // SAFETY: lanes 8g..8g + 8 of the 32 in `x` for g = 0..4.
     let [mut x0, mut x1, mut x2, mut x3] =
         [0, 1, 2, 3].map(|g| unsafe { _mm256_loadu_si256(x.as_ptr().add(8 * g).cast()) });
-    let mut pos = [
-        readers[0].pos,
-        readers[1].pos,
-        readers[2].pos,
-        readers[3].pos,
-    ];
-    let words = [
-        readers[0].bytes.as_ptr(),
-        readers[1].bytes.as_ptr(),
-        readers[2].bytes.as_ptr(),
-        readers[3].bytes.as_ptr(),
-    ];
+    let mut pos = [0usize; 4];
+    // Stream g's bytes `..main[g]` are read in place, the rest (at most 16) from `tails[g]`,
+    // which pads them with 16 zero bytes.
+    let mut main = [0usize; 4];
+    let mut ends = [0usize; 4];
+    let mut words = [std::ptr::null::<u8>(); 4];
+    let mut tails = [[0u8; 32]; 4];
+    for (g, r) in readers.iter().enumerate() {
+        pos[g] = r.pos;
+        ends[g] = r.bytes.len() / 2;
+        main[g] = r.bytes.len().saturating_sub(16);
+        words[g] = r.bytes.as_ptr();
+        let tail = &r.bytes[main[g]..];
+        tails[g][..tail.len()].copy_from_slice(tail);
+    }
     let table = table.as_ptr().cast::<i32>();
     // One step of stream g's 8 lanes from state `v` (step t): the new state and the
     // symbols, one per 32-bit lane.
-    let mut lanes = |v: __m256i, g: usize, t: usize| -> (__m256i, __m256i) {
+    let lanes = |v: __m256i, g: usize, t: usize, pos: &mut [usize; 4]| -> (__m256i, __m256i) {
         let mut idx = _mm256_and_si256(v, low);
         if let Some(c) = ctx {
             // SAFETY: `c.len() >= 32 * steps` (asserted) and t < steps, so the 8 bytes at
@@ -138,10 +144,19 @@ fn decode_kernel<S: Symbol, const FB: i32, const OB: i32>(
         // States stay below 2^31, so the signed compare is an unsigned one.
         let need = _mm256_cmpgt_epi32(l, v);
         let m = _mm256_movemask_ps(_mm256_castsi256_ps(need)) as usize & 0xFF;
-        // SAFETY: stream g held at least 8 * steps words at `pos[g]` when the call began
-        // (asserted) and each step advances it by at most 8, so the 8 words (16 bytes) at
-        // the current `pos[g]` are inside `bytes`.
-        let w = unsafe { _mm_loadu_si128(words[g].add(2 * pos[g]).cast()) };
+        let at = 2 * pos[g];
+        // SAFETY: the loop below runs a step only while `pos[g] <= ends[g]`, so
+        // `at <= bytes.len()`. Below `main[g] = bytes.len() - 16` the 16 bytes at `at` are
+        // inside `bytes`; from there on `at - main[g] <= 16` and the 16 bytes are inside
+        // the 32 of `tails[g]`.
+        let w = unsafe {
+            let p = if at < main[g] {
+                words[g].add(at)
+            } else {
+                tails[g].as_ptr().add(at - main[g])
+            };
+            _mm_loadu_si128(p.cast())
+        };
         // SAFETY: `REFILL[m]` is 8 u32, 32 bytes; no alignment is needed.
         let perm = unsafe { _mm256_loadu_si256(REFILL[m].as_ptr().cast()) };
         let w = _mm256_permutevar8x32_epi32(_mm256_cvtepu16_epi32(w), perm);
@@ -153,11 +168,16 @@ fn decode_kernel<S: Symbol, const FB: i32, const OB: i32>(
         )
     };
     let dst = out.as_mut_ptr().cast::<u8>();
+    let mut done = 0;
     for t in 0..steps {
-        let (y0, s0) = lanes(x0, 0, t);
-        let (y1, s1) = lanes(x1, 1, t);
-        let (y2, s2) = lanes(x2, 2, t);
-        let (y3, s3) = lanes(x3, 3, t);
+        if pos.iter().zip(&ends).any(|(p, e)| p > e) {
+            break;
+        }
+        done += 1;
+        let (y0, s0) = lanes(x0, 0, t, &mut pos);
+        let (y1, s1) = lanes(x1, 1, t, &mut pos);
+        let (y2, s2) = lanes(x2, 2, t, &mut pos);
+        let (y3, s3) = lanes(x3, 3, t, &mut pos);
         [x0, x1, x2, x3] = [y0, y1, y2, y3];
         // Packing to 16 bits gives [a0-3 b0-3 a4-7 b4-7] in 64-bit units; to bytes then
         // [a0-3 b0-3 c0-3 d0-3 a4-7 b4-7 c4-7 d4-7] in 32-bit units.
@@ -183,9 +203,11 @@ fn decode_kernel<S: Symbol, const FB: i32, const OB: i32>(
         // SAFETY: lanes 8g..8g + 8 of the 32 in `x` (g < 4).
         unsafe { _mm256_storeu_si256(x.as_mut_ptr().add(8 * g).cast(), v) };
     }
-    for (r, p) in readers.iter_mut().zip(pos) {
+    for ((r, p), e) in readers.iter_mut().zip(pos).zip(ends) {
         r.pos = p;
+        r.overrun |= p > e;
     }
+    done
 }
 
 /// Encodes the `plane.len() / 32` full steps of `plane` in reverse (step `t`'s contexts
@@ -193,10 +215,12 @@ fn decode_kernel<S: Symbol, const FB: i32, const OB: i32>(
 ///
 /// Contexts above `n_ctx - 1` are clamped, as in [`decode_steps`].
 ///
+/// Returns `false`, leaving the states and streams half done, if a stream runs out of
+/// room (the caller then starts again with regions of the worst-case size).
+///
 /// # Panics
-/// If the tables are shorter than `n_ctx` say, `ctx` is shorter than `plane`, or a stream
-/// has fewer than `8 * (steps + 1)` free words below its position: the caller guarantees
-/// all of these.
+/// If the tables are shorter than `n_ctx` say, `ctx` is shorter than `plane`, or the
+/// streams' regions are not inside `st.bytes`: the caller guarantees all of these.
 #[target_feature(enable = "avx2,popcnt")]
 pub(super) fn encode_steps<S: Symbol>(
     tables: &EncTables,
@@ -205,7 +229,7 @@ pub(super) fn encode_steps<S: Symbol>(
     ctx: Option<&[u8]>,
     x: &mut [u32; MAX_LANES],
     st: &mut Streams<'_>,
-) {
+) -> bool {
     match S::BITS {
         8 => encode_kernel::<S, 8>(tables, n_ctx, plane, ctx, x, st),
         _ => encode_kernel::<S, 10>(tables, n_ctx, plane, ctx, x, st),
@@ -221,7 +245,7 @@ fn encode_kernel<S: Symbol, const SB: i32>(
     ctx: Option<&[u8]>,
     x: &mut [u32; MAX_LANES],
     st: &mut Streams<'_>,
-) {
+) -> bool {
     assert!(SB as u32 == S::BITS);
     assert!(S::BITS == 8 || S::BITS == 10 && size_of::<S>() == 2);
     let steps = plane.len() / 32;
@@ -229,10 +253,7 @@ fn encode_kernel<S: Symbol, const SB: i32>(
     assert!((1..=super::MAX_CONTEXTS).contains(&n_ctx));
     assert!(tables.sym.len() >= entries);
     assert!(ctx.is_none_or(|c| c.len() >= 32 * steps));
-    assert!(st.bytes.len() >= 2 * 4 * st.cap);
-    for &p in &st.pos {
-        assert!(p >= 8 * (steps + 1) && p <= st.cap);
-    }
+    assert!(st.bytes.len() >= 2 * 4 * st.cap && st.pos.iter().all(|&p| p <= st.cap));
     let low = _mm256_set1_epi32(MASK as i32);
     let low16 = _mm256_set1_epi32(0xFFFF);
     let freq_mask = _mm256_set1_epi32(0x1FFF);
@@ -251,7 +272,7 @@ fn encode_kernel<S: Symbol, const SB: i32>(
     let cap = st.cap;
     let mut pos = st.pos;
     // One step of stream g's 8 lanes, state `v`, symbols of step t.
-    let mut lanes = |v: __m256i, g: usize, t: usize| -> __m256i {
+    let lanes = |v: __m256i, g: usize, t: usize, pos: &mut [usize; 4]| -> __m256i {
         let mut idx = if S::BITS == 8 {
             // SAFETY: t < steps = plane.len() / 32 and symbols are bytes, so the 8 bytes
             // at 32t + 8g are inside `plane`.
@@ -283,10 +304,10 @@ fn encode_kernel<S: Symbol, const SB: i32>(
         // SAFETY: `EMIT[m]` is 16 bytes; no alignment is needed.
         let shuffle = unsafe { _mm_loadu_si128(EMIT[m].as_ptr().cast()) };
         let w = _mm_shuffle_epi8(_mm256_castsi256_si128(w), shuffle);
-        // SAFETY: `pos[g]` started at least 8 * (steps + 1) and at most `cap` (asserted),
-        // and each step lowers it by at most 8, so the 8 words below it are inside
-        // stream g's region, words `g * cap..(g + 1) * cap` of `st.bytes` (asserted long
-        // enough).
+        // SAFETY: the loop below runs a step only while every `pos[g] >= 8`, and
+        // `pos[g] <= cap` (asserted, and it only decreases), so the 8 words below it are
+        // inside stream g's region, words `g * cap..(g + 1) * cap` of `st.bytes`
+        // (asserted long enough).
         unsafe { _mm_storeu_si128(words.add(2 * (g * cap + pos[g] - 8)).cast(), w) };
         pos[g] -= m.count_ones() as usize;
         let v = _mm256_blendv_epi8(v, _mm256_srli_epi32::<16>(v), emit);
@@ -305,15 +326,21 @@ fn encode_kernel<S: Symbol, const SB: i32>(
         let q_scale = _mm256_mullo_epi32(q, _mm256_sub_epi32(scale, f));
         _mm256_add_epi32(_mm256_add_epi32(v, start), q_scale)
     };
+    let mut room = true;
     for t in (0..steps).rev() {
-        x0 = lanes(x0, 0, t);
-        x1 = lanes(x1, 1, t);
-        x2 = lanes(x2, 2, t);
-        x3 = lanes(x3, 3, t);
+        if pos.iter().any(|&p| p < 8) {
+            room = false;
+            break;
+        }
+        x0 = lanes(x0, 0, t, &mut pos);
+        x1 = lanes(x1, 1, t, &mut pos);
+        x2 = lanes(x2, 2, t, &mut pos);
+        x3 = lanes(x3, 3, t, &mut pos);
     }
     for (g, v) in [x0, x1, x2, x3].into_iter().enumerate() {
         // SAFETY: lanes 8g..8g + 8 of the 32 in `x` (g < 4).
         unsafe { _mm256_storeu_si256(x.as_mut_ptr().add(8 * g).cast(), v) };
     }
     st.pos = pos;
+    room
 }
