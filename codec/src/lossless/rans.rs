@@ -386,12 +386,6 @@ impl Model {
     pub(crate) fn bytes(&self) -> usize {
         self.bytes
     }
-
-    /// Contexts of the model.
-    #[cfg(target_arch = "x86_64")]
-    pub(crate) fn contexts(&self) -> usize {
-        self.freqs.len()
-    }
 }
 
 /// Scales counts to frequencies summing to `PROB_SCALE`, every present symbol at least 1
@@ -702,7 +696,7 @@ fn encode_with<S: Symbol>(
     let start = out.len();
     for cap in [tight, worst] {
         let enc = Encoding::new(kernel, layout, cap, out);
-        if let Some(enc) = enc.encode(&tables, plane, ctx, model, out) {
+        if let Some(enc) = enc.encode(&tables, plane, ctx, out) {
             enc.finish(out);
             return;
         }
@@ -746,7 +740,6 @@ impl Encoding {
         tables: &EncTables,
         plane: &[S],
         ctx: Contexts<'_>,
-        model: &Model,
         out: &mut [u8],
     ) -> Option<Encoding> {
         let (lanes, streams) = (self.layout.lanes(), self.layout.streams());
@@ -778,9 +771,10 @@ impl Encoding {
                 #[cfg(target_arch = "x86_64")]
                 Kernel::Avx2 => {
                     let (plane, ctx) = (&plane[..full], ctx.head(full));
+                    let n_ctx = tables.sym.len() >> S::BITS;
                     // SAFETY: `Kernel::Avx2` is only chosen when the CPU has AVX2 and
                     // POPCNT, the requirements of the call.
-                    unsafe { avx2::encode_steps(tables, model.contexts(), plane, ctx, x, &mut st) }
+                    unsafe { avx2::encode_steps(tables, n_ctx, plane, ctx, x, &mut st) }
                 }
                 Kernel::Scalar => encode_steps::<S, 4, 8>(tables, plane, ctx, steps, x, &mut st),
             },
