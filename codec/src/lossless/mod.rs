@@ -453,6 +453,9 @@ impl PlaneEncoder<'_> {
             return Ok(PlaneMethod::Constant);
         }
         let worth = |size: usize| (size as f64) < raw as f64 * (1.0 - self.opts.min_gain);
+        if self.contexts.is_none() && self.clearly_random(plane, bits) {
+            return Ok(self.raw(plane, bits, out));
+        }
         // Candidate models: order-0, and with a base the base-exponent contexts; keep the
         // smaller estimate.
         // With base contexts, the order-0 histogram is the sum of the contexts' ones.
@@ -507,13 +510,47 @@ impl PlaneEncoder<'_> {
         }
         if method == PlaneMethod::Raw || !worth(out.len() - at) {
             out.truncate(at);
-            match S::as_bytes(plane) {
-                Some(bytes) if bits == 8 => out.extend_from_slice(bytes),
-                _ => planes::pack(plane, bits, out),
-            }
-            method = PlaneMethod::Raw;
+            method = self.raw(plane, bits, out);
         }
         Ok(method)
+    }
+
+    /// Appends `plane` raw.
+    fn raw<S: rans::Symbol>(&self, plane: &[S], bits: u32, out: &mut Vec<u8>) -> PlaneMethod {
+        match S::as_bytes(plane) {
+            Some(bytes) if bits == 8 => out.extend_from_slice(bytes),
+            _ => planes::pack(plane, bits, out),
+        }
+        PlaneMethod::Raw
+    }
+
+    /// Whether a sample shows `plane` too close to random for order-0 coding to save half
+    /// of `min_gain` (the low mantissa bits of weights), so it can be stored raw without a
+    /// histogram of all of it. The sample is 64 runs of 1024 symbols spread evenly, and
+    /// planes under 2^16 symbols are never judged by it. Estimating entropy from a sample
+    /// errs low, so it does not store raw what order-0 coding would shrink by `min_gain`;
+    /// it is not used when base contexts could find what order-0 cannot.
+    fn clearly_random<S: rans::Symbol>(&self, plane: &[S], bits: u32) -> bool {
+        const RUNS: usize = 64;
+        const RUN: usize = 1024;
+        if plane.len() < 1 << 16 {
+            return false;
+        }
+        let stride = plane.len() / RUNS;
+        let mut hist = vec![0u32; 1 << S::BITS];
+        for r in 0..RUNS {
+            for &s in &plane[r * stride..r * stride + RUN] {
+                hist[s.index()] += 1;
+            }
+        }
+        let n = (RUNS * RUN) as f64;
+        let entropy: f64 = hist
+            .iter()
+            .filter(|&&c| c > 0)
+            .map(|&c| -f64::from(c) * (f64::from(c) / n).log2())
+            .sum::<f64>()
+            / n;
+        entropy >= f64::from(bits) * (1.0 - self.opts.min_gain / 2.0)
     }
 
     /// Whether zstd should be tried on `plane` (with histogram `hist`): its neighbours are
