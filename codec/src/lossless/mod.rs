@@ -458,7 +458,8 @@ impl PlaneEncoder<'_> {
         }
         // Candidate models: order-0, and with a base the base-exponent contexts; keep the
         // smaller estimate.
-        // With base contexts, the order-0 histogram is the sum of the contexts' ones.
+        // With base contexts, the order-0 histogram is the sum of the contexts' ones. The
+        // better of the two by a quick estimate is then normalized.
         let hists = self
             .contexts
             .map(|bc| rans::histograms(plane, bc.map.ctx(), bc.count));
@@ -466,15 +467,15 @@ impl PlaneEncoder<'_> {
             Some(h) => rans::merge(h),
             None => rans::histogram(plane),
         };
-        let mut best = rans::Model::new::<S>(std::slice::from_ref(&hist))
-            .map(|m| (m.bytes(), PlaneMethod::Rans, m));
-        if let Some(hists) = hists {
-            if let Some(m) = rans::Model::new::<S>(&hists) {
-                if best.as_ref().is_none_or(|b| m.bytes() + 1 < b.0) {
-                    best = Some((m.bytes() + 1, PlaneMethod::RansBaseContext, m));
-                }
+        let order0 = std::slice::from_ref(&hist);
+        let best = match &hists {
+            Some(h) if rans::estimate(h) + 1 < rans::estimate(order0) => {
+                rans::Model::new::<S>(h).map(|m| (m.bytes() + 1, PlaneMethod::RansBaseContext, m))
             }
-        }
+            _ => None,
+        };
+        let best = best
+            .or_else(|| rans::Model::new::<S>(order0).map(|m| (m.bytes(), PlaneMethod::Rans, m)));
         let at = out.len();
         let mut method = PlaneMethod::Raw;
         if let Some((_, m, model)) = best.filter(|b| worth(b.0)) {

@@ -346,6 +346,7 @@ impl Model {
     /// states and stream lengths. `None` if a context cannot be normalized for `S` (a
     /// context whose only symbol needs the whole scale while `S` caps frequencies lower).
     pub(crate) fn new<S: Symbol>(hists: &[Vec<u32>]) -> Option<Model> {
+        let log2 = log2_table();
         let mut bits = 0.0;
         let mut table_bits = 0;
         let mut n = 0u64;
@@ -356,7 +357,7 @@ impl Model {
             let total: u64 = hist.iter().map(|&c| u64::from(c)).sum();
             for (&c, &f) in hist.iter().zip(&f) {
                 if c > 0 {
-                    bits -= f64::from(c) * (f64::from(f) / f64::from(PROB_SCALE)).log2();
+                    bits += f64::from(c) * (f64::from(PROB_BITS) - log2[f as usize]);
                 }
             }
             n += total;
@@ -386,6 +387,52 @@ impl Model {
     pub(crate) fn bytes(&self) -> usize {
         self.bytes
     }
+}
+
+/// `log2(i)` for `i` in `0..=PROB_SCALE` (0 for 0), computed once.
+fn log2_table() -> &'static [f64] {
+    static TABLE: std::sync::OnceLock<Vec<f64>> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        (0..=PROB_SCALE)
+            .map(|i| if i == 0 { 0.0 } else { f64::from(i).log2() })
+            .collect()
+    })
+}
+
+/// A quick estimate of the bytes a plane codes to with one model per histogram: the
+/// order-0 entropy of each context (frequencies not normalized, `log2` of counts above
+/// the scale approximated to 0.0008 bits) and the tables' length (counts above the scale
+/// scaled down as the table carries them, not normalized). For choosing between models
+/// before normalizing only the winner.
+pub(crate) fn estimate(hists: &[Vec<u32>]) -> usize {
+    let log2 = log2_table();
+    // log2(c) to within 0.0008 bits, from the table, for any count: c >> k has at most
+    // PROB_BITS bits, so it indexes the table.
+    let lg = |c: u64| -> f64 {
+        let k = (64 - c.leading_zeros()).saturating_sub(PROB_BITS);
+        log2[(c >> k) as usize] + f64::from(k)
+    };
+    let scale = u64::from(PROB_SCALE);
+    let mut bits = 8.0;
+    for hist in hists {
+        let total: u64 = hist.iter().map(|&c| u64::from(c)).sum();
+        let shown = |c: u32| -> u32 {
+            match u64::from(c) {
+                0 => 0,
+                c if total <= scale => c as u32,
+                c => ((c * scale + total / 2) / total).max(1) as u32,
+            }
+        };
+        bits += table_len_of(hist.len(), hist.iter().map(|&c| shown(c))).0 as f64;
+        if total > 0 {
+            let lt = lg(total);
+            for &c in hist.iter().filter(|&&c| c > 0) {
+                let c = u64::from(c);
+                bits += c as f64 * (lt - lg(c));
+            }
+        }
+    }
+    (bits / 8.0) as usize
 }
 
 /// Scales counts to frequencies summing to `PROB_SCALE`, every present symbol at least 1
@@ -474,9 +521,14 @@ fn zigzag(d: i64) -> u32 {
 /// the first from 0), and at last the gamma code of the distance from the last present
 /// symbol to the alphabet's size.
 fn table_len(counts: &[u32]) -> (usize, bool) {
+    table_len_of(counts.len(), counts.iter().copied())
+}
+
+/// [`table_len`] of `len` counts given one by one.
+fn table_len_of(len: usize, counts: impl Iterator<Item = u32>) -> (usize, bool) {
     let (mut plain, mut delta) = (1, 1);
     let (mut last, mut prev) = (-1i64, 0i64);
-    for (s, &c) in counts.iter().enumerate() {
+    for (s, c) in counts.enumerate() {
         if c > 0 {
             let gap = gamma_len((s as i64 - last) as u32);
             plain += gap + gamma_len(c);
@@ -484,7 +536,7 @@ fn table_len(counts: &[u32]) -> (usize, bool) {
             (last, prev) = (s as i64, i64::from(c));
         }
     }
-    let end = gamma_len((counts.len() as i64 - last) as u32);
+    let end = gamma_len((len as i64 - last) as u32);
     (plain.min(delta) + end, delta < plain)
 }
 
@@ -526,12 +578,11 @@ impl BitWriter<'_> {
         }
     }
 
-    /// Appends the Elias gamma code of `v >= 1`: as many zeros as `v` has bits after the
-    /// first, then `v`.
+    /// Appends the Elias gamma code of `v` (`1 <= v < 2^16`): as many zeros as `v` has
+    /// bits after the first, then `v`, i.e. `v` in `2n + 1` bits.
     fn gamma(&mut self, v: u32) {
         let n = 31 - v.leading_zeros();
-        self.put(0, n);
-        self.put(v, n + 1);
+        self.put(v, 2 * n + 1);
     }
 
     /// Writes the bits held, the last byte padded with zeros.

@@ -270,6 +270,28 @@ fn corrupt_streams_fail() {
 }
 
 #[test]
+fn the_quick_estimate_is_close_for_any_counts() {
+    // Counts up to 2^32 - 1; the estimate is within a percent of the entropy.
+    for scale in [1u64, 1000, 1_000_000, 4_000_000_000] {
+        let hist: Vec<u32> = (0..256u64)
+            .map(|s| (scale * (s + 1) / 256) as u32)
+            .collect();
+        let total: f64 = hist.iter().map(|&c| f64::from(c)).sum();
+        let entropy: f64 = hist
+            .iter()
+            .filter(|&&c| c > 0)
+            .map(|&c| -f64::from(c) * (f64::from(c) / total).log2())
+            .sum::<f64>()
+            / 8.0;
+        let e = estimate(&[hist]) as f64;
+        assert!(
+            (e - entropy).abs() <= entropy * 0.01 + 400.0,
+            "{scale}: {e} vs {entropy}"
+        );
+    }
+}
+
+#[test]
 fn tables_are_gamma_coded_counts() {
     let mut counts = vec![0u32; 256];
     counts[0] = 3;
