@@ -45,20 +45,19 @@ pub(crate) fn split<const W: usize>(
 fn split2(data: &[u8], base: Option<&[u8]>, rotate: bool, p0: &mut [u8], p1: &mut [u8]) {
     let r = u32::from(rotate);
     let words = data.chunks_exact(2);
+    let planes = p0.iter_mut().zip(p1.iter_mut());
     match base {
         Some(b) => {
-            for (i, (d, b)) in words.zip(b.chunks_exact(2)).enumerate() {
+            for ((d, b), (a0, a1)) in words.zip(b.chunks_exact(2)).zip(planes) {
                 let w = (u16::from_le_bytes([d[0], d[1]]) ^ u16::from_le_bytes([b[0], b[1]]))
                     .rotate_left(r);
-                p0[i] = w as u8;
-                p1[i] = (w >> 8) as u8;
+                [*a0, *a1] = w.to_le_bytes();
             }
         }
         None => {
-            for (i, d) in words.enumerate() {
+            for (d, (a0, a1)) in words.zip(planes) {
                 let w = u16::from_le_bytes([d[0], d[1]]).rotate_left(r);
-                p0[i] = w as u8;
-                p1[i] = (w >> 8) as u8;
+                [*a0, *a1] = w.to_le_bytes();
             }
         }
     }
@@ -69,22 +68,21 @@ fn split4(data: &[u8], base: Option<&[u8]>, rotate: bool, p0: &mut [u8], rest: &
     let (p1, rest) = rest.split_at_mut(n);
     let (p2, p3) = rest.split_at_mut(n);
     let r = u32::from(rotate);
-    let mut put = |i: usize, w: u32| {
-        let b = w.to_le_bytes();
-        p0[i] = b[0];
-        p1[i] = b[1];
-        p2[i] = b[2];
-        p3[i] = b[3];
-    };
+    let planes = p0
+        .iter_mut()
+        .zip(p1.iter_mut())
+        .zip(p2.iter_mut().zip(p3.iter_mut()));
     match base {
         Some(bs) => {
-            for (i, (d, b)) in data.chunks_exact(4).zip(bs.chunks_exact(4)).enumerate() {
-                put(i, (le32(d) ^ le32(b)).rotate_left(r));
+            let words = data.chunks_exact(4).zip(bs.chunks_exact(4));
+            for ((d, b), ((a0, a1), (a2, a3))) in words.zip(planes) {
+                let w = (le32(d) ^ le32(b)).rotate_left(r);
+                [*a0, *a1, *a2, *a3] = w.to_le_bytes();
             }
         }
         None => {
-            for (i, d) in data.chunks_exact(4).enumerate() {
-                put(i, le32(d).rotate_left(r));
+            for (d, ((a0, a1), (a2, a3))) in data.chunks_exact(4).zip(planes) {
+                [*a0, *a1, *a2, *a3] = le32(d).rotate_left(r).to_le_bytes();
             }
         }
     }
@@ -120,27 +118,42 @@ pub(crate) fn join<const W: usize>(
     out: &mut [u8],
 ) {
     let n = out.len() / W;
-    match (W, planes.as_slice()) {
-        (2, [Plane::Bytes(a), Plane::Bytes(b)]) => join2(a, b, base, rotate, out),
-        (4, [Plane::Bytes(a), Plane::Bytes(b), Plane::Bytes(c), Plane::Bytes(d)]) => {
-            join4([a, b, c, d], base, rotate, out)
+    if W == 2 || W == 4 {
+        // Constant planes become filled ones, so that the word loops below take slices.
+        let filled: Vec<Vec<u8>> = planes
+            .iter()
+            .map(|p| match p {
+                Plane::Constant(c) => vec![*c; n],
+                Plane::Bytes(_) => Vec::new(),
+            })
+            .collect();
+        let p: Vec<&[u8]> = planes
+            .iter()
+            .zip(&filled)
+            .map(|(p, f)| match p {
+                Plane::Bytes(b) => *b,
+                Plane::Constant(_) => f.as_slice(),
+            })
+            .collect();
+        match p.as_slice() {
+            [a, b] => return join2(a, b, base, rotate, out),
+            [a, b, c, d] => return join4([a, b, c, d], base, rotate, out),
+            _ => {}
         }
-        _ => {
-            for i in 0..n {
-                let mut w = 0u64;
-                for (k, p) in planes.iter().enumerate() {
-                    w |= u64::from(p.at(i)) << (8 * k);
-                }
-                if rotate {
-                    w = rotr::<W>(w);
-                }
-                let dst = &mut out[i * W..i * W + W];
-                dst.copy_from_slice(&w.to_le_bytes()[..W]);
-                if let Some(b) = base {
-                    for (o, &b) in dst.iter_mut().zip(&b[i * W..i * W + W]) {
-                        *o ^= b;
-                    }
-                }
+    }
+    for i in 0..n {
+        let mut w = 0u64;
+        for (k, p) in planes.iter().enumerate() {
+            w |= u64::from(p.at(i)) << (8 * k);
+        }
+        if rotate {
+            w = rotr::<W>(w);
+        }
+        let dst = &mut out[i * W..i * W + W];
+        dst.copy_from_slice(&w.to_le_bytes()[..W]);
+        if let Some(b) = base {
+            for (o, &b) in dst.iter_mut().zip(&b[i * W..i * W + W]) {
+                *o ^= b;
             }
         }
     }
@@ -148,23 +161,40 @@ pub(crate) fn join<const W: usize>(
 
 fn join2(p0: &[u8], p1: &[u8], base: Option<&[u8]>, rotate: bool, out: &mut [u8]) {
     let r = u32::from(rotate);
-    for ((o, &a), &b) in out.chunks_exact_mut(2).zip(p0).zip(p1) {
-        let w = u16::from_le_bytes([a, b]).rotate_right(r);
-        o.copy_from_slice(&w.to_le_bytes());
-    }
-    if let Some(b) = base {
-        xor_in_place(out, b);
+    let words = out.chunks_exact_mut(2).zip(p0.iter().zip(p1));
+    match base {
+        Some(b) => {
+            for ((o, (&a, &c)), b) in words.zip(b.chunks_exact(2)) {
+                let w =
+                    u16::from_le_bytes([a, c]).rotate_right(r) ^ u16::from_le_bytes([b[0], b[1]]);
+                o.copy_from_slice(&w.to_le_bytes());
+            }
+        }
+        None => {
+            for (o, (&a, &c)) in words {
+                o.copy_from_slice(&u16::from_le_bytes([a, c]).rotate_right(r).to_le_bytes());
+            }
+        }
     }
 }
 
 fn join4(p: [&[u8]; 4], base: Option<&[u8]>, rotate: bool, out: &mut [u8]) {
     let r = u32::from(rotate);
-    for (i, o) in out.chunks_exact_mut(4).enumerate() {
-        let w = u32::from_le_bytes([p[0][i], p[1][i], p[2][i], p[3][i]]).rotate_right(r);
-        o.copy_from_slice(&w.to_le_bytes());
-    }
-    if let Some(b) = base {
-        xor_in_place(out, b);
+    let planes = p[0].iter().zip(p[1]).zip(p[2].iter().zip(p[3]));
+    let words = out.chunks_exact_mut(4).zip(planes);
+    match base {
+        Some(b) => {
+            for ((o, ((&a0, &a1), (&a2, &a3))), b) in words.zip(b.chunks_exact(4)) {
+                let w = u32::from_le_bytes([a0, a1, a2, a3]).rotate_right(r) ^ le32(b);
+                o.copy_from_slice(&w.to_le_bytes());
+            }
+        }
+        None => {
+            for (o, ((&a0, &a1), (&a2, &a3))) in words {
+                let w = u32::from_le_bytes([a0, a1, a2, a3]).rotate_right(r);
+                o.copy_from_slice(&w.to_le_bytes());
+            }
+        }
     }
 }
 
@@ -224,8 +254,8 @@ pub(crate) const HEAD_BITS: u32 = 10;
 /// Bits of the last plane of the head cut.
 pub(crate) const TAIL_BITS: u32 = 6;
 
-/// Splits `data` (and `data ^ base`) into the head cut: `head` gets the top
-/// [`HEAD_BITS`] bits of each rotated word; `rest` (`(W - 1) * n` bytes) gets the next
+/// Splits `data` (and `data ^ base`) into the head cut (`W` is 2 or 4): `head` gets the
+/// top [`HEAD_BITS`] bits of each rotated word; `rest` (`(W - 1) * n` bytes) gets the next
 /// `W - 2` bytes, top down, one plane each, then the low [`TAIL_BITS`] bits.
 pub(crate) fn split_head<const W: usize>(
     data: &[u8],
@@ -259,41 +289,31 @@ pub(crate) fn split_head<const W: usize>(
                 }
             }
         }
-        4 => {
+        _ => {
             let (p1, rest) = rest.split_at_mut(n);
             let (p2, p3) = rest.split_at_mut(n);
-            let mut put = |i: usize, w: u32| {
-                head[i] = (w >> 22) as u16;
-                p1[i] = (w >> 14) as u8;
-                p2[i] = (w >> 6) as u8;
-                p3[i] = (w & 0x3F) as u8;
+            let planes = head
+                .iter_mut()
+                .zip(p1.iter_mut())
+                .zip(p2.iter_mut().zip(p3.iter_mut()));
+            let put = |((h, a), (b, c)): ((&mut u16, &mut u8), (&mut u8, &mut u8)), w: u32| {
+                *h = (w >> 22) as u16;
+                *a = (w >> 14) as u8;
+                *b = (w >> 6) as u8;
+                *c = (w & 0x3F) as u8;
             };
             match base {
                 Some(bs) => {
-                    for (i, (d, b)) in data.chunks_exact(4).zip(bs.chunks_exact(4)).enumerate() {
-                        put(i, (le32(d) ^ le32(b)).rotate_left(1));
+                    let words = data.chunks_exact(4).zip(bs.chunks_exact(4));
+                    for ((d, b), p) in words.zip(planes) {
+                        put(p, (le32(d) ^ le32(b)).rotate_left(1));
                     }
                 }
                 None => {
-                    for (i, d) in data.chunks_exact(4).enumerate() {
-                        put(i, le32(d).rotate_left(1));
+                    for (d, p) in data.chunks_exact(4).zip(planes) {
+                        put(p, le32(d).rotate_left(1));
                     }
                 }
-            }
-        }
-        _ => {
-            let bits = 8 * W as u32;
-            for (i, d) in data.chunks_exact(W).enumerate() {
-                let mut w = word::<W>(d);
-                if let Some(b) = base {
-                    w ^= word::<W>(&b[i * W..i * W + W]);
-                }
-                let w = rotl::<W>(w);
-                head[i] = (w >> (bits - HEAD_BITS)) as u16;
-                for k in 1..W - 1 {
-                    rest[(k - 1) * n + i] = (w >> (bits - HEAD_BITS - 8 * k as u32)) as u8;
-                }
-                rest[(W - 2) * n + i] = (w & 0x3F) as u8;
             }
         }
     }
@@ -308,16 +328,6 @@ pub(crate) enum Head<'a> {
     Constant(u16),
 }
 
-impl Head<'_> {
-    #[inline(always)]
-    fn at(&self, i: usize) -> u16 {
-        match self {
-            Head::Words(w) => w[i],
-            Head::Constant(c) => *c,
-        }
-    }
-}
-
 /// The inverse of [`split_head`]: rebuilds words from the head and the `W - 1` other
 /// planes (symbols below `2^HEAD_BITS`, `2^8` and `2^TAIL_BITS`), un-rotates, XORs with
 /// `base`, and writes `out` (`n * W` bytes).
@@ -327,33 +337,48 @@ pub(crate) fn join_head<const W: usize>(
     base: Option<&[u8]>,
     out: &mut [u8],
 ) {
-    match (W, head, rest) {
-        (2, Head::Words(h), [Plane::Bytes(t)]) => {
-            for ((o, &h), &t) in out.chunks_exact_mut(2).zip(h).zip(*t) {
+    let n = out.len() / W;
+    // Constant planes become filled ones, so that the word loops below take slices.
+    let head_words;
+    let h = match head {
+        Head::Words(w) => w,
+        Head::Constant(c) => {
+            head_words = vec![c; n];
+            &head_words
+        }
+    };
+    let filled: Vec<Vec<u8>> = rest
+        .iter()
+        .map(|p| match p {
+            Plane::Constant(c) => vec![*c; n],
+            Plane::Bytes(_) => Vec::new(),
+        })
+        .collect();
+    let p: Vec<&[u8]> = rest
+        .iter()
+        .zip(&filled)
+        .map(|(p, f)| match p {
+            Plane::Bytes(b) => *b,
+            Plane::Constant(_) => f.as_slice(),
+        })
+        .collect();
+    match p.as_slice() {
+        [t] => {
+            let words = out.chunks_exact_mut(2).zip(h.iter().zip(*t));
+            for (o, (&h, &t)) in words {
                 let w = (h << TAIL_BITS | u16::from(t)).rotate_right(1);
                 o.copy_from_slice(&w.to_le_bytes());
             }
         }
-        (4, Head::Words(h), [Plane::Bytes(a), Plane::Bytes(b), Plane::Bytes(c)]) => {
-            for (i, o) in out.chunks_exact_mut(4).enumerate() {
-                let w = u32::from(h[i]) << 22
-                    | u32::from(a[i]) << 14
-                    | u32::from(b[i]) << 6
-                    | u32::from(c[i]);
+        [a, b, c] => {
+            let planes = h.iter().zip(*a).zip(b.iter().zip(*c));
+            for (o, ((&h, &a), (&b, &c))) in out.chunks_exact_mut(4).zip(planes) {
+                let w = u32::from(h) << 22 | u32::from(a) << 14 | u32::from(b) << 6 | u32::from(c);
                 o.copy_from_slice(&w.rotate_right(1).to_le_bytes());
             }
         }
-        _ => {
-            let bits = 8 * W as u32;
-            for (i, o) in out.chunks_exact_mut(W).enumerate() {
-                let mut w = u64::from(head.at(i)) << (bits - HEAD_BITS);
-                for (k, p) in rest.iter().enumerate().take(W - 2) {
-                    w |= u64::from(p.at(i)) << (bits - HEAD_BITS - 8 * (k as u32 + 1));
-                }
-                w |= u64::from(rest[W - 2].at(i));
-                o.copy_from_slice(&rotr::<W>(w).to_le_bytes()[..W]);
-            }
-        }
+        // Only 2- and 4-byte words are cut this way.
+        _ => {}
     }
     if let Some(b) = base {
         xor_in_place(out, b);
