@@ -448,7 +448,12 @@ pub(crate) fn unpack<S: Symbol>(src: &[u8], bits: u32, out: &mut [S]) -> bool {
 /// Packs whole groups of four 6-bit values into three bytes each (`a << 18 | b << 12 | c
 /// << 6 | d`, big-endian); returns the values packed, a multiple of 4.
 fn pack6(values: &[u8], dst: &mut [u8]) -> usize {
-    let done = pack6_simd(values, dst);
+    pack6_with(values, dst, true)
+}
+
+/// [`pack6`], with SIMD or without (the tests compare them).
+fn pack6_with(values: &[u8], dst: &mut [u8], simd: bool) -> usize {
+    let done = if simd { pack6_simd(values, dst) } else { 0 };
     for (v, d) in values[done..]
         .chunks_exact(4)
         .zip(dst[done / 4 * 3..].chunks_exact_mut(3))
@@ -496,7 +501,12 @@ fn unpack6_simd(_: &[u8], _: &mut [u8]) -> usize {
 
 /// The inverse of [`pack6`]: unpacks whole groups; returns the values written.
 fn unpack6(src: &[u8], out: &mut [u8]) -> usize {
-    let done = unpack6_simd(src, out);
+    unpack6_with(src, out, true)
+}
+
+/// [`unpack6`], with SIMD or without (the tests compare them).
+fn unpack6_with(src: &[u8], out: &mut [u8], simd: bool) -> usize {
+    let done = if simd { unpack6_simd(src, out) } else { 0 };
     for (o, s) in out[done..]
         .chunks_exact_mut(4)
         .zip(src[done / 4 * 3..].chunks_exact(3))
@@ -508,4 +518,34 @@ fn unpack6(src: &[u8], out: &mut [u8]) -> usize {
         o[3] = (w & 0x3F) as u8;
     }
     out.len() / 4 * 4
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn six_bit_packing_is_the_same_with_and_without_simd() {
+        let mut x = 0x9E37_79B9u32;
+        for n in [0, 4, 32, 36, 1000, 65_536 + 12] {
+            let values: Vec<u8> = (0..n)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 17;
+                    x ^= x << 5;
+                    (x >> 7) as u8 & 0x3F
+                })
+                .collect();
+            let groups = n / 4 * 4;
+            let (mut a, mut b) = (vec![0u8; groups / 4 * 3], vec![0u8; groups / 4 * 3]);
+            assert_eq!(pack6_with(&values, &mut a, true), groups);
+            assert_eq!(pack6_with(&values, &mut b, false), groups);
+            assert_eq!(a, b, "{n} values");
+            let (mut c, mut d) = (vec![0u8; groups], vec![0u8; groups]);
+            assert_eq!(unpack6_with(&a, &mut c, true), groups);
+            assert_eq!(unpack6_with(&a, &mut d, false), groups);
+            assert_eq!(c, d);
+            assert_eq!(c, values[..groups]);
+        }
+    }
 }
