@@ -159,8 +159,32 @@ pub(crate) fn join<const W: usize>(
     }
 }
 
+/// The leading words of a 2- or 4-byte join done with SIMD; returns how many.
+#[cfg(target_arch = "x86_64")]
+fn join_simd(p: &[&[u8]], base: Option<&[u8]>, r: u32, out: &mut [u8]) -> usize {
+    if !std::arch::is_x86_feature_detected!("avx2") {
+        return 0;
+    }
+    match p {
+        // SAFETY: AVX2 is available (checked above), the one requirement of the call.
+        [a, b] => unsafe { avx2::join2(a, b, base, r, out) },
+        // SAFETY: as above.
+        [a, b, c, d] => unsafe { avx2::join4([a, b, c, d], base, r, out) },
+        _ => 0,
+    }
+}
+
+/// No SIMD here: no word done.
+#[cfg(not(target_arch = "x86_64"))]
+fn join_simd(_: &[&[u8]], _: Option<&[u8]>, _: u32, _: &mut [u8]) -> usize {
+    0
+}
+
 fn join2(p0: &[u8], p1: &[u8], base: Option<&[u8]>, rotate: bool, out: &mut [u8]) {
     let r = u32::from(rotate);
+    let done = join_simd(&[p0, p1], base, r, out);
+    let (p0, p1, out) = (&p0[done..], &p1[done..], &mut out[2 * done..]);
+    let base = base.map(|b| &b[2 * done..]);
     let words = out.chunks_exact_mut(2).zip(p0.iter().zip(p1));
     match base {
         Some(b) => {
@@ -180,6 +204,9 @@ fn join2(p0: &[u8], p1: &[u8], base: Option<&[u8]>, rotate: bool, out: &mut [u8]
 
 fn join4(p: [&[u8]; 4], base: Option<&[u8]>, rotate: bool, out: &mut [u8]) {
     let r = u32::from(rotate);
+    let done = join_simd(&p, base, r, out);
+    let p = p.map(|p| &p[done..]);
+    let (out, base) = (&mut out[4 * done..], base.map(|b| &b[4 * done..]));
     let planes = p[0].iter().zip(p[1]).zip(p[2].iter().zip(p[3]));
     let words = out.chunks_exact_mut(4).zip(planes);
     match base {
@@ -546,6 +573,40 @@ mod tests {
             assert_eq!(unpack6_with(&a, &mut d, false), groups);
             assert_eq!(c, d);
             assert_eq!(c, values[..groups]);
+        }
+    }
+
+    #[test]
+    fn joins_match_a_plain_transpose() {
+        let mut x = 0x2545_F491u32;
+        let mut byte = move || {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            (x >> 11) as u8
+        };
+        for n in [0usize, 1, 31, 32, 33, 100, 1000] {
+            for rotate in [false, true] {
+                for with_base in [false, true] {
+                    let p: Vec<Vec<u8>> =
+                        (0..4).map(|_| (0..n).map(|_| byte()).collect()).collect();
+                    let base: Vec<u8> = (0..4 * n).map(|_| byte()).collect();
+                    let b = with_base.then_some(base.as_slice());
+                    let r = u32::from(rotate);
+                    let mut out2 = vec![0u8; 2 * n];
+                    join2(&p[0], &p[1], b.map(|b| &b[..2 * n]), rotate, &mut out2);
+                    let mut out4 = vec![0u8; 4 * n];
+                    join4([&p[0], &p[1], &p[2], &p[3]], b, rotate, &mut out4);
+                    for i in 0..n {
+                        let w = u16::from_le_bytes([p[0][i], p[1][i]]).rotate_right(r);
+                        let w = w ^ b.map_or(0, |b| u16::from_le_bytes([b[2 * i], b[2 * i + 1]]));
+                        assert_eq!(out2[2 * i..2 * i + 2], w.to_le_bytes(), "{n} {rotate} {i}");
+                        let w = u32::from_le_bytes([p[0][i], p[1][i], p[2][i], p[3][i]]);
+                        let w = w.rotate_right(r) ^ b.map_or(0, |b| le32(&b[4 * i..]));
+                        assert_eq!(out4[4 * i..4 * i + 4], w.to_le_bytes(), "{n} {rotate} {i}");
+                    }
+                }
+            }
         }
     }
 }

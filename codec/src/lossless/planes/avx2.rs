@@ -68,3 +68,89 @@ pub(super) fn unpack6(src: &[u8], out: &mut [u8]) -> usize {
     }
     groups * 32
 }
+
+/// Rebuilds 32 two-byte words at a time from byte planes `p0`, `p1`: interleaves them,
+/// rotates each word right by `r` bits (0 or 1) and XORs `base` if given. Returns the
+/// words written (a multiple of 32); the caller does the rest.
+#[target_feature(enable = "avx2")]
+pub(super) fn join2(p0: &[u8], p1: &[u8], base: Option<&[u8]>, r: u32, out: &mut [u8]) -> usize {
+    let n = (out.len() / 2).min(p0.len()).min(p1.len());
+    assert!(base.is_none_or(|b| b.len() >= 2 * n));
+    let groups = n / 32;
+    for g in 0..groups {
+        // SAFETY: g < groups = n / 32 and both planes hold at least n bytes.
+        let (a, b) = unsafe {
+            (
+                _mm256_loadu_si256(p0.as_ptr().add(32 * g).cast()),
+                _mm256_loadu_si256(p1.as_ptr().add(32 * g).cast()),
+            )
+        };
+        // Interleaving works in 128-bit lanes (elements 0-7 | 16-23, 8-15 | 24-31);
+        // `permute2x128` restores the order.
+        let lo = _mm256_unpacklo_epi8(a, b);
+        let hi = _mm256_unpackhi_epi8(a, b);
+        let words = [
+            _mm256_permute2x128_si256::<0x20>(lo, hi),
+            _mm256_permute2x128_si256::<0x31>(lo, hi),
+        ];
+        for (k, v) in words.into_iter().enumerate() {
+            let v = match r {
+                0 => v,
+                _ => _mm256_or_si256(_mm256_srli_epi16::<1>(v), _mm256_slli_epi16::<15>(v)),
+            };
+            let at = 64 * g + 32 * k;
+            finish(v, base, at, out);
+        }
+    }
+    groups * 32
+}
+
+/// [`join2`] for four byte planes and four-byte words.
+#[target_feature(enable = "avx2")]
+pub(super) fn join4(p: [&[u8]; 4], base: Option<&[u8]>, r: u32, out: &mut [u8]) -> usize {
+    let n = (out.len() / 4).min(p.iter().map(|p| p.len()).min().unwrap_or(0));
+    assert!(base.is_none_or(|b| b.len() >= 4 * n));
+    let groups = n / 32;
+    for g in 0..groups {
+        // SAFETY: g < groups = n / 32 and every plane holds at least n bytes.
+        let [a, b, c, d] = p.map(|p| unsafe { _mm256_loadu_si256(p.as_ptr().add(32 * g).cast()) });
+        // Interleaving works in 128-bit lanes: words 0-3 | 16-19, 4-7 | 20-23, 8-11 |
+        // 24-27, 12-15 | 28-31; `permute2x128` restores the order.
+        let (ab_lo, ab_hi) = (_mm256_unpacklo_epi8(a, b), _mm256_unpackhi_epi8(a, b));
+        let (cd_lo, cd_hi) = (_mm256_unpacklo_epi8(c, d), _mm256_unpackhi_epi8(c, d));
+        let w0 = _mm256_unpacklo_epi16(ab_lo, cd_lo);
+        let w1 = _mm256_unpackhi_epi16(ab_lo, cd_lo);
+        let w2 = _mm256_unpacklo_epi16(ab_hi, cd_hi);
+        let w3 = _mm256_unpackhi_epi16(ab_hi, cd_hi);
+        let words = [
+            _mm256_permute2x128_si256::<0x20>(w0, w1),
+            _mm256_permute2x128_si256::<0x20>(w2, w3),
+            _mm256_permute2x128_si256::<0x31>(w0, w1),
+            _mm256_permute2x128_si256::<0x31>(w2, w3),
+        ];
+        for (k, v) in words.into_iter().enumerate() {
+            let v = match r {
+                0 => v,
+                _ => _mm256_or_si256(_mm256_srli_epi32::<1>(v), _mm256_slli_epi32::<31>(v)),
+            };
+            finish(v, base, 128 * g + 32 * k, out);
+        }
+    }
+    groups * 32
+}
+
+/// XORs `v` with `base[at..at + 32]` if given and stores it at `out[at..at + 32]`.
+#[target_feature(enable = "avx2")]
+fn finish(v: __m256i, base: Option<&[u8]>, at: usize, out: &mut [u8]) {
+    let b = base.map(|b| &b[at..at + 32]);
+    let o = &mut out[at..at + 32];
+    // SAFETY: `b` and `o` are 32-byte slices (checked by the indexing above), and
+    // unaligned loads and stores have no other requirement.
+    unsafe {
+        let v = match b {
+            Some(b) => _mm256_xor_si256(v, _mm256_loadu_si256(b.as_ptr().cast())),
+            None => v,
+        };
+        _mm256_storeu_si256(o.as_mut_ptr().cast(), v);
+    }
+}
