@@ -10,11 +10,13 @@
 //! | `max_abs/f32` | 1 Mi weights | values |
 //! | `quantize/{8,7,5,3}`, `dequantize/{8,7,5,3}` | 1 Mi weights, default parameters | values |
 //! | `lossless_encode/{f32,bf16}`, `lossless_decode/{f32,bf16}` | 1 MiB of weights | bytes |
+//! | `lossless_encode/{f32,bf16}_delta`, `lossless_decode/{f32,bf16}_delta` | the same 1 MiB as an XOR delta against the previous checkpoint | bytes |
 //!
 //! The weights are the first tensors of `shared/data/series/dev_ft/step_000430.safetensors`
 //! (next to the workspace) in file order, repeated if they hold fewer than 1 Mi values;
-//! without that file, a deterministic pseudo-Gaussian sequence stands in. bf16 is the f32
-//! weights rounded to nearest even.
+//! the delta's base is the same from `step_000420.safetensors`. Without those files, a
+//! deterministic pseudo-Gaussian sequence stands in, and as base the same nudged by about
+//! 1e-4 relative. bf16 is the f32 weights rounded to nearest even.
 
 use std::hint::black_box;
 use std::path::Path;
@@ -35,6 +37,11 @@ const BLOCK_BYTES: usize = 1 << 20;
 const WEIGHTS: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../../shared/data/series/dev_ft/step_000430.safetensors"
+);
+/// The checkpoint before it, the base of the deltas.
+const BASE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../shared/data/series/dev_ft/step_000420.safetensors"
 );
 const TIERS: [QuantBits; 4] = [QuantBits::B8, QuantBits::B7, QuantBits::B5, QuantBits::B3];
 
@@ -67,14 +74,24 @@ impl Rng {
     }
 }
 
-/// `N` weights: the checkpoint's f32 tensors in file order, or a pseudo-Gaussian stand-in.
-fn weights() -> Vec<f32> {
-    match checkpoint_values(Path::new(WEIGHTS)) {
-        Some(v) if !v.is_empty() => v.iter().copied().cycle().take(N).collect(),
+/// `N` weights and the `N` of the checkpoint before: the checkpoints' f32 tensors in file
+/// order, or a pseudo-Gaussian stand-in and a nudged copy.
+fn weights() -> (Vec<f32>, Vec<f32>) {
+    let real = checkpoint_values(Path::new(WEIGHTS)).zip(checkpoint_values(Path::new(BASE)));
+    match real {
+        Some((v, b)) if !v.is_empty() && v.len() == b.len() => (
+            v.iter().copied().cycle().take(N).collect(),
+            b.iter().copied().cycle().take(N).collect(),
+        ),
         _ => {
-            eprintln!("bench: {WEIGHTS} not usable, using pseudo-Gaussian weights");
+            eprintln!("bench: {WEIGHTS} or {BASE} not usable, using pseudo-Gaussian weights");
             let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
-            (0..N).map(|_| (rng.gaussian() * 0.02) as f32).collect()
+            let w: Vec<f32> = (0..N).map(|_| (rng.gaussian() * 0.02) as f32).collect();
+            let base = w
+                .iter()
+                .map(|&x| x * (1.0 + (rng.gaussian() * 1e-4) as f32))
+                .collect();
+            (w, base)
         }
     }
 }
@@ -195,23 +212,28 @@ fn bench_quant(c: &mut Criterion, w: &[f32]) {
     g.finish();
 }
 
-fn bench_lossless(c: &mut Criterion, w: &[f32]) {
+fn bench_lossless(c: &mut Criterion, w: &[f32], base: &[f32]) {
     let f32_block = f32_bytes(&w[..BLOCK_BYTES / 4]);
     let bf16_block = bf16_bytes(&w[..BLOCK_BYTES / 2]);
+    let f32_base = f32_bytes(&base[..BLOCK_BYTES / 4]);
+    let bf16_base = bf16_bytes(&base[..BLOCK_BYTES / 2]);
     let inputs = [
-        ("f32", DType::F32, f32_block),
-        ("bf16", DType::BF16, bf16_block),
+        ("f32", DType::F32, &f32_block, None),
+        ("bf16", DType::BF16, &bf16_block, None),
+        ("f32_delta", DType::F32, &f32_block, Some(&f32_base)),
+        ("bf16_delta", DType::BF16, &bf16_block, Some(&bf16_base)),
     ];
     let opts = LosslessOptions::default();
 
     let mut g = c.benchmark_group("lossless_encode");
     g.throughput(Throughput::Bytes(BLOCK_BYTES as u64));
-    for (name, dtype, data) in &inputs {
+    for (name, dtype, data, base) in &inputs {
+        let base = base.map(Vec::as_slice);
         let mut out = Vec::new();
         g.bench_function(*name, |b| {
             b.iter(|| {
                 out.clear();
-                lossless::encode(*dtype, black_box(data), None, &opts, &mut out)
+                lossless::encode(*dtype, black_box(data), base, &opts, &mut out)
             })
         });
     }
@@ -219,30 +241,31 @@ fn bench_lossless(c: &mut Criterion, w: &[f32]) {
 
     let mut g = c.benchmark_group("lossless_decode");
     g.throughput(Throughput::Bytes(BLOCK_BYTES as u64));
-    for (name, dtype, data) in &inputs {
+    for (name, dtype, data, base) in &inputs {
+        let base = base.map(Vec::as_slice);
         let mut payload = Vec::new();
-        if let Err(e) = lossless::encode(*dtype, data, None, &opts, &mut payload) {
+        if let Err(e) = lossless::encode(*dtype, data, base, &opts, &mut payload) {
             eprintln!("bench: lossless encode failed for {name}: {e}");
             continue;
         }
         let mut out = vec![0u8; data.len()];
-        let round_trip = lossless::decode(*dtype, &payload, None, &mut out);
-        if round_trip.is_err() || out != *data {
+        let round_trip = lossless::decode(*dtype, &payload, base, &mut out);
+        if round_trip.is_err() || out != **data {
             eprintln!("bench: lossless round trip of {name} fails: {round_trip:?}");
         }
         g.bench_function(*name, |b| {
-            b.iter(|| lossless::decode(*dtype, black_box(&payload), None, &mut out))
+            b.iter(|| lossless::decode(*dtype, black_box(&payload), base, &mut out))
         });
     }
     g.finish();
 }
 
 fn benches(c: &mut Criterion) {
-    let w = weights();
+    let (w, base) = weights();
     bench_bits(c);
     bench_max_abs(c, &w);
     bench_quant(c, &w);
-    bench_lossless(c, &w);
+    bench_lossless(c, &w, &base);
 }
 
 // What `criterion_group!` and `criterion_main!` expand to, written out so that no

@@ -9,7 +9,8 @@
 //! 6-byte prefix that `payload_decode` reads) and `<corpus-dir>/hpdkv_decode/seed-*`
 //! (HPΔKV blobs: dense and sparse, raw and compressed, fp16 and bf16, top-k residuals). Deltas are made against [`base_pattern`], the base both targets
 //! supply, so they decode fully as they are. Seeds are small (at most a few KB) so
-//! libFuzzer's default input length stays modest.
+//! libFuzzer's default input length stays modest, but for two segments of 2^14 elements
+//! (about 4 KB each) whose planes use the 32-lane layout of the AVX2 kernels.
 
 use std::error::Error;
 use std::path::{Path, PathBuf};
@@ -98,13 +99,14 @@ fn exponent_step(dtype: DType, base: &[u8], rng: &mut Rng) -> Vec<u8> {
     out
 }
 
-/// Whether any plane of a lossless segment uses base-exponent contexts (method 4).
+/// Whether any plane of a lossless segment uses base-exponent contexts (method 4). The
+/// plane table follows the payload's plane-layout byte.
 fn uses_base_contexts(seg: &[u8]) -> Result<bool, Box<dyn Error>> {
     let parsed = Segment::parse(seg)?;
     let width = parsed.header().dtype.size();
     let table = parsed
         .payload()
-        .get(..5 * width)
+        .get(1..1 + 5 * width)
         .ok_or("short plane table")?;
     Ok(table.chunks_exact(5).any(|e| e[0] == 4))
 }
@@ -360,7 +362,25 @@ fn main() -> Result<(), Box<dyn Error>> {
             segment::encode_delta(dtype, &as_dtype(dtype, &next), &as_dtype(dtype, &v), &opts)?;
         seeds.add(&format!("delta-step-{dtype}"), &seg)?;
     }
-    // zstd planes (opt-in): the same blocks at maximum ratio.
+    // Planes of 2^14 symbols and more use the 32-lane layout, which the AVX2 kernels
+    // decode: a bf16 keyframe (the 10-bit head and the 6-bit tail both coded: one value
+    // in most places keeps it small) and a bf16 delta with base contexts. payload_decode
+    // reads at most 4096 elements, so only their segments are useful.
+    let wide: Vec<f32> = (0..1u32 << 14)
+        .map(|i| match i.wrapping_mul(0x9E37_79B9) >> 28 {
+            0 => (i % 61) as f32 * 0.003 - 0.09,
+            _ => 0.0123,
+        })
+        .collect();
+    seeds.add(
+        "key-bf16-wide",
+        &segment::encode_keyframe(DType::BF16, &as_dtype(DType::BF16, &wide), &opts)?,
+    )?;
+    let base = base_pattern(2 << 14);
+    let seg =
+        segment::encode_delta(DType::BF16, &exponent_step(DType::BF16, &base, &mut rng), &base, &opts)?;
+    seeds.add("delta-ctx-bf16-wide", &seg)?;
+    // zstd planes: the same blocks at maximum ratio.
     let zopts = LosslessOptions::max_ratio();
     let sparse: Vec<f32> = (0..1024)
         .map(|i| if i % 16 < 2 { v[i % 256] } else { 0.0 })

@@ -1,4 +1,4 @@
-//! Lossless float codec: XOR against a base, byte planes, an entropy stage per plane.
+//! Lossless float codec: XOR against a base, planes, an entropy stage per plane.
 //!
 //! Bit-exact for every input: NaN payloads, `-0.0`, subnormals and infinities are just bit
 //! patterns here. Integer and boolean dtypes are planed but not rotated.
@@ -9,26 +9,42 @@
 //!
 //! | bytes | field |
 //! |---|---|
+//! | 1 | plane layout: 0 bytes, 1 head (floats of 2 or 4 bytes only) |
 //! | `5 * W` | plane table: per plane, `method: u8` then `stored_len: u32` LE |
 //! | ... | plane bodies, in plane order, `stored_len` bytes each |
 //!
-//! Plane `k` holds byte `k` of each (XORed, rotated) little-endian word. Methods:
+//! Both layouts have `W` planes of `n` symbols each, cut from each (XORed, rotated)
+//! little-endian word:
 //!
-//! - 0 raw: `stored_len == n`;
-//! - 1 zstd: a frame that decodes to exactly `n` bytes;
-//! - 2 constant: `stored_len == 1`, the byte repeated `n` times;
-//! - 3 order-0 rANS: one model (see the `rans` module for the stream layout);
+//! - bytes: plane `k` holds byte `k`, 8 bits;
+//! - head, top down: plane 0 holds the top 10 bits (the exponent and the top two mantissa
+//!   bits of bf16 and f32, as one symbol), planes `1..W - 1` the following bytes, and
+//!   plane `W - 1` the low 6 bits. The encoder uses it for keyframes of bf16, f16 and
+//!   f32: coding exponent and top mantissa bits jointly captures how they depend on each
+//!   other (0.3 to 0.4 % smaller on MiniLM), and a bf16 word then needs one coded symbol
+//!   instead of two, its low 6 bits being close to random and stored raw (ADR 0004).
+//!
+//! Methods, for a plane of `b`-bit symbols:
+//!
+//! - 0 raw: the symbols packed LSB-first at `b` bits, `stored_len == ceil(n * b / 8)`, the
+//!   unused bits of the last byte zero;
+//! - 1 zstd (planes of at most 8 bits): a frame that decodes to exactly `n` bytes, one
+//!   symbol each;
+//! - 2 constant: the symbol, 1 byte (2 bytes LE for a 10-bit plane), repeated `n` times;
+//! - 3 rANS: one model (see the `rans` module for the stream layout);
 //! - 4 rANS with base contexts (float deltas only): a byte `lo`, then a rANS stream of `C`
-//!   models; element `i` uses model `clamp(e_i - lo, 0, C - 1)`, where `e_i` is the top byte
-//!   of the rotated base word, i.e. the base value's exponent. How much a weight moves
+//!   models; element `i` uses model `clamp(e_i - lo, 0, C - 1)`, where `e_i` is the top
+//!   byte of the rotated base word, i.e. the base value's exponent. How much a weight moves
 //!   depends on its magnitude, so this saves 18 % on the mantissa plane of bf16
 //!   fine-tuning deltas (ADR 0004).
+//!
+//! Symbols at or above `2^b` are refused (a rANS table that has them, a constant).
 
 mod planes;
 mod rans;
 
 use crate::DType;
-use planes::{join, split, Plane};
+use planes::{join, join_head, split, split_head, Head, Plane};
 use thiserror::Error;
 
 /// Errors of the lossless codec.
@@ -64,6 +80,22 @@ pub enum LosslessError {
     TrailingBytes {
         /// Bytes past the last plane.
         extra: usize,
+    },
+    /// The payload's plane layout byte is unknown, or the layout does not fit the dtype.
+    #[error("unknown plane layout {code} for {dtype}")]
+    UnknownPlaneLayout {
+        /// The layout byte.
+        code: u8,
+        /// The dtype.
+        dtype: DType,
+    },
+    /// A plane holds a symbol wider than the plane, or padding bits that are not zero.
+    #[error("plane {plane}: symbol or padding out of range for {bits}-bit symbols")]
+    SymbolRange {
+        /// Plane index.
+        plane: usize,
+        /// Bits of the plane's symbols.
+        bits: u32,
     },
     /// A plane uses a method code this version does not know.
     #[error("plane {plane}: unknown method {method}")]
@@ -124,44 +156,52 @@ pub enum PlaneMethod {
 
 /// Encoder settings.
 ///
-/// Every plane that is not constant gets a byte histogram. A plane that coding would
-/// shrink by less than `min_gain` is stored raw. Otherwise it is rANS-coded (with base
-/// contexts for float deltas when they are smaller), and, when `zstd_level` is set, zstd
-/// is tried too and the smaller output kept: zstd wins on planes with repeats that an
-/// order-0 model cannot see, by 0.1 to 0.3 % on the shared data, at about twice the
-/// encode time.
+/// Every plane that is not constant gets a histogram. A plane that coding would shrink by
+/// less than `min_gain` is stored raw. Otherwise it is rANS-coded (with base contexts for
+/// float deltas when they are smaller), and zstd may be tried too, the smaller output
+/// kept: zstd wins on planes with repeats that an order-0 model cannot see (runs of
+/// equal bytes, such as the rows of an embedding table that were never trained and keep
+/// few mantissa bits), by 0.2 % on MiniLM in f32. It is tried only on planes of at most
+/// 8 bits whose neighbours are equal more often than their histogram predicts, which
+/// keeps its cost away from planes it cannot help.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LosslessOptions {
-    /// zstd level to try beside rANS; `None` (the default) skips zstd.
+    /// zstd level to try beside rANS (default 3); `None` never tries zstd.
     pub zstd_level: Option<i32>,
+    /// zstd is tried on a coded plane when the fraction of its symbols equal to the one
+    /// before exceeds the probability that two symbols drawn from its histogram are
+    /// equal by at least this much (default 0.02). `0.0` tries every coded plane.
+    pub zstd_min_repeats: f64,
     /// Smallest fraction of a plane that coding must save to be used (default 0.001).
-    /// Raising it trades ratio for decode speed: at 0.005 the near-random mantissa plane
-    /// of bf16 weights is stored raw (about 2x faster decode, 0.2 % larger on MiniLM).
+    /// Raising it stores near-random planes raw, which decode faster.
     pub min_gain: f64,
 }
 
 impl Default for LosslessOptions {
     fn default() -> Self {
         LosslessOptions {
-            zstd_level: None,
+            zstd_level: Some(3),
+            zstd_min_repeats: 0.02,
             min_gain: 0.001,
         }
     }
 }
 
 impl LosslessOptions {
-    /// The smallest output: zstd level 3 tried on every coded plane.
+    /// The smallest output: zstd level 3 tried on every coded plane, at about twice the
+    /// encode time of the default for 0.01 to 0.1 % on the shared series.
     pub fn max_ratio() -> Self {
         LosslessOptions {
-            zstd_level: Some(3),
+            zstd_min_repeats: 0.0,
             ..LosslessOptions::default()
         }
     }
 
-    /// The fastest decode: zstd skipped, planes that save under 0.5 % stored raw.
+    /// The fastest: zstd never tried, planes that save under 0.5 % stored raw.
     pub fn fast() -> Self {
         LosslessOptions {
             zstd_level: None,
+            zstd_min_repeats: 0.0,
             min_gain: 0.005,
         }
     }
@@ -174,6 +214,51 @@ pub struct LosslessStats {
     pub planes: Vec<(PlaneMethod, usize)>,
     /// Bytes of the whole payload.
     pub payload_bytes: usize,
+}
+
+/// How words are cut into planes (the payload's first byte).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cut {
+    /// Byte `k` of each word in plane `k`.
+    Bytes,
+    /// Head, bytes, tail (floats of 2 or 4 bytes).
+    Head,
+}
+
+impl Cut {
+    /// The cut a block is encoded with: the head cut for keyframes of 2- and 4-byte floats.
+    fn choose(dtype: DType, base: Option<&[u8]>) -> Cut {
+        if dtype.is_float() && base.is_none() && matches!(dtype.size(), 2 | 4) {
+            Cut::Head
+        } else {
+            Cut::Bytes
+        }
+    }
+
+    fn from_code(code: u8, dtype: DType) -> Option<Cut> {
+        match code {
+            0 => Some(Cut::Bytes),
+            1 if dtype.is_float() && matches!(dtype.size(), 2 | 4) => Some(Cut::Head),
+            _ => None,
+        }
+    }
+
+    fn code(self) -> u8 {
+        match self {
+            Cut::Bytes => 0,
+            Cut::Head => 1,
+        }
+    }
+
+    /// Bits of plane `k` of `w`.
+    fn bits(self, k: usize, w: usize) -> u32 {
+        match self {
+            Cut::Bytes => 8,
+            Cut::Head if k == 0 => planes::HEAD_BITS,
+            Cut::Head if k == w - 1 => planes::TAIL_BITS,
+            Cut::Head => 8,
+        }
+    }
 }
 
 /// Encodes `data` (optionally XORed with `base`) and appends the payload to `out`.
@@ -191,35 +276,56 @@ pub fn encode(
     let w = dtype.size();
     check_lengths(dtype, data, base)?;
     let n = data.len() / w;
-    let mut planes = vec![0u8; data.len()];
     let rotate = dtype.is_float();
-    match w {
-        1 => split::<1>(data, base, rotate, &mut planes),
-        2 => split::<2>(data, base, rotate, &mut planes),
-        4 => split::<4>(data, base, rotate, &mut planes),
-        _ => split::<8>(data, base, rotate, &mut planes),
-    }
+    let cut = Cut::choose(dtype, base);
+    let start = out.len();
+    out.push(cut.code());
+    let table = out.len();
+    out.resize(table + 5 * w, 0);
     // Deltas of floats may condition each plane on the base word's exponent.
-    let base_exp = match base {
-        Some(b) if rotate => Some(exponent_bytes(dtype, b)),
+    let contexts = match base {
+        Some(b) if rotate => BaseContexts::new(dtype, b),
         _ => None,
     };
-
-    let start = out.len();
-    out.resize(start + 5 * w, 0);
-    let mut stats = Vec::with_capacity(w);
-    let mut zstd = None;
-    for k in 0..w {
-        let plane = &planes[k * n..(k + 1) * n];
-        let body_start = out.len();
-        let method = encode_plane(plane, base_exp.as_deref(), opts, &mut zstd, out)?;
-        let stored = out.len() - body_start;
-        out[start + 5 * k] = method as u8;
-        out[start + 5 * k + 1..start + 5 * k + 5].copy_from_slice(&(stored as u32).to_le_bytes());
-        stats.push((method, stored));
+    let mut enc = PlaneEncoder {
+        opts,
+        contexts: contexts.as_ref(),
+        zstd: None,
+        stats: Vec::with_capacity(w),
+    };
+    match cut {
+        Cut::Bytes => {
+            let mut planes = vec![0u8; data.len()];
+            match w {
+                1 => split::<1>(data, base, rotate, &mut planes),
+                2 => split::<2>(data, base, rotate, &mut planes),
+                4 => split::<4>(data, base, rotate, &mut planes),
+                _ => split::<8>(data, base, rotate, &mut planes),
+            }
+            for k in 0..w {
+                enc.plane(&planes[k * n..(k + 1) * n], 8, out)?;
+            }
+        }
+        Cut::Head => {
+            let mut head = vec![0u16; n];
+            let mut rest = vec![0u8; (w - 1) * n];
+            match w {
+                2 => split_head::<2>(data, base, &mut head, &mut rest),
+                _ => split_head::<4>(data, base, &mut head, &mut rest),
+            }
+            enc.plane(&head, cut.bits(0, w), out)?;
+            for k in 1..w {
+                enc.plane(&rest[(k - 1) * n..k * n], cut.bits(k, w), out)?;
+            }
+        }
+    }
+    for (k, &(method, stored)) in enc.stats.iter().enumerate() {
+        let e = &mut out[table + 5 * k..table + 5 * k + 5];
+        e[0] = method as u8;
+        e[1..].copy_from_slice(&(stored as u32).to_le_bytes());
     }
     Ok(LosslessStats {
-        planes: stats,
+        planes: enc.stats,
         payload_bytes: out.len() - start,
     })
 }
@@ -260,6 +366,28 @@ fn exponent_bytes(dtype: DType, data: &[u8]) -> Vec<u8> {
     }
 }
 
+/// The base-exponent contexts of a delta: element `i` has context
+/// `clamp(e_i - lo, 0, count - 1)`.
+struct BaseContexts {
+    lo: u8,
+    count: usize,
+    map: rans::ContextMap,
+}
+
+impl BaseContexts {
+    /// The contexts of a delta against `base`, with the window placed over the most common
+    /// exponents; `None` when they would all be one.
+    fn new(dtype: DType, base: &[u8]) -> Option<BaseContexts> {
+        let exps = exponent_bytes(dtype, base);
+        let (lo, count) = bucket_window(&exps);
+        (count >= 2).then(|| BaseContexts {
+            lo,
+            count,
+            map: rans::ContextMap::new(bucketize(&exps, lo, count)),
+        })
+    }
+}
+
 /// Buckets exponent bytes into at most [`rans::MAX_CONTEXTS`] contexts: `clamp(e - lo, 0,
 /// count - 1)`, with the window placed over the most common exponents.
 fn bucket_window(exps: &[u8]) -> (u8, usize) {
@@ -287,87 +415,194 @@ fn bucketize(exps: &[u8], lo: u8, count: usize) -> Vec<u8> {
         .collect()
 }
 
-/// A plane's base-context model: `lo`, the context of each element, one histogram each.
-type BaseContexts = (u8, Vec<u8>, Vec<rans::Hist>);
+/// Chooses and writes each plane's method.
+struct PlaneEncoder<'a> {
+    opts: &'a LosslessOptions,
+    contexts: Option<&'a BaseContexts>,
+    zstd: Option<zstd::bulk::Compressor<'static>>,
+    stats: Vec<(PlaneMethod, usize)>,
+}
 
-fn encode_plane(
-    plane: &[u8],
-    base_exp: Option<&[u8]>,
-    opts: &LosslessOptions,
-    zstd: &mut Option<zstd::bulk::Compressor<'static>>,
-    out: &mut Vec<u8>,
-) -> Result<PlaneMethod, LosslessError> {
-    let Some(&first) = plane.first() else {
-        return Ok(PlaneMethod::Raw);
-    };
-    if plane.len() > 1 && plane.iter().all(|&b| b == first) {
-        out.push(first);
-        return Ok(PlaneMethod::Constant);
+impl PlaneEncoder<'_> {
+    /// Appends one plane of `bits`-bit symbols to `out` and records its method and size.
+    fn plane<S: rans::Symbol>(
+        &mut self,
+        plane: &[S],
+        bits: u32,
+        out: &mut Vec<u8>,
+    ) -> Result<(), LosslessError> {
+        let at = out.len();
+        let method = self.choose(plane, bits, out)?;
+        self.stats.push((method, out.len() - at));
+        Ok(())
     }
-    let worth = |size: usize| (size as f64) < plane.len() as f64 * (1.0 - opts.min_gain);
-    // Candidate models: order-0, and with a base the base-exponent contexts; keep the
-    // smaller estimate.
-    let hist = [rans::histogram(plane)];
-    let mut best: (usize, PlaneMethod, Option<BaseContexts>) =
-        (rans::estimate(&hist), PlaneMethod::Rans, None);
-    if let Some(exps) = base_exp {
-        let (lo, count) = bucket_window(exps);
-        if count >= 2 {
-            let ctx = bucketize(exps, lo, count);
-            let hists = rans::histograms(plane, &ctx, count);
-            let size = rans::estimate(&hists) + 1;
-            if size < best.0 {
-                best = (size, PlaneMethod::RansBaseContext, Some((lo, ctx, hists)));
-            }
+
+    fn choose<S: rans::Symbol>(
+        &mut self,
+        plane: &[S],
+        bits: u32,
+        out: &mut Vec<u8>,
+    ) -> Result<PlaneMethod, LosslessError> {
+        let raw = planes::packed_len(plane.len(), bits);
+        let Some(&first) = plane.first() else {
+            return Ok(PlaneMethod::Raw);
+        };
+        if plane.len() > 1 && plane.iter().all(|&s| s == first) {
+            let v = first.index() as u16;
+            out.extend_from_slice(&v.to_le_bytes()[..constant_len(bits)]);
+            return Ok(PlaneMethod::Constant);
         }
-    }
-    let at = out.len();
-    let mut method = PlaneMethod::Raw;
-    if worth(best.0) {
-        method = best.1;
-        match best.2 {
-            Some((lo, ctx, hists)) => {
-                out.push(lo);
-                rans::encode(plane, ctx.as_slice(), &hists, out);
-            }
-            None => rans::encode(plane, rans::Order0, &hist, out),
+        let worth = |size: usize| (size as f64) < raw as f64 * (1.0 - self.opts.min_gain);
+        if self.contexts.is_none() && self.clearly_random(plane, bits) {
+            return Ok(self.raw(plane, bits, out));
         }
-        if let Some(level) = opts.zstd_level {
-            let c = match zstd {
-                Some(c) => c,
-                None => zstd.insert(
-                    zstd::bulk::Compressor::new(level)
-                        .map_err(|e| LosslessError::Compress(e.to_string()))?,
-                ),
+        // Candidate models: order-0, and with a base the base-exponent contexts; keep the
+        // smaller estimate.
+        // With base contexts, the order-0 histogram is the sum of the contexts' ones. The
+        // better of the two by a quick estimate is then normalized.
+        let hists = self
+            .contexts
+            .map(|bc| rans::histograms(plane, bc.map.ctx(), bc.count));
+        let hist = match &hists {
+            Some(h) => rans::merge(h),
+            None => rans::histogram(plane),
+        };
+        let order0 = std::slice::from_ref(&hist);
+        let best = match &hists {
+            Some(h) if rans::estimate(h) + 1 < rans::estimate(order0) => {
+                rans::Model::new::<S>(h).map(|m| (m.bytes() + 1, PlaneMethod::RansBaseContext, m))
+            }
+            _ => None,
+        };
+        let best = best
+            .or_else(|| rans::Model::new::<S>(order0).map(|m| (m.bytes(), PlaneMethod::Rans, m)));
+        let at = out.len();
+        let mut method = PlaneMethod::Raw;
+        if let Some((_, m, model)) = best.filter(|b| worth(b.0)) {
+            method = m;
+            match (m, self.contexts) {
+                (PlaneMethod::RansBaseContext, Some(bc)) => {
+                    out.push(bc.lo);
+                    rans::encode(plane, rans::Contexts::Given(&bc.map), &model, out);
+                }
+                _ => rans::encode(plane, rans::Contexts::Order0, &model, out),
+            }
+            let zstd = match (self.opts.zstd_level, S::as_bytes(plane)) {
+                (Some(level), Some(bytes)) if self.repeats(bytes, &hist) => Some((level, bytes)),
+                _ => None,
             };
-            let z = c
-                .compress(plane)
-                .map_err(|e| LosslessError::Compress(e.to_string()))?;
-            if z.len() < out.len() - at {
-                out.truncate(at);
-                out.extend_from_slice(&z);
-                method = PlaneMethod::Zstd;
+            if let Some((level, bytes)) = zstd {
+                let c = match &mut self.zstd {
+                    Some(c) => c,
+                    None => self.zstd.insert(
+                        zstd::bulk::Compressor::new(level)
+                            .map_err(|e| LosslessError::Compress(e.to_string()))?,
+                    ),
+                };
+                let z = c
+                    .compress(bytes)
+                    .map_err(|e| LosslessError::Compress(e.to_string()))?;
+                if z.len() < out.len() - at {
+                    out.truncate(at);
+                    out.extend_from_slice(&z);
+                    method = PlaneMethod::Zstd;
+                }
             }
         }
+        if method == PlaneMethod::Raw || !worth(out.len() - at) {
+            out.truncate(at);
+            method = self.raw(plane, bits, out);
+        }
+        Ok(method)
     }
-    if method == PlaneMethod::Raw || !worth(out.len() - at) {
-        out.truncate(at);
-        out.extend_from_slice(plane);
-        method = PlaneMethod::Raw;
+
+    /// Appends `plane` raw.
+    fn raw<S: rans::Symbol>(&self, plane: &[S], bits: u32, out: &mut Vec<u8>) -> PlaneMethod {
+        match S::as_bytes(plane) {
+            Some(bytes) if bits == 8 => out.extend_from_slice(bytes),
+            _ => planes::pack(plane, bits, out),
+        }
+        PlaneMethod::Raw
     }
-    Ok(method)
+
+    /// Whether a sample shows `plane` too close to random for order-0 coding to save half
+    /// of `min_gain` (the low mantissa bits of weights), so it can be stored raw without a
+    /// histogram of all of it. The sample is 64 runs of 1024 symbols spread evenly, and
+    /// planes under 2^16 symbols are never judged by it. Estimating entropy from a sample
+    /// errs low, so it does not store raw what order-0 coding would shrink by `min_gain`;
+    /// it is not used when base contexts could find what order-0 cannot.
+    fn clearly_random<S: rans::Symbol>(&self, plane: &[S], bits: u32) -> bool {
+        const RUNS: usize = 64;
+        const RUN: usize = 1024;
+        if plane.len() < 1 << 16 {
+            return false;
+        }
+        let stride = plane.len() / RUNS;
+        let mut hist = vec![0u32; 1 << S::BITS];
+        for r in 0..RUNS {
+            for &s in &plane[r * stride..r * stride + RUN] {
+                hist[s.index()] += 1;
+            }
+        }
+        let n = (RUNS * RUN) as f64;
+        let entropy: f64 = hist
+            .iter()
+            .filter(|&&c| c > 0)
+            .map(|&c| -f64::from(c) * (f64::from(c) / n).log2())
+            .sum::<f64>()
+            / n;
+        entropy >= f64::from(bits) * (1.0 - self.opts.min_gain / 2.0)
+    }
+
+    /// Whether zstd should be tried on `plane` (with histogram `hist`): its neighbours are
+    /// equal more often than `zstd_min_repeats` above what the histogram predicts. Large
+    /// planes are sampled: 64 runs of 1024 symbols spread evenly.
+    fn repeats(&self, plane: &[u8], hist: &[u32]) -> bool {
+        const RUNS: usize = 64;
+        const RUN: usize = 1024;
+        let min = self.opts.zstd_min_repeats;
+        if min <= 0.0 {
+            return true;
+        }
+        let n = plane.len() as f64;
+        let collide: f64 = hist.iter().map(|&c| (f64::from(c) / n).powi(2)).sum();
+        let equal_in = |run: &[u8]| -> usize {
+            let next = run.get(1..).unwrap_or_default();
+            next.iter().zip(run).map(|(a, b)| usize::from(a == b)).sum()
+        };
+        let (equal, pairs) = if plane.len() <= RUNS * RUN {
+            (equal_in(plane), plane.len().saturating_sub(1))
+        } else {
+            let stride = plane.len() / RUNS;
+            let equal = (0..RUNS)
+                .map(|r| equal_in(&plane[r * stride..r * stride + RUN]))
+                .sum();
+            (equal, RUNS * (RUN - 1))
+        };
+        equal as f64 >= (collide + min) * pairs.max(1) as f64
+    }
+}
+
+/// Bytes of a constant plane's symbol.
+fn constant_len(bits: u32) -> usize {
+    if bits > 8 {
+        2
+    } else {
+        1
+    }
 }
 
 /// Decodes a payload into `out`, whose length gives the element count (`out.len() / W`).
 ///
-/// Nothing is allocated beyond scratch buffers of `out.len()` bytes and the rANS tables:
-/// every length read from the payload is checked against `out.len()` and the payload's own
-/// size first.
+/// Nothing is allocated beyond scratch buffers of about `2 * out.len()` bytes and the rANS
+/// tables: every length read from the payload is checked against `out.len()` and the
+/// payload's own size first.
 ///
 /// # Errors
 /// [`LosslessError::RaggedLength`] or [`LosslessError::BaseLength`] for bad arguments, and
 /// [`LosslessError::Truncated`], [`LosslessError::TrailingBytes`],
-/// [`LosslessError::UnknownMethod`], [`LosslessError::PlaneLength`],
+/// [`LosslessError::UnknownPlaneLayout`], [`LosslessError::UnknownMethod`],
+/// [`LosslessError::PlaneLength`], [`LosslessError::SymbolRange`],
 /// [`LosslessError::Rans`], [`LosslessError::Zstd`] for a bad payload.
 pub fn decode(
     dtype: DType,
@@ -378,20 +613,27 @@ pub fn decode(
     check_lengths(dtype, out, base)?;
     let w = dtype.size();
     let n = out.len() / w;
-    let table = payload.get(..5 * w).ok_or(LosslessError::Truncated {
-        needed: 5 * w,
+    let float = dtype.is_float();
+    let &code = payload.first().ok_or(LosslessError::Truncated {
+        needed: 1,
+        actual: 0,
+    })?;
+    let cut =
+        Cut::from_code(code, dtype).ok_or(LosslessError::UnknownPlaneLayout { code, dtype })?;
+    let table = payload.get(1..1 + 5 * w).ok_or(LosslessError::Truncated {
+        needed: 1 + 5 * w,
         actual: payload.len(),
     })?;
     let mut entries = [(0u8, 0usize); 8];
-    let mut total = 5 * w;
-    let float = dtype.is_float();
+    let mut total = 1 + 5 * w;
     for (k, e) in table.chunks_exact(5).enumerate() {
         let method = e[0];
         let stored = u32::from_le_bytes([e[1], e[2], e[3], e[4]]) as usize;
+        let bits = cut.bits(k, w);
         let ok = match method {
-            0 => stored == n,
-            1 => stored > 0 && stored <= payload.len(),
-            2 => stored == 1 && n > 0,
+            0 => stored == planes::packed_len(n, bits),
+            1 => bits <= 8 && stored > 0 && stored <= payload.len(),
+            2 => stored == constant_len(bits) && n > 0,
             3 => stored > 0 && stored <= payload.len() && n > 0,
             4 => stored > 1 && stored <= payload.len() && n > 0 && float && base.is_some(),
             _ => return Err(LosslessError::UnknownMethod { plane: k, method }),
@@ -419,66 +661,159 @@ pub fn decode(
         });
     }
     let mut bodies = [&payload[..0]; 8];
-    let mut pos = 5 * w;
+    let mut pos = 1 + 5 * w;
     for (b, &(_, stored)) in bodies.iter_mut().zip(&entries[..w]) {
         *b = &payload[pos..pos + stored];
         pos += stored;
     }
-
-    let coded = entries[..w]
-        .iter()
-        .filter(|e| !matches!(e.0, 0 | 2))
-        .count();
-    let mut scratch = vec![0u8; coded * n];
-    let mut parts = scratch.chunks_mut(n.max(1));
-    let mut planes: [Plane<'_>; 8] = [Plane::Constant(0); 8];
-    let base_exp = match base {
-        Some(b) if float => Some(exponent_bytes(dtype, b)),
+    let contexts = match base {
+        Some(b) if entries[..w].iter().any(|e| e.0 == 4) => Some(exponent_bytes(dtype, b)),
         _ => None,
     };
-    let mut decoder = None;
-    for k in 0..w {
+    let mut dec = PlaneDecoder {
+        n,
+        exps: contexts.as_deref(),
+        map: None,
+        table: Vec::new(),
+        zstd: None,
+    };
+
+    // Byte planes that are not stored as they are decode into scratch.
+    let first_byte_plane = usize::from(cut == Cut::Head);
+    let scratch_planes = (first_byte_plane..w)
+        .filter(|&k| !(entries[k].0 == 2 || entries[k].0 == 0 && cut.bits(k, w) == 8))
+        .count();
+    let mut scratch = vec![0u8; scratch_planes * n];
+    let mut parts = scratch.chunks_mut(n.max(1));
+    let mut planes: [Plane<'_>; 8] = [Plane::Constant(0); 8];
+    for k in first_byte_plane..w {
         let (method, body) = (entries[k].0, bodies[k]);
+        let bits = cut.bits(k, w);
         planes[k] = match method {
-            0 => Plane::Bytes(body),
-            2 => Plane::Constant(body[0]),
+            0 if bits == 8 => Plane::Bytes(body),
+            2 => Plane::Constant(dec.constant(body, k, bits)? as u8),
             _ => {
                 let dst = parts.next().unwrap_or_default();
-                match method {
-                    1 => decode_zstd(body, k, &mut decoder, dst, n)?,
-                    3 => rans::decode(body, k, rans::Order0, dst)?,
-                    _ => {
-                        // Method 4; the table check above guarantees a base of a float.
-                        let exps = base_exp.as_deref().unwrap_or_default();
-                        let count = rans::stream_contexts(&body[1..], k, rans::MAX_CONTEXTS)?;
-                        let ctx = bucketize(exps, body[0], count);
-                        rans::decode(&body[1..], k, ctx.as_slice(), dst)?;
-                    }
-                }
+                dec.plane(method, body, k, bits, dst)?;
                 Plane::Bytes(dst)
             }
         };
     }
-    match w {
-        1 => join::<1>(&[planes[0]], base, float, out),
-        2 => join::<2>(&[planes[0], planes[1]], base, float, out),
-        4 => join::<4>(
-            &[planes[0], planes[1], planes[2], planes[3]],
-            base,
-            float,
-            out,
-        ),
-        _ => join::<8>(
-            &[
-                planes[0], planes[1], planes[2], planes[3], planes[4], planes[5], planes[6],
-                planes[7],
-            ],
-            base,
-            float,
-            out,
-        ),
+    match cut {
+        Cut::Bytes => match w {
+            1 => join::<1>(&[planes[0]], base, float, out),
+            2 => join::<2>(&[planes[0], planes[1]], base, float, out),
+            4 => join::<4>(
+                &[planes[0], planes[1], planes[2], planes[3]],
+                base,
+                float,
+                out,
+            ),
+            _ => join::<8>(
+                &[
+                    planes[0], planes[1], planes[2], planes[3], planes[4], planes[5], planes[6],
+                    planes[7],
+                ],
+                base,
+                float,
+                out,
+            ),
+        },
+        Cut::Head => {
+            let (method, body) = (entries[0].0, bodies[0]);
+            let mut words = Vec::new();
+            let head = if method == 2 {
+                Head::Constant(dec.constant(body, 0, planes::HEAD_BITS)?)
+            } else {
+                words.resize(n, 0u16);
+                dec.plane(method, body, 0, planes::HEAD_BITS, &mut words)?;
+                Head::Words(&words)
+            };
+            match w {
+                2 => join_head::<2>(head, &planes[1..2], base, out),
+                _ => join_head::<4>(head, &planes[1..4], base, out),
+            }
+        }
     }
     Ok(())
+}
+
+/// Decodes the planes of one payload.
+struct PlaneDecoder<'a> {
+    n: usize,
+    /// The base's exponent bytes, when some plane uses base contexts.
+    exps: Option<&'a [u8]>,
+    /// The last base-context map, with its `lo` and context count (planes of a block
+    /// usually share one).
+    map: Option<(u8, usize, rans::ContextMap)>,
+    /// rANS decode tables, reused from plane to plane.
+    table: Vec<u32>,
+    zstd: Option<zstd::bulk::Decompressor<'static>>,
+}
+
+impl PlaneDecoder<'_> {
+    /// The symbol of a constant plane (its table entry was checked).
+    fn constant(&self, body: &[u8], plane: usize, bits: u32) -> Result<u16, LosslessError> {
+        let mut v = [0u8; 2];
+        v[..body.len()].copy_from_slice(body);
+        let v = u16::from_le_bytes(v);
+        if u32::from(v) >> bits != 0 {
+            return Err(LosslessError::SymbolRange { plane, bits });
+        }
+        Ok(v)
+    }
+
+    /// Decodes plane `plane` (method 0, 1, 3 or 4; the table entry was checked) into `dst`.
+    fn plane<S: rans::Symbol>(
+        &mut self,
+        method: u8,
+        body: &[u8],
+        plane: usize,
+        bits: u32,
+        dst: &mut [S],
+    ) -> Result<(), LosslessError> {
+        match method {
+            0 => {
+                if !planes::unpack(body, bits, dst) {
+                    return Err(LosslessError::SymbolRange { plane, bits });
+                }
+            }
+            1 => match S::as_bytes_mut(dst) {
+                Some(d) => {
+                    decode_zstd(body, plane, &mut self.zstd, d, self.n)?;
+                    if d.iter().any(|&b| u32::from(b) >> bits != 0) {
+                        return Err(LosslessError::SymbolRange { plane, bits });
+                    }
+                }
+                None => return Err(LosslessError::UnknownMethod { plane, method }),
+            },
+            3 => rans::decode(
+                body,
+                plane,
+                rans::Contexts::Order0,
+                bits,
+                dst,
+                &mut self.table,
+            )?,
+            _ => {
+                // Method 4; the table check guarantees a base of a float.
+                let count = rans::stream_contexts(&body[1..], plane, rans::MAX_CONTEXTS)?;
+                let lo = body[0];
+                let map = match self.map.take() {
+                    Some(m) if m.0 == lo && m.1 == count => m,
+                    _ => {
+                        let exps = self.exps.unwrap_or_default();
+                        (lo, count, rans::ContextMap::new(bucketize(exps, lo, count)))
+                    }
+                };
+                let ctx = rans::Contexts::Given(&map.2);
+                let r = rans::decode(&body[1..], plane, ctx, bits, dst, &mut self.table);
+                self.map = Some(map);
+                r?;
+            }
+        }
+        Ok(())
+    }
 }
 
 fn decode_zstd(

@@ -1,9 +1,21 @@
-//! Byte-plane transform: XOR against a base, rotate floats, split into planes, and back.
+//! Plane transforms: XOR against a base, rotate floats, cut words into planes, and back.
 //!
-//! A float word is rotated left by one bit before splitting, so the sign moves to bit 0
+//! A float word is rotated left by one bit before cutting, so the sign moves to bit 0
 //! and the exponent fills the top byte (bf16, f32) or its top bits (f16, f64): the plane
 //! that holds the exponent then has few distinct values and codes well. XOR with a base of
 //! the same dtype is applied to the word first (rotation and XOR commute).
+//!
+//! Two cuts:
+//!
+//! - bytes ([`split`], [`join`]): plane `k` holds byte `k` (little-endian) of each word;
+//! - head ([`split_head`], [`join_head`], floats of 2, 4 or 8 bytes), top down: the top
+//!   [`HEAD_BITS`] bits (the exponent and the top mantissa bits, one joint symbol), then
+//!   bytes, then the last [`TAIL_BITS`] bits (low mantissa bits and the sign).
+
+use super::rans::Symbol;
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
 
 /// Splits `data` (and `data ^ base`) into `W` planes of `n` bytes in `planes`
 /// (`planes.len() == data.len()`): plane `k` holds byte `k` (little-endian) of each word.
@@ -33,20 +45,19 @@ pub(crate) fn split<const W: usize>(
 fn split2(data: &[u8], base: Option<&[u8]>, rotate: bool, p0: &mut [u8], p1: &mut [u8]) {
     let r = u32::from(rotate);
     let words = data.chunks_exact(2);
+    let planes = p0.iter_mut().zip(p1.iter_mut());
     match base {
         Some(b) => {
-            for (i, (d, b)) in words.zip(b.chunks_exact(2)).enumerate() {
+            for ((d, b), (a0, a1)) in words.zip(b.chunks_exact(2)).zip(planes) {
                 let w = (u16::from_le_bytes([d[0], d[1]]) ^ u16::from_le_bytes([b[0], b[1]]))
                     .rotate_left(r);
-                p0[i] = w as u8;
-                p1[i] = (w >> 8) as u8;
+                [*a0, *a1] = w.to_le_bytes();
             }
         }
         None => {
-            for (i, d) in words.enumerate() {
+            for (d, (a0, a1)) in words.zip(planes) {
                 let w = u16::from_le_bytes([d[0], d[1]]).rotate_left(r);
-                p0[i] = w as u8;
-                p1[i] = (w >> 8) as u8;
+                [*a0, *a1] = w.to_le_bytes();
             }
         }
     }
@@ -57,22 +68,21 @@ fn split4(data: &[u8], base: Option<&[u8]>, rotate: bool, p0: &mut [u8], rest: &
     let (p1, rest) = rest.split_at_mut(n);
     let (p2, p3) = rest.split_at_mut(n);
     let r = u32::from(rotate);
-    let mut put = |i: usize, w: u32| {
-        let b = w.to_le_bytes();
-        p0[i] = b[0];
-        p1[i] = b[1];
-        p2[i] = b[2];
-        p3[i] = b[3];
-    };
+    let planes = p0
+        .iter_mut()
+        .zip(p1.iter_mut())
+        .zip(p2.iter_mut().zip(p3.iter_mut()));
     match base {
         Some(bs) => {
-            for (i, (d, b)) in data.chunks_exact(4).zip(bs.chunks_exact(4)).enumerate() {
-                put(i, (le32(d) ^ le32(b)).rotate_left(r));
+            let words = data.chunks_exact(4).zip(bs.chunks_exact(4));
+            for ((d, b), ((a0, a1), (a2, a3))) in words.zip(planes) {
+                let w = (le32(d) ^ le32(b)).rotate_left(r);
+                [*a0, *a1, *a2, *a3] = w.to_le_bytes();
             }
         }
         None => {
-            for (i, d) in data.chunks_exact(4).enumerate() {
-                put(i, le32(d).rotate_left(r));
+            for (d, ((a0, a1), (a2, a3))) in data.chunks_exact(4).zip(planes) {
+                [*a0, *a1, *a2, *a3] = le32(d).rotate_left(r).to_le_bytes();
             }
         }
     }
@@ -108,51 +118,110 @@ pub(crate) fn join<const W: usize>(
     out: &mut [u8],
 ) {
     let n = out.len() / W;
-    match (W, planes.as_slice()) {
-        (2, [Plane::Bytes(a), Plane::Bytes(b)]) => join2(a, b, base, rotate, out),
-        (4, [Plane::Bytes(a), Plane::Bytes(b), Plane::Bytes(c), Plane::Bytes(d)]) => {
-            join4([a, b, c, d], base, rotate, out)
+    if W == 2 || W == 4 {
+        // Constant planes become filled ones, so that the word loops below take slices.
+        let filled: Vec<Vec<u8>> = planes
+            .iter()
+            .map(|p| match p {
+                Plane::Constant(c) => vec![*c; n],
+                Plane::Bytes(_) => Vec::new(),
+            })
+            .collect();
+        let p: Vec<&[u8]> = planes
+            .iter()
+            .zip(&filled)
+            .map(|(p, f)| match p {
+                Plane::Bytes(b) => *b,
+                Plane::Constant(_) => f.as_slice(),
+            })
+            .collect();
+        match p.as_slice() {
+            [a, b] => return join2(a, b, base, rotate, out),
+            [a, b, c, d] => return join4([a, b, c, d], base, rotate, out),
+            _ => {}
         }
-        _ => {
-            for i in 0..n {
-                let mut w = 0u64;
-                for (k, p) in planes.iter().enumerate() {
-                    w |= u64::from(p.at(i)) << (8 * k);
-                }
-                if rotate {
-                    w = rotr::<W>(w);
-                }
-                let dst = &mut out[i * W..i * W + W];
-                dst.copy_from_slice(&w.to_le_bytes()[..W]);
-                if let Some(b) = base {
-                    for (o, &b) in dst.iter_mut().zip(&b[i * W..i * W + W]) {
-                        *o ^= b;
-                    }
-                }
+    }
+    for i in 0..n {
+        let mut w = 0u64;
+        for (k, p) in planes.iter().enumerate() {
+            w |= u64::from(p.at(i)) << (8 * k);
+        }
+        if rotate {
+            w = rotr::<W>(w);
+        }
+        let dst = &mut out[i * W..i * W + W];
+        dst.copy_from_slice(&w.to_le_bytes()[..W]);
+        if let Some(b) = base {
+            for (o, &b) in dst.iter_mut().zip(&b[i * W..i * W + W]) {
+                *o ^= b;
             }
         }
     }
 }
 
+/// The leading words of a 2- or 4-byte join done with SIMD; returns how many.
+#[cfg(target_arch = "x86_64")]
+fn join_simd(p: &[&[u8]], base: Option<&[u8]>, r: u32, out: &mut [u8]) -> usize {
+    if !std::arch::is_x86_feature_detected!("avx2") {
+        return 0;
+    }
+    match p {
+        // SAFETY: AVX2 is available (checked above), the one requirement of the call.
+        [a, b] => unsafe { avx2::join2(a, b, base, r, out) },
+        // SAFETY: as above.
+        [a, b, c, d] => unsafe { avx2::join4([a, b, c, d], base, r, out) },
+        _ => 0,
+    }
+}
+
+/// No SIMD here: no word done.
+#[cfg(not(target_arch = "x86_64"))]
+fn join_simd(_: &[&[u8]], _: Option<&[u8]>, _: u32, _: &mut [u8]) -> usize {
+    0
+}
+
 fn join2(p0: &[u8], p1: &[u8], base: Option<&[u8]>, rotate: bool, out: &mut [u8]) {
     let r = u32::from(rotate);
-    for ((o, &a), &b) in out.chunks_exact_mut(2).zip(p0).zip(p1) {
-        let w = u16::from_le_bytes([a, b]).rotate_right(r);
-        o.copy_from_slice(&w.to_le_bytes());
-    }
-    if let Some(b) = base {
-        xor_in_place(out, b);
+    let done = join_simd(&[p0, p1], base, r, out);
+    let (p0, p1, out) = (&p0[done..], &p1[done..], &mut out[2 * done..]);
+    let base = base.map(|b| &b[2 * done..]);
+    let words = out.chunks_exact_mut(2).zip(p0.iter().zip(p1));
+    match base {
+        Some(b) => {
+            for ((o, (&a, &c)), b) in words.zip(b.chunks_exact(2)) {
+                let w =
+                    u16::from_le_bytes([a, c]).rotate_right(r) ^ u16::from_le_bytes([b[0], b[1]]);
+                o.copy_from_slice(&w.to_le_bytes());
+            }
+        }
+        None => {
+            for (o, (&a, &c)) in words {
+                o.copy_from_slice(&u16::from_le_bytes([a, c]).rotate_right(r).to_le_bytes());
+            }
+        }
     }
 }
 
 fn join4(p: [&[u8]; 4], base: Option<&[u8]>, rotate: bool, out: &mut [u8]) {
     let r = u32::from(rotate);
-    for (i, o) in out.chunks_exact_mut(4).enumerate() {
-        let w = u32::from_le_bytes([p[0][i], p[1][i], p[2][i], p[3][i]]).rotate_right(r);
-        o.copy_from_slice(&w.to_le_bytes());
-    }
-    if let Some(b) = base {
-        xor_in_place(out, b);
+    let done = join_simd(&p, base, r, out);
+    let p = p.map(|p| &p[done..]);
+    let (out, base) = (&mut out[4 * done..], base.map(|b| &b[4 * done..]));
+    let planes = p[0].iter().zip(p[1]).zip(p[2].iter().zip(p[3]));
+    let words = out.chunks_exact_mut(4).zip(planes);
+    match base {
+        Some(b) => {
+            for ((o, ((&a0, &a1), (&a2, &a3))), b) in words.zip(b.chunks_exact(4)) {
+                let w = u32::from_le_bytes([a0, a1, a2, a3]).rotate_right(r) ^ le32(b);
+                o.copy_from_slice(&w.to_le_bytes());
+            }
+        }
+        None => {
+            for (o, ((&a0, &a1), (&a2, &a3))) in words {
+                let w = u32::from_le_bytes([a0, a1, a2, a3]).rotate_right(r);
+                o.copy_from_slice(&w.to_le_bytes());
+            }
+        }
     }
 }
 
@@ -173,7 +242,7 @@ pub(crate) enum Plane<'a> {
 
 impl Plane<'_> {
     #[inline(always)]
-    fn at(&self, i: usize) -> u8 {
+    pub(crate) fn at(&self, i: usize) -> u8 {
         match self {
             Plane::Bytes(b) => b[i],
             Plane::Constant(c) => *c,
@@ -205,4 +274,339 @@ fn rotl<const W: usize>(w: u64) -> u64 {
 
 fn rotr<const W: usize>(w: u64) -> u64 {
     ((w >> 1) | (w << (8 * W - 1))) & mask::<W>()
+}
+
+/// Bits of the head plane of the head cut.
+pub(crate) const HEAD_BITS: u32 = 10;
+/// Bits of the last plane of the head cut.
+pub(crate) const TAIL_BITS: u32 = 6;
+
+/// Splits `data` (and `data ^ base`) into the head cut (`W` is 2 or 4): `head` gets the
+/// top [`HEAD_BITS`] bits of each rotated word; `rest` (`(W - 1) * n` bytes) gets the next
+/// `W - 2` bytes, top down, one plane each, then the low [`TAIL_BITS`] bits.
+pub(crate) fn split_head<const W: usize>(
+    data: &[u8],
+    base: Option<&[u8]>,
+    head: &mut [u16],
+    rest: &mut [u8],
+) {
+    let n = head.len();
+    match W {
+        2 => {
+            let tail = &mut rest[..n];
+            let words = data.chunks_exact(2);
+            match base {
+                Some(b) => {
+                    for (((h, t), d), b) in
+                        head.iter_mut().zip(tail).zip(words).zip(b.chunks_exact(2))
+                    {
+                        let w = (u16::from_le_bytes([d[0], d[1]])
+                            ^ u16::from_le_bytes([b[0], b[1]]))
+                        .rotate_left(1);
+                        *h = w >> TAIL_BITS;
+                        *t = (w & 0x3F) as u8;
+                    }
+                }
+                None => {
+                    for ((h, t), d) in head.iter_mut().zip(tail).zip(words) {
+                        let w = u16::from_le_bytes([d[0], d[1]]).rotate_left(1);
+                        *h = w >> TAIL_BITS;
+                        *t = (w & 0x3F) as u8;
+                    }
+                }
+            }
+        }
+        _ => {
+            let (p1, rest) = rest.split_at_mut(n);
+            let (p2, p3) = rest.split_at_mut(n);
+            let planes = head
+                .iter_mut()
+                .zip(p1.iter_mut())
+                .zip(p2.iter_mut().zip(p3.iter_mut()));
+            let put = |((h, a), (b, c)): ((&mut u16, &mut u8), (&mut u8, &mut u8)), w: u32| {
+                *h = (w >> 22) as u16;
+                *a = (w >> 14) as u8;
+                *b = (w >> 6) as u8;
+                *c = (w & 0x3F) as u8;
+            };
+            match base {
+                Some(bs) => {
+                    let words = data.chunks_exact(4).zip(bs.chunks_exact(4));
+                    for ((d, b), p) in words.zip(planes) {
+                        put(p, (le32(d) ^ le32(b)).rotate_left(1));
+                    }
+                }
+                None => {
+                    for (d, p) in data.chunks_exact(4).zip(planes) {
+                        put(p, le32(d).rotate_left(1));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The head plane of the head cut when decoded: its symbols, or one repeated.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Head<'a> {
+    /// `n` symbols.
+    Words(&'a [u16]),
+    /// The same symbol `n` times.
+    Constant(u16),
+}
+
+/// The inverse of [`split_head`]: rebuilds words from the head and the `W - 1` other
+/// planes (symbols below `2^HEAD_BITS`, `2^8` and `2^TAIL_BITS`), un-rotates, XORs with
+/// `base`, and writes `out` (`n * W` bytes).
+pub(crate) fn join_head<const W: usize>(
+    head: Head<'_>,
+    rest: &[Plane<'_>],
+    base: Option<&[u8]>,
+    out: &mut [u8],
+) {
+    let n = out.len() / W;
+    // Constant planes become filled ones, so that the word loops below take slices.
+    let head_words;
+    let h = match head {
+        Head::Words(w) => w,
+        Head::Constant(c) => {
+            head_words = vec![c; n];
+            &head_words
+        }
+    };
+    let filled: Vec<Vec<u8>> = rest
+        .iter()
+        .map(|p| match p {
+            Plane::Constant(c) => vec![*c; n],
+            Plane::Bytes(_) => Vec::new(),
+        })
+        .collect();
+    let p: Vec<&[u8]> = rest
+        .iter()
+        .zip(&filled)
+        .map(|(p, f)| match p {
+            Plane::Bytes(b) => *b,
+            Plane::Constant(_) => f.as_slice(),
+        })
+        .collect();
+    match p.as_slice() {
+        [t] => {
+            let words = out.chunks_exact_mut(2).zip(h.iter().zip(*t));
+            for (o, (&h, &t)) in words {
+                let w = (h << TAIL_BITS | u16::from(t)).rotate_right(1);
+                o.copy_from_slice(&w.to_le_bytes());
+            }
+        }
+        [a, b, c] => {
+            let planes = h.iter().zip(*a).zip(b.iter().zip(*c));
+            for (o, ((&h, &a), (&b, &c))) in out.chunks_exact_mut(4).zip(planes) {
+                let w = u32::from(h) << 22 | u32::from(a) << 14 | u32::from(b) << 6 | u32::from(c);
+                o.copy_from_slice(&w.rotate_right(1).to_le_bytes());
+            }
+        }
+        // Only 2- and 4-byte words are cut this way.
+        _ => {}
+    }
+    if let Some(b) = base {
+        xor_in_place(out, b);
+    }
+}
+
+/// Appends `values` packed at `bits` (1..=16) bits each, most significant bit first (the
+/// first value's top bit is the top bit of the first byte, as in base64): `ceil(n * bits /
+/// 8)` bytes, the unused low bits of the last byte zero. Values must be below `2^bits`.
+pub(crate) fn pack<S: Symbol>(values: &[S], bits: u32, out: &mut Vec<u8>) {
+    let start = out.len();
+    out.resize(start + packed_len(values.len(), bits), 0);
+    let dst = &mut out[start..];
+    let mut done = 0;
+    if bits == 6 {
+        if let Some(v) = S::as_bytes(values) {
+            done = pack6(v, dst);
+        }
+    }
+    let mut acc = 0u64;
+    let mut held = 0;
+    let mut at = done / 4 * 3;
+    for &v in &values[done..] {
+        acc = acc << bits | v.index() as u64;
+        held += bits;
+        while held >= 8 {
+            held -= 8;
+            dst[at] = (acc >> held) as u8;
+            at += 1;
+        }
+    }
+    if held > 0 {
+        dst[at] = (acc << (8 - held)) as u8;
+    }
+}
+
+/// Bytes that [`pack`] writes for `n` values of `bits` bits.
+pub(crate) fn packed_len(n: usize, bits: u32) -> usize {
+    (n * bits as usize).div_ceil(8)
+}
+
+/// The inverse of [`pack`]: fills `out` from `src`, which must be exactly
+/// `packed_len(out.len(), bits)` bytes. `false` if the unused bits of the last byte are
+/// not zero.
+pub(crate) fn unpack<S: Symbol>(src: &[u8], bits: u32, out: &mut [S]) -> bool {
+    let mut done = 0;
+    if bits == 6 {
+        if let Some(o) = S::as_bytes_mut(out) {
+            done = unpack6(src, o);
+        }
+    }
+    let mask = (1u64 << bits) - 1;
+    let mut acc = 0u64;
+    let mut held = 0;
+    let mut bytes = src[(done / 4 * 3).min(src.len())..].iter();
+    for o in &mut out[done..] {
+        while held < bits {
+            acc = acc << 8 | u64::from(bytes.next().copied().unwrap_or(0));
+            held += 8;
+        }
+        held -= bits;
+        *o = S::from_index((acc >> held & mask) as u32);
+    }
+    acc & ((1 << held) - 1) == 0
+}
+
+/// Packs whole groups of four 6-bit values into three bytes each (`a << 18 | b << 12 | c
+/// << 6 | d`, big-endian); returns the values packed, a multiple of 4.
+fn pack6(values: &[u8], dst: &mut [u8]) -> usize {
+    pack6_with(values, dst, true)
+}
+
+/// [`pack6`], with SIMD or without (the tests compare them).
+fn pack6_with(values: &[u8], dst: &mut [u8], simd: bool) -> usize {
+    let done = if simd { pack6_simd(values, dst) } else { 0 };
+    for (v, d) in values[done..]
+        .chunks_exact(4)
+        .zip(dst[done / 4 * 3..].chunks_exact_mut(3))
+    {
+        let w =
+            u32::from(v[0]) << 18 | u32::from(v[1]) << 12 | u32::from(v[2]) << 6 | u32::from(v[3]);
+        d.copy_from_slice(&w.to_be_bytes()[1..]);
+    }
+    values.len() / 4 * 4
+}
+
+/// The leading groups [`pack6`] packs with SIMD; returns the values packed.
+#[cfg(target_arch = "x86_64")]
+fn pack6_simd(values: &[u8], dst: &mut [u8]) -> usize {
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: AVX2 is available (checked above), the one requirement of the call.
+        unsafe { avx2::pack6(values, dst) }
+    } else {
+        0
+    }
+}
+
+/// No SIMD here: nothing packed.
+#[cfg(not(target_arch = "x86_64"))]
+fn pack6_simd(_: &[u8], _: &mut [u8]) -> usize {
+    0
+}
+
+/// The leading groups [`unpack6`] unpacks with SIMD; returns the values written.
+#[cfg(target_arch = "x86_64")]
+fn unpack6_simd(src: &[u8], out: &mut [u8]) -> usize {
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: AVX2 is available (checked above), the one requirement of the call.
+        unsafe { avx2::unpack6(src, out) }
+    } else {
+        0
+    }
+}
+
+/// No SIMD here: nothing unpacked.
+#[cfg(not(target_arch = "x86_64"))]
+fn unpack6_simd(_: &[u8], _: &mut [u8]) -> usize {
+    0
+}
+
+/// The inverse of [`pack6`]: unpacks whole groups; returns the values written.
+fn unpack6(src: &[u8], out: &mut [u8]) -> usize {
+    unpack6_with(src, out, true)
+}
+
+/// [`unpack6`], with SIMD or without (the tests compare them).
+fn unpack6_with(src: &[u8], out: &mut [u8], simd: bool) -> usize {
+    let done = if simd { unpack6_simd(src, out) } else { 0 };
+    for (o, s) in out[done..]
+        .chunks_exact_mut(4)
+        .zip(src[done / 4 * 3..].chunks_exact(3))
+    {
+        let w = u32::from_be_bytes([0, s[0], s[1], s[2]]);
+        o[0] = (w >> 18) as u8;
+        o[1] = (w >> 12 & 0x3F) as u8;
+        o[2] = (w >> 6 & 0x3F) as u8;
+        o[3] = (w & 0x3F) as u8;
+    }
+    out.len() / 4 * 4
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn six_bit_packing_is_the_same_with_and_without_simd() {
+        let mut x = 0x9E37_79B9u32;
+        for n in [0, 4, 32, 36, 1000, 65_536 + 12] {
+            let values: Vec<u8> = (0..n)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 17;
+                    x ^= x << 5;
+                    (x >> 7) as u8 & 0x3F
+                })
+                .collect();
+            let groups = n / 4 * 4;
+            let (mut a, mut b) = (vec![0u8; groups / 4 * 3], vec![0u8; groups / 4 * 3]);
+            assert_eq!(pack6_with(&values, &mut a, true), groups);
+            assert_eq!(pack6_with(&values, &mut b, false), groups);
+            assert_eq!(a, b, "{n} values");
+            let (mut c, mut d) = (vec![0u8; groups], vec![0u8; groups]);
+            assert_eq!(unpack6_with(&a, &mut c, true), groups);
+            assert_eq!(unpack6_with(&a, &mut d, false), groups);
+            assert_eq!(c, d);
+            assert_eq!(c, values[..groups]);
+        }
+    }
+
+    #[test]
+    fn joins_match_a_plain_transpose() {
+        let mut x = 0x2545_F491u32;
+        let mut byte = move || {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            (x >> 11) as u8
+        };
+        for n in [0usize, 1, 31, 32, 33, 100, 1000] {
+            for rotate in [false, true] {
+                for with_base in [false, true] {
+                    let p: Vec<Vec<u8>> =
+                        (0..4).map(|_| (0..n).map(|_| byte()).collect()).collect();
+                    let base: Vec<u8> = (0..4 * n).map(|_| byte()).collect();
+                    let b = with_base.then_some(base.as_slice());
+                    let r = u32::from(rotate);
+                    let mut out2 = vec![0u8; 2 * n];
+                    join2(&p[0], &p[1], b.map(|b| &b[..2 * n]), rotate, &mut out2);
+                    let mut out4 = vec![0u8; 4 * n];
+                    join4([&p[0], &p[1], &p[2], &p[3]], b, rotate, &mut out4);
+                    for i in 0..n {
+                        let w = u16::from_le_bytes([p[0][i], p[1][i]]).rotate_right(r);
+                        let w = w ^ b.map_or(0, |b| u16::from_le_bytes([b[2 * i], b[2 * i + 1]]));
+                        assert_eq!(out2[2 * i..2 * i + 2], w.to_le_bytes(), "{n} {rotate} {i}");
+                        let w = u32::from_le_bytes([p[0][i], p[1][i], p[2][i], p[3][i]]);
+                        let w = w.rotate_right(r) ^ b.map_or(0, |b| le32(&b[4 * i..]));
+                        assert_eq!(out4[4 * i..4 * i + 4], w.to_le_bytes(), "{n} {rotate} {i}");
+                    }
+                }
+            }
+        }
+    }
 }

@@ -1,273 +1,891 @@
-//! rANS entropy coder for one byte plane, with up to [`MAX_CONTEXTS`] static models.
+//! Interleaved rANS for one plane of symbols, with up to [`MAX_CONTEXTS`] static models.
 //!
-//! Each symbol is coded with the model of its context (a small integer both sides know,
-//! e.g. a bucket of the base word's exponent in a delta); with one context this is plain
-//! order-0 coding. Frequencies are normalized to `2^PROB_BITS` and stored with the data.
-//! Four interleaved 64-bit states (symbol `i` goes to state `i % 4`) each emit and consume
-//! 32-bit words of their own stream, after ryg's `rans64`; the encoder divides by
-//! multiplying with a precomputed reciprocal. Decoding is a table lookup, a multiply and a
-//! branch-free refill, and the four states share no data, so they run in parallel.
+//! A plane holds bytes (an alphabet of 256) or 10-bit symbols (1024; the joint exponent
+//! and top mantissa bits of a float, see the parent module). Each symbol is coded with the
+//! model of its context (a small integer both sides know, e.g. a bucket of the base word's
+//! exponent in a delta); with one context this is plain order-0 coding. Frequencies are
+//! normalized to `2^PROB_BITS` and stored with the data.
+//!
+//! The coder is ryg's `rans_word` arranged for SIMD, as in htscodecs' `rans32x16`: 32-bit
+//! states in `[2^15, 2^31)` that emit and consume 16-bit words. Symbol `i` goes to lane
+//! `i % lanes`; the lanes are split into streams of `K` lanes that each own a word stream.
+//! Within a step (one symbol per lane) the lanes of a stream that need a word take the next
+//! ones in lane order. Two layouts:
+//!
+//! - narrow: 4 lanes, 1 stream, for small planes (least overhead);
+//! - wide: 32 lanes, 4 streams of 8, for everything else. A stream's 8 lanes are one AVX2
+//!   register: decoding a step is a gather from the decode table, a multiply-add, and a
+//!   refill whose words are moved to their lanes by a permutation chosen by the refill
+//!   mask; the four streams are independent, so their steps overlap. The encoder divides
+//!   by multiplying with a 32-bit reciprocal (exact for states below `2^31`).
+//!
+//! The SIMD paths compute exactly what the scalar code does, so the bytes are the same
+//! whichever runs (the tests compare them); wasm32 and CPUs without AVX2 run the scalar
+//! code.
 //!
 //! # Stream layout
 //!
 //! | bytes | field |
 //! |---|---|
 //! | 1 | number of contexts `C`, 1..=16 |
-//! | per context | 32-byte bitmap of the symbols present (bit `s % 8` of byte `s / 8`), then the LEB128 frequency of each present symbol, ascending; they sum to `2^PROB_BITS`, or the bitmap is empty for an unused context |
-//! | 32 | the four final encoder states, u64 LE (the decoder's initial states) |
-//! | 16 | the number of words in each state's stream, u32 LE |
-//! | `4 * k` | the four word streams one after the other, u32 LE, in decoder order |
+//! | per context | the symbols present, as LEB128 run lengths that alternate absent, present, absent, ... and add up to the alphabet size (only the first run may be 0); then the LEB128 frequency of each present symbol, ascending. They sum to `2^PROB_BITS`, each at most `2^FREQ_BITS` ([`Symbol::FREQ_BITS`]), or no symbol is present (an unused context) |
+//! | 1 | layout: 0 narrow (4 lanes, 1 stream), 1 wide (32 lanes, 4 streams of 8 lanes) |
+//! | `4 * lanes` | the final encoder states (the decoder's initial states), u32 LE, lane order |
+//! | `4 * streams` | the number of 16-bit words in each stream, u32 LE |
+//! | ... | the word streams one after the other, u16 LE, in decoder order |
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
 
 use super::LosslessError;
 
 /// Frequency precision: frequencies sum to `2^PROB_BITS`.
 const PROB_BITS: u32 = 12;
 const PROB_SCALE: u32 = 1 << PROB_BITS;
-const MASK: u64 = (PROB_SCALE - 1) as u64;
-/// Lower bound of the normalized state interval `[L, L << 32)`.
-const RANS_L: u64 = 1 << 31;
-const STATES: usize = 4;
+const MASK: u32 = PROB_SCALE - 1;
+/// Lower bound of the normalized state interval `[L, L << 16)`.
+const RANS_L: u32 = 1 << 15;
 /// Most contexts a stream may have.
 pub(crate) const MAX_CONTEXTS: usize = 16;
+/// Most lanes of any layout.
+const MAX_LANES: usize = 32;
+/// Planes of at least this many symbols use the wide layout. Below it the 130 extra bytes
+/// of states and stream lengths would cost more than 1 % of a well-coded plane.
+const WIDE_MIN: usize = 1 << 14;
 
-/// Decode table: per slot, `symbol | (freq - 1) << 8 | (slot - start) << 20`.
-type Table = [u32; PROB_SCALE as usize];
-/// A byte histogram.
-pub(crate) type Hist = [u32; 256];
-
-/// Byte histogram of a plane.
-pub(crate) fn histogram(plane: &[u8]) -> Hist {
-    // Four sub-histograms hide the store-to-load latency of repeated symbols.
-    let mut h = [[0u32; 256]; 4];
-    let chunks = plane.chunks_exact(4);
-    let tail = chunks.remainder();
-    for c in chunks {
-        h[0][usize::from(c[0])] += 1;
-        h[1][usize::from(c[1])] += 1;
-        h[2][usize::from(c[2])] += 1;
-        h[3][usize::from(c[3])] += 1;
-    }
-    for &b in tail {
-        h[0][usize::from(b)] += 1;
-    }
-    let mut out = [0u32; 256];
-    for (s, o) in out.iter_mut().enumerate() {
-        *o = h[0][s] + h[1][s] + h[2][s] + h[3][s];
-    }
-    out
+/// The symbols of a plane: bytes, or 10-bit values in a `u16`.
+///
+/// A decode table entry packs `symbol | (freq - 1) << BITS | (slot - start) << (BITS +
+/// FREQ_BITS)` into 32 bits, so wider symbols leave fewer bits for the frequency: a
+/// 10-bit symbol's frequency is at most `2^11`, half the scale.
+pub(crate) trait Symbol: Copy + Default + PartialEq + std::fmt::Debug + 'static {
+    /// Bits of a symbol; the alphabet has `2^BITS` symbols.
+    const BITS: u32;
+    /// Bits of `freq - 1` in a decode table entry; frequencies are at most `2^FREQ_BITS`.
+    const FREQ_BITS: u32;
+    /// The symbol's number, reduced modulo `2^BITS` (a wider value is the caller's bug;
+    /// every kernel reduces it the same way).
+    fn index(self) -> usize;
+    /// The symbol numbered `i` (`i < 2^BITS`).
+    fn from_index(i: u32) -> Self;
+    /// The plane as bytes, if its symbols are bytes.
+    fn as_bytes(plane: &[Self]) -> Option<&[u8]>;
+    /// The plane as bytes, if its symbols are bytes.
+    fn as_bytes_mut(plane: &mut [Self]) -> Option<&mut [u8]>;
 }
 
-/// One histogram per context (`ctx[i] < n` for every element).
-pub(crate) fn histograms(plane: &[u8], ctx: &[u8], n: usize) -> Vec<Hist> {
-    let mut h = vec![[0u32; 256]; n];
-    for (&b, &c) in plane.iter().zip(ctx) {
-        h[usize::from(c)][usize::from(b)] += 1;
+impl Symbol for u8 {
+    const BITS: u32 = 8;
+    const FREQ_BITS: u32 = 12;
+
+    #[inline(always)]
+    fn index(self) -> usize {
+        usize::from(self)
     }
-    h
+
+    #[inline(always)]
+    fn from_index(i: u32) -> u8 {
+        i as u8
+    }
+
+    fn as_bytes(plane: &[u8]) -> Option<&[u8]> {
+        Some(plane)
+    }
+
+    fn as_bytes_mut(plane: &mut [u8]) -> Option<&mut [u8]> {
+        Some(plane)
+    }
 }
 
-/// Scales counts to frequencies summing to `PROB_SCALE`, every present symbol at least 1.
-/// Rounds to nearest, then settles the difference on the most frequent symbols, whose
-/// code lengths it changes least. An empty histogram gives all zeros.
-fn normalize(hist: &Hist) -> [u32; 256] {
-    let total: u64 = hist.iter().map(|&c| u64::from(c)).sum();
-    let mut freq = [0u32; 256];
-    if total == 0 {
-        return freq;
+impl Symbol for u16 {
+    const BITS: u32 = 10;
+    const FREQ_BITS: u32 = 11;
+
+    #[inline(always)]
+    fn index(self) -> usize {
+        usize::from(self & 0x3FF)
     }
-    let mut sum = 0i64;
-    for (f, &c) in freq.iter_mut().zip(hist) {
-        if c > 0 {
-            let scaled = (u64::from(c) * u64::from(PROB_SCALE) + total / 2) / total;
-            *f = scaled.max(1) as u32;
-            sum += i64::from(*f);
-        }
+
+    #[inline(always)]
+    fn from_index(i: u32) -> u16 {
+        i as u16
     }
-    let mut order: Vec<usize> = (0..256).filter(|&s| freq[s] > 0).collect();
-    order.sort_unstable_by(|&a, &b| freq[b].cmp(&freq[a]));
-    let mut diff = i64::from(PROB_SCALE) - sum;
-    if diff > 0 {
-        freq[order[0]] += diff as u32;
+
+    fn as_bytes(_: &[u16]) -> Option<&[u8]> {
+        None
     }
-    // Take from the largest first; each keeps at least 1 (there is room: at most 256
-    // symbols were raised to 1, and the largest holds at least SCALE / 256).
-    let mut i = 0;
-    while diff < 0 {
-        let s = order[i % order.len()];
-        if freq[s] > 1 {
-            let take = (-diff)
-                .min(i64::from(freq[s] - 1))
-                .min(i64::from(freq[s] / 4).max(1));
-            freq[s] -= take as u32;
-            diff += take;
-        }
-        i += 1;
+
+    fn as_bytes_mut(_: &mut [u16]) -> Option<&mut [u8]> {
+        None
     }
-    freq
 }
 
-/// Estimated coded size in bytes with these per-context histograms: the order-0 entropy
-/// of each context (12-bit frequencies cost well under 0.1 % more on real planes) plus
-/// tables, states and stream lengths.
-pub(crate) fn estimate(hists: &[Hist]) -> usize {
-    let mut bits = 0.0;
-    let mut table = 1 + 8 * STATES + 4 * STATES;
-    for hist in hists {
-        let total: f64 = hist.iter().map(|&c| f64::from(c)).sum();
-        table += 32;
-        for &c in hist.iter().filter(|&&c| c > 0) {
-            let p = f64::from(c) / total;
-            bits -= f64::from(c) * p.log2();
-            table += if p * f64::from(PROB_SCALE) < 127.5 {
-                1
-            } else {
-                2
-            };
-        }
-    }
-    (bits / 8.0) as usize + table
+/// The alphabet size of `S`.
+const fn alphabet<S: Symbol>() -> usize {
+    1 << S::BITS
 }
 
-struct EncSymbol {
-    x_max: u64,
-    rcp_freq: u64,
-    bias: u64,
-    cmpl_freq: u64,
-    rcp_shift: u32,
+/// How lanes and streams are arranged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    /// 4 lanes sharing one stream.
+    Narrow,
+    /// 32 lanes in 4 streams of 8.
+    Wide,
 }
 
-impl EncSymbol {
-    fn new(start: u32, freq: u32) -> EncSymbol {
-        let x_max = ((RANS_L >> PROB_BITS) << 32) * u64::from(freq);
-        let cmpl_freq = u64::from(PROB_SCALE - freq);
-        if freq < 2 {
-            EncSymbol {
-                x_max,
-                rcp_freq: u64::MAX,
-                bias: u64::from(start + PROB_SCALE - 1),
-                cmpl_freq,
-                rcp_shift: 0,
-            }
+impl Layout {
+    fn for_len(n: usize) -> Layout {
+        if n >= WIDE_MIN {
+            Layout::Wide
         } else {
-            let shift = 32 - (freq - 1).leading_zeros(); // ceil(log2(freq))
-            let rcp = (1u128 << (shift + 63)).div_ceil(u128::from(freq));
-            EncSymbol {
-                x_max,
-                rcp_freq: rcp as u64,
-                bias: u64::from(start),
-                cmpl_freq,
-                rcp_shift: shift - 1,
-            }
+            Layout::Narrow
         }
+    }
+
+    const fn streams(self) -> usize {
+        match self {
+            Layout::Narrow => 1,
+            Layout::Wide => 4,
+        }
+    }
+
+    const fn lanes(self) -> usize {
+        match self {
+            Layout::Narrow => 4,
+            Layout::Wide => 32,
+        }
+    }
+
+    fn code(self) -> u8 {
+        match self {
+            Layout::Narrow => 0,
+            Layout::Wide => 1,
+        }
+    }
+
+    fn from_code(code: u8) -> Option<Layout> {
+        match code {
+            0 => Some(Layout::Narrow),
+            1 => Some(Layout::Wide),
+            _ => None,
+        }
+    }
+
+    /// Bytes of the layout byte, states and stream lengths.
+    const fn header_bytes(self) -> usize {
+        1 + 4 * self.lanes() + 4 * self.streams()
+    }
+}
+
+/// Which code runs the wide layout's steps. Both give the same bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kernel {
+    /// Portable scalar code (wasm32, CPUs without AVX2).
+    Scalar,
+    /// AVX2 (and POPCNT), 8 lanes per register.
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+}
+
+impl Kernel {
+    /// The fastest kernel this CPU runs.
+    fn detect() -> Kernel {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("popcnt")
+        {
+            return Kernel::Avx2;
+        }
+        Kernel::Scalar
+    }
+}
+
+/// The context of each element of a plane, and which contexts occur.
+#[derive(Debug, Clone)]
+pub(crate) struct ContextMap {
+    ctx: Vec<u8>,
+    /// Bit `k` set when some element has context `k` (contexts above 31 set bit 31).
+    present: u32,
+}
+
+impl ContextMap {
+    /// The map of `ctx` (element `i` has context `ctx[i]`).
+    pub(crate) fn new(ctx: Vec<u8>) -> ContextMap {
+        let mut seen = [false; 256];
+        for &k in &ctx {
+            seen[usize::from(k)] = true;
+        }
+        let present = seen
+            .iter()
+            .enumerate()
+            .filter(|p| *p.1)
+            .fold(0u32, |m, (k, _)| m | 1 << k.min(31));
+        ContextMap { ctx, present }
+    }
+
+    /// The context of each element.
+    pub(crate) fn ctx(&self) -> &[u8] {
+        &self.ctx
     }
 }
 
 /// Where each symbol's model comes from.
-pub(crate) trait Contexts: Copy {
-    /// The context of element `i`.
-    fn at(self, i: usize) -> usize;
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Contexts<'a> {
+    /// One model for every symbol.
+    Order0,
+    /// Element `i` uses model `map.ctx[i]` (at least as many as the plane's symbols).
+    Given(&'a ContextMap),
 }
 
-/// One model for every symbol.
-#[derive(Clone, Copy)]
-pub(crate) struct Order0;
-
-impl Contexts for Order0 {
-    #[inline(always)]
-    fn at(self, _: usize) -> usize {
-        0
-    }
-}
-
-impl Contexts for &[u8] {
+impl<'a> Contexts<'a> {
     #[inline(always)]
     fn at(self, i: usize) -> usize {
-        usize::from(self[i])
+        match self {
+            Contexts::Order0 => 0,
+            Contexts::Given(m) => usize::from(m.ctx[i]),
+        }
+    }
+
+    /// The per-element contexts of the first `n` elements, or `None` for order-0.
+    #[cfg(target_arch = "x86_64")]
+    fn head(self, n: usize) -> Option<&'a [u8]> {
+        match self {
+            Contexts::Order0 => None,
+            Contexts::Given(m) => Some(&m.ctx[..n]),
+        }
     }
 }
 
-/// Encodes `plane` with one model per histogram in `hists` (`ctx.at(i) < hists.len()`),
-/// appending the stream to `out`.
-pub(crate) fn encode<C: Contexts>(plane: &[u8], ctx: C, hists: &[Hist], out: &mut Vec<u8>) {
-    out.push(hists.len() as u8);
-    let mut models: Vec<Vec<EncSymbol>> = Vec::with_capacity(hists.len());
+/// Histogram of a plane: `2^S::BITS` counts.
+pub(crate) fn histogram<S: Symbol>(plane: &[S]) -> Vec<u32> {
+    // Four sub-histograms hide the store-to-load latency of repeated symbols.
+    let a = alphabet::<S>();
+    let mut h = vec![0u32; 4 * a];
+    let (h0, rest) = h.split_at_mut(a);
+    let (h1, rest) = rest.split_at_mut(a);
+    let (h2, h3) = rest.split_at_mut(a);
+    let chunks = plane.chunks_exact(4);
+    let tail = chunks.remainder();
+    for c in chunks {
+        h0[c[0].index()] += 1;
+        h1[c[1].index()] += 1;
+        h2[c[2].index()] += 1;
+        h3[c[3].index()] += 1;
+    }
+    for &s in tail {
+        h0[s.index()] += 1;
+    }
+    for (((a, &b), &c), &d) in h0.iter_mut().zip(&*h1).zip(&*h2).zip(&*h3) {
+        *a += b + c + d;
+    }
+    h.truncate(a);
+    h
+}
+
+/// One histogram per context (`ctx[i] < n` for every element).
+pub(crate) fn histograms<S: Symbol>(plane: &[S], ctx: &[u8], n: usize) -> Vec<Vec<u32>> {
+    // One flat table, the context in the high bits of the index; two of them, for
+    // alternate elements, so that repeated (context, symbol) pairs do not wait on each
+    // other's stores.
+    let a = alphabet::<S>();
+    let size = n.next_power_of_two() * a;
+    let mut flat = vec![0u32; 2 * size];
+    let (h0, h1) = flat.split_at_mut(size);
+    // Contexts are below `n`, so the mask never folds two together; it only spares the
+    // bounds checks.
+    let mask = size - 1;
+    let len = plane.len().min(ctx.len());
+    let (plane, ctx) = (&plane[..len], &ctx[..len]);
+    for (s, c) in plane.chunks_exact(2).zip(ctx.chunks_exact(2)) {
+        h0[(usize::from(c[0]) << S::BITS | s[0].index()) & mask] += 1;
+        h1[(usize::from(c[1]) << S::BITS | s[1].index()) & mask] += 1;
+    }
+    if len % 2 == 1 {
+        h0[(usize::from(ctx[len - 1]) << S::BITS | plane[len - 1].index()) & mask] += 1;
+    }
+    (0..n)
+        .map(|k| {
+            let (a0, a1) = (&h0[k * a..(k + 1) * a], &h1[k * a..(k + 1) * a]);
+            a0.iter().zip(a1).map(|(x, y)| x + y).collect()
+        })
+        .collect()
+}
+
+/// The order-0 histogram of a plane from its per-context histograms.
+pub(crate) fn merge(hists: &[Vec<u32>]) -> Vec<u32> {
+    let mut h = hists.first().cloned().unwrap_or_default();
+    for other in hists.iter().skip(1) {
+        for (a, &b) in h.iter_mut().zip(other) {
+            *a += b;
+        }
+    }
+    h
+}
+
+/// The frequencies of one context: `2^S::BITS` of them, summing to `PROB_SCALE` (or all
+/// zero for a context no symbol uses).
+type Freqs = Vec<u32>;
+
+/// A plane's models, normalized from histograms, and the size they code the plane to.
+#[derive(Debug, Clone)]
+pub(crate) struct Model {
+    freqs: Vec<Freqs>,
+    /// What each context's table transmits: counts whose [`normalize`] gives its
+    /// frequencies.
+    counts: Vec<Vec<u32>>,
+    /// Estimated bytes of the word streams.
+    data_bytes: usize,
+    bytes: usize,
+}
+
+impl Model {
+    /// Normalizes one histogram per context (each of `2^S::BITS` counts) and estimates the
+    /// stream's size: the plane's cost under the normalized frequencies, plus tables,
+    /// states and stream lengths. `None` if a context cannot be normalized for `S` (a
+    /// context whose only symbol needs the whole scale while `S` caps frequencies lower).
+    pub(crate) fn new<S: Symbol>(hists: &[Vec<u32>]) -> Option<Model> {
+        let log2 = log2_table();
+        let mut bits = 0.0;
+        let mut table_bits = 0;
+        let mut n = 0u64;
+        let mut freqs = Vec::with_capacity(hists.len());
+        let mut counts = Vec::with_capacity(hists.len());
+        for hist in hists {
+            let f = normalize(hist, 1 << S::FREQ_BITS)?;
+            let total: u64 = hist.iter().map(|&c| u64::from(c)).sum();
+            for (&c, &f) in hist.iter().zip(&f) {
+                if c > 0 {
+                    bits += f64::from(c) * (f64::from(PROB_BITS) - log2[f as usize]);
+                }
+            }
+            n += total;
+            // Exact counts normalize to the frequencies; so do the frequencies themselves
+            // (they sum to the scale), which are the smaller numbers for larger counts.
+            let c = if total <= u64::from(PROB_SCALE) {
+                hist.clone()
+            } else {
+                f.clone()
+            };
+            table_bits += table_len(&c).0;
+            freqs.push(f);
+            counts.push(c);
+        }
+        let layout = Layout::for_len(usize::try_from(n).unwrap_or(usize::MAX));
+        let data_bytes = (bits / 8.0).ceil() as usize;
+        let bytes = data_bytes + 1 + table_bits.div_ceil(8) + layout.header_bytes();
+        Some(Model {
+            freqs,
+            counts,
+            data_bytes,
+            bytes,
+        })
+    }
+
+    /// Estimated bytes of the stream (within a few bytes per lane of the real size).
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+/// `log2(i)` for `i` in `0..=PROB_SCALE` (0 for 0), computed once.
+fn log2_table() -> &'static [f64] {
+    static TABLE: std::sync::OnceLock<Vec<f64>> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        (0..=PROB_SCALE)
+            .map(|i| if i == 0 { 0.0 } else { f64::from(i).log2() })
+            .collect()
+    })
+}
+
+/// A quick estimate of the bytes a plane codes to with one model per histogram: the
+/// order-0 entropy of each context (frequencies not normalized, `log2` of counts above
+/// the scale approximated to 0.0008 bits) and the tables' length (counts above the scale
+/// scaled down as the table carries them, not normalized). For choosing between models
+/// before normalizing only the winner.
+pub(crate) fn estimate(hists: &[Vec<u32>]) -> usize {
+    let log2 = log2_table();
+    // log2(c) to within 0.0008 bits, from the table, for any count: c >> k has at most
+    // PROB_BITS bits, so it indexes the table.
+    let lg = |c: u64| -> f64 {
+        let k = (64 - c.leading_zeros()).saturating_sub(PROB_BITS);
+        log2[(c >> k) as usize] + f64::from(k)
+    };
+    let scale = u64::from(PROB_SCALE);
+    let mut bits = 8.0;
     for hist in hists {
-        let freq = normalize(hist);
-        let mut bitmap = [0u8; 32];
-        for (s, &f) in freq.iter().enumerate() {
-            if f > 0 {
-                bitmap[s / 8] |= 1 << (s % 8);
+        let total: u64 = hist.iter().map(|&c| u64::from(c)).sum();
+        let shown = |c: u32| -> u32 {
+            match u64::from(c) {
+                0 => 0,
+                c if total <= scale => c as u32,
+                c => ((c * scale + total / 2) / total).max(1) as u32,
+            }
+        };
+        bits += table_len_of(hist.len(), hist.iter().map(|&c| shown(c))).0 as f64;
+        if total > 0 {
+            let lt = lg(total);
+            for &c in hist.iter().filter(|&&c| c > 0) {
+                let c = u64::from(c);
+                bits += c as f64 * (lt - lg(c));
             }
         }
-        out.extend_from_slice(&bitmap);
-        let mut syms = Vec::with_capacity(256);
-        let mut start = 0u32;
-        for &f in &freq {
-            if f > 0 {
-                write_leb128(out, f);
-            }
-            syms.push(EncSymbol::new(start, f.max(1)));
-            start += f;
+    }
+    (bits / 8.0) as usize
+}
+
+/// Scales counts to frequencies summing to `PROB_SCALE`, every present symbol at least 1
+/// and none above `max`. The decoder runs it on the counts a table holds, so it is part of
+/// the format: plain integer arithmetic, the same on every platform.
+///
+/// Symbols whose share of the scale is below one slot get one; the others share the rest
+/// of the scale in proportion to their counts, rounded to nearest. The rounding error
+/// (a few slots) then goes to or comes from the most frequent symbols, one at a time
+/// (the most frequent first, ties to the lower symbol), whose code lengths it changes
+/// least. Counts that already sum to the scale within the bounds are returned as they
+/// are. An empty histogram gives all zeros; `None` if no symbol can take the rest (one
+/// symbol, capped below the scale).
+fn normalize(hist: &[u32], max: u32) -> Option<Freqs> {
+    let scale = u64::from(PROB_SCALE);
+    let total: u64 = hist.iter().map(|&c| u64::from(c)).sum();
+    if total == 0 || total == scale && hist.iter().all(|&c| c <= max) {
+        return Some(hist.to_vec());
+    }
+    // Symbols below one slot, and what they leave to the others.
+    let (mut forced, mut forced_count) = (0u64, 0u64);
+    for &c in hist.iter().filter(|&&c| c > 0) {
+        if u64::from(c) * scale < total {
+            forced += 1;
+            forced_count += u64::from(c);
         }
-        models.push(syms);
+    }
+    let (rest_total, rest_scale) = (total - forced_count, scale - forced);
+    let mut freq = vec![0u32; hist.len()];
+    let mut sum = 0i64;
+    for (f, &c) in freq.iter_mut().zip(hist) {
+        let c = u64::from(c);
+        if c > 0 {
+            let share = if c * scale < total {
+                1
+            } else {
+                (c * rest_scale + rest_total / 2) / rest_total
+            };
+            *f = share.clamp(1, u64::from(max)) as u32;
+            sum += i64::from(*f);
+        }
+    }
+    let mut diff = i64::from(PROB_SCALE) - sum;
+    while diff != 0 {
+        // The most frequent symbol that can still move the way `diff` asks.
+        let mut best: Option<usize> = None;
+        for (s, (&f, &c)) in freq.iter().zip(hist).enumerate() {
+            let movable = if diff > 0 { f > 0 && f < max } else { f > 1 };
+            if movable && best.is_none_or(|b| c > hist[b]) {
+                best = Some(s);
+            }
+        }
+        let s = best?;
+        let room = if diff > 0 {
+            i64::from(max - freq[s])
+        } else {
+            i64::from(freq[s] - 1)
+        };
+        let step = diff.abs().min(room);
+        if diff > 0 {
+            freq[s] += step as u32;
+            diff -= step;
+        } else {
+            freq[s] -= step as u32;
+            diff += step;
+        }
+    }
+    Some(freq)
+}
+
+/// Bits of Elias gamma code of `v >= 1`.
+fn gamma_len(v: u32) -> usize {
+    2 * (31 - v.leading_zeros()) as usize + 1
+}
+
+/// `d` mapped to `1, 2, 3, ...` for `0, -1, 1, -2, ...`, for gamma codes.
+fn zigzag(d: i64) -> u32 {
+    (if d >= 0 { 2 * d } else { -2 * d - 1 }) as u32 + 1
+}
+
+/// Bits of one context's table, and whether its counts are coded as differences.
+///
+/// A table is a flag bit (1: counts coded as differences), then for each present symbol
+/// the gamma code of its distance from the previous one (the first from -1) and its count
+/// (gamma of the count, or gamma of the zigzagged difference from the previous count,
+/// the first from 0), and at last the gamma code of the distance from the last present
+/// symbol to the alphabet's size.
+fn table_len(counts: &[u32]) -> (usize, bool) {
+    table_len_of(counts.len(), counts.iter().copied())
+}
+
+/// [`table_len`] of `len` counts given one by one.
+fn table_len_of(len: usize, counts: impl Iterator<Item = u32>) -> (usize, bool) {
+    let (mut plain, mut delta) = (1, 1);
+    let (mut last, mut prev) = (-1i64, 0i64);
+    for (s, c) in counts.enumerate() {
+        if c > 0 {
+            let gap = gamma_len((s as i64 - last) as u32);
+            plain += gap + gamma_len(c);
+            delta += gap + gamma_len(zigzag(i64::from(c) - prev));
+            (last, prev) = (s as i64, i64::from(c));
+        }
+    }
+    let end = gamma_len((len as i64 - last) as u32);
+    (plain.min(delta) + end, delta < plain)
+}
+
+/// Writes one context's table (see [`table_len`]).
+fn write_table(counts: &[u32], w: &mut BitWriter<'_>) {
+    let delta = table_len(counts).1;
+    w.put(u32::from(delta), 1);
+    let (mut last, mut prev) = (-1i64, 0i64);
+    for (s, &c) in counts.iter().enumerate() {
+        if c > 0 {
+            w.gamma((s as i64 - last) as u32);
+            w.gamma(if delta {
+                zigzag(i64::from(c) - prev)
+            } else {
+                c
+            });
+            (last, prev) = (s as i64, i64::from(c));
+        }
+    }
+    w.gamma((counts.len() as i64 - last) as u32);
+}
+
+/// Writes bits most significant first.
+struct BitWriter<'a> {
+    out: &'a mut Vec<u8>,
+    acc: u64,
+    held: u32,
+}
+
+impl BitWriter<'_> {
+    /// Appends the low `n` (at most 32) bits of `v`.
+    fn put(&mut self, v: u32, n: u32) {
+        self.acc = self.acc << n | u64::from(v) & ((1u64 << n) - 1);
+        self.held += n;
+        if self.held >= 32 {
+            self.held -= 32;
+            self.out
+                .extend_from_slice(&((self.acc >> self.held) as u32).to_be_bytes());
+        }
     }
 
-    // Encode backwards (symbol i with state i % STATES). A symbol emits at most one word,
-    // so each state's stream is sized for its symbol count and written branch-free; the
-    // words come out in reverse and are flipped at the end so the decoder reads forwards.
-    let per_state = plane.len() / STATES + 1;
-    let mut words: [Vec<u32>; STATES] = std::array::from_fn(|_| vec![0u32; per_state]);
-    let mut used = [0usize; STATES];
-    let sym = |i: usize, b: u8| &models[ctx.at(i)][usize::from(b)];
-    let mut x = [RANS_L; STATES];
-    let full = plane.len() / STATES * STATES;
-    for (j, &b) in plane[full..].iter().enumerate().rev() {
-        put(&mut x[j], sym(full + j, b), &mut words[j], &mut used[j]);
+    /// Appends the Elias gamma code of `v` (`1 <= v < 2^16`): as many zeros as `v` has
+    /// bits after the first, then `v`, i.e. `v` in `2n + 1` bits.
+    fn gamma(&mut self, v: u32) {
+        let n = 31 - v.leading_zeros();
+        self.put(v, 2 * n + 1);
     }
-    for (g, c) in plane[..full].chunks_exact(STATES).enumerate().rev() {
-        let i = g * STATES;
-        for k in (0..STATES).rev() {
-            put(&mut x[k], sym(i + k, c[k]), &mut words[k], &mut used[k]);
-        }
-    }
-    for s in x {
-        out.extend_from_slice(&s.to_le_bytes());
-    }
-    for &u in &used {
-        out.extend_from_slice(&(u as u32).to_le_bytes());
-    }
-    out.reserve(used.iter().sum::<usize>() * 4);
-    for (w, &u) in words.iter().zip(&used) {
-        for v in w[..u].iter().rev() {
-            out.extend_from_slice(&v.to_le_bytes());
-        }
+
+    /// Writes the bits held, the last byte padded with zeros.
+    fn finish(self) {
+        let bytes = self.held.div_ceil(8);
+        let tail = (self.acc << (8 * bytes - self.held)) as u32;
+        self.out
+            .extend_from_slice(&tail.to_be_bytes()[4 - bytes as usize..]);
     }
 }
 
-/// Encodes one symbol into state `x`, emitting a word to `words[*used]` when the state
-/// would leave its interval. The word is always written and `used` advances by 0 or 1,
-/// so no branch depends on the data.
-#[inline(always)]
-fn put(x: &mut u64, sym: &EncSymbol, words: &mut [u32], used: &mut usize) {
-    let v = *x;
-    let emit = u64::from(v >= sym.x_max);
-    words[*used] = v as u32;
-    *used += emit as usize;
-    let v = v >> (32 * emit);
-    let q = ((u128::from(v) * u128::from(sym.rcp_freq)) >> 64) as u64 >> sym.rcp_shift;
-    *x = v + sym.bias + q * sym.cmpl_freq;
+/// Reads what [`BitWriter`] wrote.
+struct BitReader<'a> {
+    src: &'a [u8],
+    /// Next bit.
+    pos: usize,
 }
 
-fn write_leb128(out: &mut Vec<u8>, mut v: u32) {
-    loop {
-        let b = (v & 0x7F) as u8;
-        v >>= 7;
-        if v == 0 {
-            out.push(b);
+impl BitReader<'_> {
+    fn bit(&mut self) -> Option<u32> {
+        let b = self.src.get(self.pos / 8)?;
+        let v = u32::from(b >> (7 - self.pos % 8) & 1);
+        self.pos += 1;
+        Some(v)
+    }
+
+    /// A gamma code of at most `max_bits` bits of value.
+    fn gamma(&mut self, max_bits: u32) -> Option<u32> {
+        let mut n = 0;
+        while self.bit()? == 0 {
+            n += 1;
+            if n >= max_bits {
+                return None;
+            }
+        }
+        let mut v = 1;
+        for _ in 0..n {
+            v = v << 1 | self.bit()?;
+        }
+        Some(v)
+    }
+
+    /// Bytes used, `false` if the padding bits of the last one are not zero.
+    fn finish(&self) -> (usize, bool) {
+        let used = self.pos.div_ceil(8);
+        let pad = (8 - self.pos % 8) % 8;
+        let ok = pad == 0 || self.src[used - 1] & ((1 << pad) - 1) == 0;
+        (used, ok)
+    }
+}
+
+/// Encoder tables for every context: `rcp[c << BITS | s]` is the reciprocal of the
+/// frequency and `sym[c << BITS | s]` packs `freq | start << 13 | shift << 25` (see
+/// [`EncTables::put`]).
+struct EncTables {
+    rcp: Vec<u32>,
+    sym: Vec<u32>,
+}
+
+impl EncTables {
+    fn new(model: &Model) -> EncTables {
+        let n = model.freqs.iter().map(Vec::len).sum();
+        let mut rcp = Vec::with_capacity(n);
+        let mut sym = Vec::with_capacity(n);
+        for freq in &model.freqs {
+            let mut start = 0u32;
+            for &f in freq {
+                // Absent symbols are never coded; give them a valid entry all the same
+                // (frequency 1, whose reciprocal needs no division).
+                let (fe, r) = match f {
+                    0 | 1 => (1, 1u64 << 31),
+                    // shift = ceil(log2(f)); rcp = ceil(2^(31 + shift) / f) < 2^32.
+                    f => {
+                        let shift = 32 - (f - 1).leading_zeros();
+                        (f, (1u64 << (31 + shift)).div_ceil(u64::from(f)))
+                    }
+                };
+                let shift = 32 - (fe - 1).leading_zeros();
+                rcp.push(r as u32);
+                sym.push(fe | start.min(MASK) << 13 | shift << 25);
+                start += f;
+            }
+        }
+        EncTables { rcp, sym }
+    }
+
+    /// Codes symbol entry `e` into state `x`: first the word that keeps the state in range
+    /// goes to word `*pos - 1` of `words` (written always; `pos` moves down by 0 or 1, so
+    /// no branch depends on the data), then `x = x + start + (x / freq) * (SCALE - freq)`,
+    /// i.e. `(x / freq) * SCALE + x % freq + start`, the quotient from the reciprocal.
+    #[inline(always)]
+    fn put(&self, e: usize, x: &mut u32, words: &mut [u8], pos: &mut usize) {
+        let (r, p) = (self.rcp[e], self.sym[e]);
+        let f = p & 0x1FFF;
+        let start = p >> 13 & MASK;
+        let shift = p >> 25;
+        let v = *x;
+        // x_max = ((L >> PROB_BITS) << 16) * f; at most 2^31, so x_max - 1 fits.
+        let emit = u32::from(v > (f << 19) - 1);
+        let at = 2 * (*pos - 1);
+        words[at..at + 2].copy_from_slice(&(v as u16).to_le_bytes());
+        *pos -= emit as usize;
+        let v = v >> (16 * emit);
+        let q = ((u64::from(v) * u64::from(r)) >> (31 + shift)) as u32;
+        *x = v + start + q * (PROB_SCALE - f);
+    }
+}
+
+/// The encoder's word streams, in one buffer of `streams` regions of `cap` words: each
+/// region is filled from its end downwards, so that the words come out in decoder order;
+/// `pos[s]` (in words, from the region's start) is where stream `s` begins.
+struct Streams<'a> {
+    bytes: &'a mut [u8],
+    cap: usize,
+    pos: [usize; 4],
+}
+
+impl Streams<'_> {
+    /// Stream `s`'s region.
+    fn region(&mut self, s: usize) -> &mut [u8] {
+        &mut self.bytes[2 * s * self.cap..2 * (s + 1) * self.cap]
+    }
+}
+
+/// Encodes `plane` with `model` (`ctx.at(i) < model.contexts()`), appending the stream to
+/// `out`.
+pub(crate) fn encode<S: Symbol>(plane: &[S], ctx: Contexts<'_>, model: &Model, out: &mut Vec<u8>) {
+    let layout = Layout::for_len(plane.len());
+    encode_with(Kernel::detect(), layout, plane, ctx, model, out);
+}
+
+fn encode_with<S: Symbol>(
+    kernel: Kernel,
+    layout: Layout,
+    plane: &[S],
+    ctx: Contexts<'_>,
+    model: &Model,
+    out: &mut Vec<u8>,
+) {
+    out.push(model.freqs.len() as u8);
+    let mut w = BitWriter {
+        out,
+        acc: 0,
+        held: 0,
+    };
+    for c in &model.counts {
+        write_table(c, &mut w);
+    }
+    w.finish();
+    out.push(layout.code());
+    let tables = EncTables::new(model);
+    // Each stream's region is sized from the model's estimate with a margin, so that
+    // `out` does not grow to the worst case (two bytes per symbol); a stream that runs
+    // out of room makes the encoder start again with the worst case, which always fits
+    // (every symbol emits at most one word). 8 words more for the SIMD encoder's
+    // whole-register stores, one for the scalar encoder's store below `pos`.
+    let (lanes, streams) = (layout.lanes(), layout.streams());
+    let per = lanes / streams;
+    let worst = (plane.len() / lanes + 1) * per + 9;
+    let estimate = model.data_bytes / 2 / streams;
+    let tight = (estimate + estimate / 16 + 64).min(worst);
+    let start = out.len();
+    for cap in [tight, worst] {
+        let enc = Encoding::new(kernel, layout, cap, out);
+        if let Some(enc) = enc.encode(&tables, plane, ctx, out) {
+            enc.finish(out);
             return;
         }
-        out.push(b | 0x80);
+        out.truncate(start);
     }
+}
+
+/// The word streams of one rANS stream being encoded, and where they go in `out`.
+struct Encoding {
+    kernel: Kernel,
+    layout: Layout,
+    /// Where the states start in `out`; the stream lengths follow, then the words.
+    states_at: usize,
+    words_at: usize,
+    cap: usize,
+    x: [u32; MAX_LANES],
+    pos: [usize; 4],
+}
+
+impl Encoding {
+    /// Appends room for the states, lengths and `layout.streams()` regions of `cap` words.
+    fn new(kernel: Kernel, layout: Layout, cap: usize, out: &mut Vec<u8>) -> Encoding {
+        let states_at = out.len();
+        let words_at = states_at + 4 * layout.lanes() + 4 * layout.streams();
+        out.resize(words_at + 2 * layout.streams() * cap, 0);
+        Encoding {
+            kernel,
+            layout,
+            states_at,
+            words_at,
+            cap,
+            x: [RANS_L; MAX_LANES],
+            pos: [cap; 4],
+        }
+    }
+
+    /// Codes `plane` into the regions reserved in `out`; `None` if a stream ran out of
+    /// room. Encoding runs backwards: the partial last step first, lanes in reverse order.
+    fn encode<S: Symbol>(
+        mut self,
+        tables: &EncTables,
+        plane: &[S],
+        ctx: Contexts<'_>,
+        out: &mut [u8],
+    ) -> Option<Encoding> {
+        let (lanes, streams) = (self.layout.lanes(), self.layout.streams());
+        let per = lanes / streams;
+        let n = plane.len();
+        let steps = n / lanes;
+        let full = steps * lanes;
+        let mut st = Streams {
+            bytes: &mut out[self.words_at..],
+            cap: self.cap,
+            pos: self.pos,
+        };
+        let x = &mut self.x;
+        // The partial step puts at most `per` words in a stream.
+        if st.pos[..streams].iter().any(|&p| p <= per) {
+            return None;
+        }
+        for lane in (0..n - full).rev() {
+            let i = full + lane;
+            let e = ctx.at(i) << S::BITS | plane[i].index();
+            let s = lane / per;
+            let mut p = st.pos[s];
+            tables.put(e, &mut x[lane], st.region(s), &mut p);
+            st.pos[s] = p;
+        }
+        let done = match self.layout {
+            Layout::Narrow => encode_steps::<S, 1, 4>(tables, plane, ctx, steps, x, &mut st),
+            Layout::Wide => match self.kernel {
+                #[cfg(target_arch = "x86_64")]
+                Kernel::Avx2 => {
+                    let (plane, ctx) = (&plane[..full], ctx.head(full));
+                    let n_ctx = tables.sym.len() >> S::BITS;
+                    // SAFETY: `Kernel::Avx2` is only chosen when the CPU has AVX2 and
+                    // POPCNT, the requirements of the call.
+                    unsafe { avx2::encode_steps(tables, n_ctx, plane, ctx, x, &mut st) }
+                }
+                Kernel::Scalar => encode_steps::<S, 4, 8>(tables, plane, ctx, steps, x, &mut st),
+            },
+        };
+        self.pos = st.pos;
+        done.then_some(self)
+    }
+
+    /// Moves the streams together, writes the states and lengths, trims `out`.
+    fn finish(self, out: &mut Vec<u8>) {
+        let (lanes, streams) = (self.layout.lanes(), self.layout.streams());
+        let mut at = self.words_at;
+        for (s, &p) in self.pos.iter().enumerate().take(streams) {
+            let from = self.words_at + 2 * (s * self.cap + p);
+            let len = 2 * (self.cap - p);
+            out.copy_within(from..from + len, at);
+            at += len;
+        }
+        out.truncate(at);
+        let mut head = self.states_at;
+        for s in &self.x[..lanes] {
+            out[head..head + 4].copy_from_slice(&s.to_le_bytes());
+            head += 4;
+        }
+        for &p in &self.pos[..streams] {
+            out[head..head + 4].copy_from_slice(&((self.cap - p) as u32).to_le_bytes());
+            head += 4;
+        }
+    }
+}
+
+/// Encodes the full steps `0..steps` in reverse, `G` streams of `K` lanes, in scalar code;
+/// `false` if a stream ran out of room.
+fn encode_steps<S: Symbol, const G: usize, const K: usize>(
+    tables: &EncTables,
+    plane: &[S],
+    ctx: Contexts<'_>,
+    steps: usize,
+    x: &mut [u32; MAX_LANES],
+    st: &mut Streams<'_>,
+) -> bool {
+    let lanes = G * K;
+    for t in (0..steps).rev() {
+        for g in 0..G {
+            let mut p = st.pos[g];
+            // A step puts at most `K` words in a stream, each store one word below `p`.
+            if p <= K {
+                return false;
+            }
+            let words = st.region(g);
+            for k in (0..K).rev() {
+                let lane = g * K + k;
+                let i = t * lanes + lane;
+                let e = ctx.at(i) << S::BITS | plane[i].index();
+                tables.put(e, &mut x[lane], words, &mut p);
+            }
+            st.pos[g] = p;
+        }
+    }
+    true
 }
 
 /// The number of contexts a stream declares (its first byte), checked against `max`.
@@ -285,117 +903,119 @@ pub(crate) fn stream_contexts(
     }
 }
 
-/// Decodes a stream written by [`encode`] into `out` (`out.len()` symbols); `ctx` must
-/// give every element a context below the stream's context count.
+/// A word stream being decoded: its bytes and the next word.
+#[derive(Debug, Default, Clone, Copy)]
+struct Reader<'a> {
+    bytes: &'a [u8],
+    /// Next word (in words, not bytes).
+    pos: usize,
+    /// A read past the end was attempted.
+    overrun: bool,
+}
+
+impl Reader<'_> {
+    /// Whole words not yet read.
+    #[inline(always)]
+    fn words_left(&self) -> usize {
+        (self.bytes.len() / 2).saturating_sub(self.pos)
+    }
+}
+
+/// Decodes a stream written by [`encode`] into `out` (`out.len()` symbols, each below
+/// `2^bits`, `bits <= S::BITS`); with [`Contexts::Given`], `ctx` must have `out.len()`
+/// entries.
 ///
 /// # Errors
-/// [`LosslessError::Rans`] for a bad table, a symbol in an unused context, a truncated
+/// [`LosslessError::Rans`] for a bad table (one with a symbol of `bits` bits or more
+/// included), an unknown layout, a symbol in an unused or missing context, a truncated
 /// stream, leftover words, or final states that do not return to the initial state.
-pub(crate) fn decode<C: Contexts>(
+pub(crate) fn decode<S: Symbol>(
     src: &[u8],
     plane: usize,
-    ctx: C,
-    out: &mut [u8],
+    ctx: Contexts<'_>,
+    bits: u32,
+    out: &mut [S],
+    table: &mut Vec<u32>,
+) -> Result<(), LosslessError> {
+    decode_with(Kernel::detect(), src, plane, ctx, bits, out, table)
+}
+
+fn decode_with<S: Symbol>(
+    kernel: Kernel,
+    src: &[u8],
+    plane: usize,
+    ctx: Contexts<'_>,
+    bits: u32,
+    out: &mut [S],
+    table: &mut Vec<u32>,
 ) -> Result<(), LosslessError> {
     let bad = |reason: &'static str| LosslessError::Rans { plane, reason };
     let n_ctx = stream_contexts(src, plane, MAX_CONTEXTS)?;
-    let mut pos = 1;
-    let mut tables: Vec<Option<Box<Table>>> = Vec::with_capacity(n_ctx);
-    for _ in 0..n_ctx {
-        let (table, used) = read_table(src.get(pos..).unwrap_or_default()).map_err(bad)?;
-        pos += used;
-        tables.push(table);
+    // One decode table of PROB_SCALE slots per context, one after the other. The buffer
+    // is reused: a used context's table is written whole, an unused one is never read.
+    table.resize(n_ctx << PROB_BITS, 0);
+    let table = &mut table[..n_ctx << PROB_BITS];
+    let mut used = 0u32;
+    let mut r = BitReader { src, pos: 8 };
+    for (k, t) in table.chunks_exact_mut(PROB_SCALE as usize).enumerate() {
+        let present = read_table::<S>(&mut r, bits, t).map_err(bad)?;
+        used |= u32::from(present) << k;
     }
+    let (mut pos, padded) = r.finish();
+    if !padded {
+        return Err(bad("table padding is not zero"));
+    }
+    let layout = src
+        .get(pos)
+        .copied()
+        .and_then(Layout::from_code)
+        .ok_or(bad("unknown lane layout"))?;
+    pos += 1;
+    let (lanes, streams) = (layout.lanes(), layout.streams());
     let states = src
-        .get(pos..pos + 8 * STATES)
+        .get(pos..pos + 4 * lanes)
         .ok_or(bad("truncated states"))?;
-    let mut x = [0u64; STATES];
-    for (s, b) in x.iter_mut().zip(states.chunks_exact(8)) {
-        let mut a = [0u8; 8];
-        a.copy_from_slice(b);
-        *s = u64::from_le_bytes(a);
-        if *s < RANS_L {
+    let mut x = [RANS_L; MAX_LANES];
+    for (s, b) in x.iter_mut().zip(states.chunks_exact(4)) {
+        *s = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        if !(RANS_L..RANS_L << 16).contains(s) {
             return Err(bad("initial state out of range"));
         }
     }
-    pos += 8 * STATES;
+    pos += 4 * lanes;
     let counts = src
-        .get(pos..pos + 4 * STATES)
+        .get(pos..pos + 4 * streams)
         .ok_or(bad("truncated stream lengths"))?;
-    pos += 4 * STATES;
+    pos += 4 * streams;
     let mut rest = &src[pos..];
-    let mut readers: [Reader<'_>; STATES] = Default::default();
+    let mut readers = [Reader::default(); 4];
     for (r, c) in readers.iter_mut().zip(counts.chunks_exact(4)) {
-        let len = (u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as usize).checked_mul(4);
+        let len = (u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as usize).checked_mul(2);
         let len = len
             .filter(|&l| l <= rest.len())
             .ok_or(bad("stream lengths exceed the data"))?;
-        let (words, next) = rest.split_at(len);
-        *r = Reader {
-            words,
-            pos: 0,
-            overrun: false,
-        };
+        let (bytes, next) = rest.split_at(len);
+        r.bytes = bytes;
         rest = next;
     }
     if !rest.is_empty() {
         return Err(bad("trailing bytes after the word streams"));
     }
-    // Check every element's context once (in range and used), so the loop below indexes
-    // a plain array: unused contexts point at the first used table and are never reached.
-    let Some(fallback) = tables.iter().flatten().next() else {
-        return Err(bad("every context is unused"));
-    };
-    let mut refs: [&Table; MAX_CONTEXTS] = [&**fallback; MAX_CONTEXTS];
-    let mut used = 0u32;
-    for (k, t) in tables.iter().enumerate() {
-        if let Some(t) = t {
-            refs[k] = t;
-            used |= 1 << k;
-        }
-    }
-    if used != (1u32 << n_ctx) - 1 {
-        let mut seen = 0u32;
-        for i in 0..out.len() {
-            seen |= 1u32 << ctx.at(i).min(31);
-        }
-        if seen & !used != 0 {
-            return Err(bad("symbol in an unused context"));
-        }
-    } else if (0..out.len()).any(|i| ctx.at(i) >= n_ctx) {
-        return Err(bad("context out of range"));
-    }
-    let table_of = |i: usize| refs[ctx.at(i)];
+    check_contexts(ctx, out.len(), n_ctx, used).map_err(bad)?;
 
-    let full = out.len() / STATES * STATES;
+    let full = out.len() / lanes * lanes;
     let (head, tail) = out.split_at_mut(full);
-    // A group of STATES symbols reads at most one word per stream, so while every stream
-    // has `k` words left, the next `k` groups need no bounds check: run them in one go, then
-    // look again. When some stream runs dry, one checked group.
-    let mut groups = head.chunks_exact_mut(STATES).enumerate();
-    loop {
-        let safe = readers.iter().map(Reader::words_left).min().unwrap_or(0);
-        let mut ran = 0;
-        for (g, c) in groups.by_ref().take(safe) {
-            let i = g * STATES;
-            for k in 0..STATES {
-                c[k] = step_fast(table_of(i + k), &mut x[k], &mut readers[k]);
-            }
-            ran += 1;
-        }
-        if ran == safe && safe > 0 {
-            continue;
-        }
-        let Some((g, c)) = groups.next() else { break };
-        let i = g * STATES;
-        for k in 0..STATES {
-            c[k] = step(table_of(i + k), &mut x[k], &mut readers[k]);
-        }
+    let r = &mut readers[..streams];
+    match layout {
+        Layout::Narrow => decode_steps::<S, 1, 4>(table, ctx, 0, head, &mut x, r),
+        Layout::Wide => decode_wide(kernel, table, ctx, head, &mut x, r),
     }
-    for (j, o) in tail.iter_mut().enumerate() {
-        *o = step(table_of(full + j), &mut x[j], &mut readers[j]);
+    let per = lanes / streams;
+    for (lane, o) in tail.iter_mut().enumerate() {
+        let t = &table[ctx.at(full + lane) << PROB_BITS..];
+        *o = step_checked::<S>(t, &mut x[lane], &mut readers[lane / per]);
     }
-    if readers.iter().any(|r| r.overrun || r.pos != r.words.len()) {
+    if readers.iter().any(|r| r.overrun || r.words_left() != 0) {
         return Err(bad("word stream length does not match the data"));
     }
     if x.iter().any(|&s| s != RANS_L) {
@@ -404,106 +1024,193 @@ pub(crate) fn decode<C: Contexts>(
     Ok(())
 }
 
-/// Reads one context's bitmap and frequencies into a decode table; `None` for an unused
-/// context (empty bitmap). Returns the bytes read too.
-fn read_table(src: &[u8]) -> Result<(Option<Box<Table>>, usize), &'static str> {
-    let bitmap = src.get(..32).ok_or("truncated table")?;
-    let mut pos = 32;
-    let mut table: Box<Table> = Box::new([0u32; PROB_SCALE as usize]);
-    let mut start = 0u32;
-    for s in 0..256u32 {
-        if bitmap[(s / 8) as usize] >> (s % 8) & 1 == 0 {
+/// Checks that every element's context exists and has a table, so decoding never meets a
+/// context without one. `used` has bit `k` set when context `k` has a table.
+fn check_contexts(
+    ctx: Contexts<'_>,
+    n: usize,
+    n_ctx: usize,
+    used: u32,
+) -> Result<(), &'static str> {
+    match ctx {
+        Contexts::Order0 if n == 0 || used & 1 != 0 => Ok(()),
+        Contexts::Order0 => Err("symbol in an unused context"),
+        Contexts::Given(m) if m.ctx.len() < n => Err("fewer contexts than symbols"),
+        Contexts::Given(m) if m.present >> n_ctx != 0 => Err("context out of range"),
+        Contexts::Given(m) if m.present & !used != 0 => Err("symbol in an unused context"),
+        Contexts::Given(_) => Ok(()),
+    }
+}
+
+/// Decodes the full steps of `out` (`out.len()` a multiple of `G * K`; the first is step
+/// `first`, which selects the contexts) with `G` streams of `K` lanes, in scalar code.
+/// While every stream holds `K` words per step left, one bounds check per stream and step;
+/// near the ends, checked reads.
+fn decode_steps<S: Symbol, const G: usize, const K: usize>(
+    table: &[u32],
+    ctx: Contexts<'_>,
+    first: usize,
+    out: &mut [S],
+    x: &mut [u32; MAX_LANES],
+    readers: &mut [Reader<'_>],
+) {
+    let lanes = G * K;
+    let mut steps = out.chunks_exact_mut(lanes).enumerate();
+    loop {
+        let safe = readers
+            .iter()
+            .map(|r| r.words_left() / K)
+            .min()
+            .unwrap_or(0);
+        let mut ran = 0;
+        for (t, o) in steps.by_ref().take(safe) {
+            let i = (first + t) * lanes;
+            for (g, r) in readers.iter_mut().enumerate().take(G) {
+                let words = &r.bytes[2 * r.pos..2 * r.pos + 2 * K];
+                let mut j = 0;
+                for k in 0..K {
+                    let lane = g * K + k;
+                    let t = &table[ctx.at(i + lane) << PROB_BITS..];
+                    let (sym, v) = advance::<S>(t, x[lane]);
+                    let jj = j.min(K - 1);
+                    let w = u32::from(u16::from_le_bytes([words[2 * jj], words[2 * jj + 1]]));
+                    let need = u32::from(v < RANS_L);
+                    // Shift by 0 or 16 and or in 0 or the word: no branch on the data.
+                    x[lane] = v << (16 * need) | (w & need.wrapping_neg());
+                    j += need as usize;
+                    o[lane] = sym;
+                }
+                r.pos += j;
+            }
+            ran += 1;
+        }
+        if ran == safe && safe > 0 {
             continue;
         }
-        let (f, used) = read_leb128(src.get(pos..).unwrap_or_default()).ok_or("bad frequency")?;
-        pos += used;
-        if f == 0 || start + f > PROB_SCALE {
-            return Err("frequencies do not sum to the scale");
+        let Some((t, o)) = steps.next() else { break };
+        let i = (first + t) * lanes;
+        for (lane, o) in o.iter_mut().enumerate() {
+            let t = &table[ctx.at(i + lane) << PROB_BITS..];
+            *o = step_checked::<S>(t, &mut x[lane], &mut readers[lane / K]);
         }
-        for slot in start..start + f {
-            table[slot as usize] = s | (f - 1) << 8 | (slot - start) << 20;
+    }
+}
+
+/// The wide layout's full steps: with AVX2, in batches that no stream can run dry in;
+/// scalar code for the rest.
+fn decode_wide<S: Symbol>(
+    kernel: Kernel,
+    table: &[u32],
+    ctx: Contexts<'_>,
+    out: &mut [S],
+    x: &mut [u32; MAX_LANES],
+    readers: &mut [Reader<'_>],
+) {
+    let done = match kernel {
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx2 => decode_avx2(table, ctx, out, x, readers),
+        Kernel::Scalar => 0,
+    };
+    decode_steps::<S, 4, 8>(table, ctx, done, &mut out[done * 32..], x, readers);
+}
+
+/// Runs the AVX2 kernel over the full steps; returns the steps done (all, unless a
+/// stream ran out: corrupt data, which the checked steps after it report).
+#[cfg(target_arch = "x86_64")]
+fn decode_avx2<S: Symbol>(
+    table: &[u32],
+    ctx: Contexts<'_>,
+    out: &mut [S],
+    x: &mut [u32; MAX_LANES],
+    readers: &mut [Reader<'_>],
+) -> usize {
+    let n_ctx = table.len() >> PROB_BITS;
+    let full = out.len() / 32 * 32;
+    let c = ctx.head(full);
+    // SAFETY: `Kernel::Avx2` is only chosen when the CPU has AVX2 and POPCNT, the
+    // requirements of the call.
+    unsafe { avx2::decode_steps(table, n_ctx, c, &mut out[..full], x, readers) }
+}
+
+/// Reads one context's table (see [`table_len`]) into its decode table `t`; `false` for
+/// an unused context (no symbol present). Symbols of `bits` bits or more are refused.
+///
+/// A slot's entry is `symbol | (freq - 1) << S::BITS | (slot - start) << (S::BITS +
+/// S::FREQ_BITS)`.
+fn read_table<S: Symbol>(
+    r: &mut BitReader<'_>,
+    bits: u32,
+    t: &mut [u32],
+) -> Result<bool, &'static str> {
+    const TRUNCATED: &str = "truncated or bad table";
+    let a = alphabet::<S>();
+    let limit = 1usize << bits.min(S::BITS);
+    let delta = r.bit().ok_or(TRUNCATED)? == 1;
+    let mut counts = vec![0u32; a];
+    let (mut s, mut prev, mut present) = (-1i64, 0i64, false);
+    loop {
+        let gap = r.gamma(12).ok_or(TRUNCATED)?;
+        s += i64::from(gap);
+        if s == a as i64 {
+            break;
         }
-        start += f;
+        if s >= limit as i64 {
+            return Err("symbol out of range");
+        }
+        let v = r.gamma(17).ok_or(TRUNCATED)?;
+        let c = if delta {
+            // Undo the zigzag: 1, 2, 3, ... for 0, -1, 1, ...
+            let z = i64::from(v - 1);
+            prev + if z % 2 == 0 { z / 2 } else { -(z + 1) / 2 }
+        } else {
+            i64::from(v)
+        };
+        if !(1..=1 << 16).contains(&c) {
+            return Err("bad count");
+        }
+        counts[s as usize] = c as u32;
+        (prev, present) = (c, true);
     }
-    match start {
-        0 => Ok((None, pos)),
-        PROB_SCALE => Ok((Some(table), pos)),
-        _ => Err("frequencies do not sum to the scale"),
+    if !present {
+        return Ok(false);
     }
+    let freq = normalize(&counts, 1 << S::FREQ_BITS).ok_or("counts do not normalize")?;
+    let mut start = 0usize;
+    for (s, &f) in freq.iter().enumerate().filter(|p| *p.1 > 0) {
+        let slots = &mut t[start..start + f as usize];
+        for (d, e) in slots.iter_mut().enumerate() {
+            *e = s as u32 | (f - 1) << S::BITS | (d as u32) << (S::BITS + S::FREQ_BITS);
+        }
+        start += f as usize;
+    }
+    Ok(true)
 }
 
-#[derive(Default)]
-struct Reader<'a> {
-    words: &'a [u8],
-    pos: usize,
-    overrun: bool,
-}
-
-impl Reader<'_> {
-    /// Whole words not yet read.
-    #[inline(always)]
-    fn words_left(&self) -> usize {
-        self.words.len().saturating_sub(self.pos) / 4
-    }
-}
-
-/// One decode step with a checked refill (near the end of a stream).
+/// One decode step with a checked refill (near the end of a stream, and in the last
+/// partial step).
 #[inline(always)]
-fn step(table: &Table, x: &mut u64, r: &mut Reader<'_>) -> u8 {
-    let (sym, mut v) = advance(table, *x);
+fn step_checked<S: Symbol>(table: &[u32], x: &mut u32, r: &mut Reader<'_>) -> S {
+    let (sym, mut v) = advance::<S>(table, *x);
     if v < RANS_L {
-        match r.words.get(r.pos..r.pos + 4) {
-            Some(w) => v = (v << 32) | u64::from(u32::from_le_bytes([w[0], w[1], w[2], w[3]])),
+        match r.bytes.get(2 * r.pos..2 * r.pos + 2) {
+            Some(w) => v = v << 16 | u32::from(u16::from_le_bytes([w[0], w[1]])),
             None => r.overrun = true,
         }
-        r.pos += 4;
+        r.pos += 1;
     }
     *x = v;
     sym
 }
 
-/// One decode step with a branch-free refill; needs a whole word left in `r`.
-/// The refill is arithmetic (shift by 0 or 32, add 0 or the word) so that it compiles to
-/// no branch: whether a state refills is data, and a branch on it mispredicts often.
+/// Decodes one symbol from `x` with a context's table (`table[..PROB_SCALE]`): the symbol
+/// and the state before any refill.
 #[inline(always)]
-fn step_fast(table: &Table, x: &mut u64, r: &mut Reader<'_>) -> u8 {
-    let (sym, v) = advance(table, *x);
-    debug_assert!(r.words_left() > 0);
-    // SAFETY: the caller runs at most `k` groups of steps after seeing every reader with
-    // `words_left() >= k`; each group steps each reader once and a step reads at most one
-    // word, so this reader has at least 4 bytes at `pos`. `read_unaligned` has no
-    // alignment requirement.
-    let w = unsafe {
-        r.words
-            .as_ptr()
-            .add(r.pos)
-            .cast::<[u8; 4]>()
-            .read_unaligned()
-    };
-    let w = u64::from(u32::from_le_bytes(w));
-    let need = u64::from(v < RANS_L);
-    *x = (v << (need * 32)) | (w * need);
-    r.pos += 4 * need as usize;
-    sym
-}
-
-#[inline(always)]
-fn advance(table: &Table, x: u64) -> (u8, u64) {
+fn advance<S: Symbol>(table: &[u32], x: u32) -> (S, u32) {
     let e = table[(x & MASK) as usize];
-    let f = u64::from((e >> 8 & 0xFFF) + 1);
-    let off = u64::from(e >> 20);
-    (e as u8, f * (x >> PROB_BITS) + off)
-}
-
-fn read_leb128(b: &[u8]) -> Option<(u32, usize)> {
-    let mut v = 0u32;
-    for (i, &byte) in b.iter().take(3).enumerate() {
-        v |= u32::from(byte & 0x7F) << (7 * i);
-        if byte & 0x80 == 0 {
-            return Some((v, i + 1));
-        }
-    }
-    None
+    let sym = e & ((1 << S::BITS) - 1);
+    let f = (e >> S::BITS & ((1 << S::FREQ_BITS) - 1)) + 1;
+    let off = e >> (S::BITS + S::FREQ_BITS);
+    (S::from_index(sym), f * (x >> PROB_BITS) + off)
 }
 
 #[cfg(test)]

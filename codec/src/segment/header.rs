@@ -7,7 +7,7 @@ use crate::DType;
 /// The four bytes every segment starts with.
 pub const MAGIC: [u8; 4] = *b"STSG";
 /// The only format version this build reads and writes.
-pub const FORMAT_VERSION: u8 = 1;
+pub const FORMAT_VERSION: u8 = 2;
 
 pub(crate) const MAGIC_OFS: usize = 0;
 pub(crate) const VERSION_OFS: usize = MAGIC_OFS + 4;

@@ -7,7 +7,7 @@
 //! | offset | bytes | field |
 //! |---|---|---|
 //! | 0 | 4 | magic `STSG` |
-//! | 4 | 1 | format version, 1 |
+//! | 4 | 1 | format version, 2 |
 //! | 5 | 1 | encoding: 0 lossless keyframe, 1 lossless XOR delta, 2 quantized, 3 two-level 3-bit, 4 quantized frames |
 //! | 6 | 1 | dtype code ([`DType::code`]) |
 //! | 7 | 1 | bits: 0 for lossless, 8/7/5/3 for quantized (3 for two-level) |

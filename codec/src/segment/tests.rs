@@ -108,10 +108,12 @@ fn header_errors_are_specific() {
         Err(SegmentError::BadMagic { .. })
     ));
     let mut bad = seg.clone();
-    bad[4] = 2;
+    bad[4] = FORMAT_VERSION + 1;
     assert_eq!(
         Segment::parse(&bad).unwrap_err(),
-        SegmentError::UnsupportedVersion { version: 2 }
+        SegmentError::UnsupportedVersion {
+            version: FORMAT_VERSION + 1
+        }
     );
     let mut bad = seg.clone();
     bad[5] = 9;
