@@ -48,8 +48,9 @@
 //! decoders trust the file. Every record value below (version, segment index, checkpoint,
 //! tier row, policy rule) ends with a u64 xxh3-64 of its key and value, checked on every
 //! read: redb does not checksum its pages, so a changed byte of metadata is an error, never
-//! wrong data or a wrong precision claim. Format 1 (no checksums, no tiers) is upgraded in
-//! place when opened.
+//! wrong data or a wrong precision claim. Format 1 stores (no checksums, no tiers, codec
+//! segments of segment format 1) are refused with [`StoreError::UnsupportedFormat`]: the
+//! format changed before any release (ADR 0007).
 //!
 //! | table | key | value |
 //! |---|---|---|

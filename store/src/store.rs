@@ -14,10 +14,7 @@ use crate::error::{DbContext, Result, StoreError};
 use crate::options::Options;
 use crate::reader::{ReadOnlyTables, Tables};
 use crate::rebase::WriteTables;
-use crate::record::{
-    checkpoint_key, segment_key, CheckpointRecord, FormatRecord, SegmentInfo, Stored,
-    VersionRecord, OLDEST_FORMAT_VERSION,
-};
+use crate::record::FormatRecord;
 use crate::tables::{
     CHECKPOINTS, CHUNKS, FORMAT_KEY, META, POLICIES, SEGMENTS, TAGS, TAILS, TIERS, VERSIONS,
     WRITER_KEY,
@@ -151,73 +148,13 @@ impl Store {
             return Err(not_a_store("the format record has another magic"));
         };
         let current = FormatRecord::current();
-        if format.version < OLDEST_FORMAT_VERSION || format.version > current.version {
+        if format.version != current.version {
             return Err(StoreError::UnsupportedFormat {
                 path: self.path.clone(),
                 found: format.version,
                 supported: current.version,
             });
         }
-        drop(meta);
-        drop(txn);
-        if format.version < current.version {
-            self.upgrade()?;
-        }
-        Ok(())
-    }
-
-    /// Upgrades a format 1 store: seals every record with its checksum, creates the tier
-    /// tables and records format 2, in one transaction.
-    fn upgrade(&self) -> Result<()> {
-        let op = "upgrading the store format";
-        let txn = self.db.begin_write().ctx(op)?;
-        {
-            let bad = |what: String| {
-                move |source| StoreError::Record {
-                    what: format!("{what} (format 1)"),
-                    source,
-                }
-            };
-            let mut versions = txn.open_table(VERSIONS).ctx(op)?;
-            let mut rows = Vec::new();
-            for e in versions.iter().ctx(op)? {
-                let (k, v) = e.ctx(op)?;
-                let rec = VersionRecord::decode(v.value())
-                    .map_err(bad(format!("version record {:?}", k.value())))?;
-                rows.push((k.value().to_vec(), rec.to_stored(k.value())));
-            }
-            for (k, v) in rows {
-                versions.insert(k.as_slice(), v.as_slice()).ctx(op)?;
-            }
-            let mut segments = txn.open_table(SEGMENTS).ctx(op)?;
-            let mut rows = Vec::new();
-            for e in segments.iter().ctx(op)? {
-                let (k, v) = e.ctx(op)?;
-                let info = SegmentInfo::decode(v.value())
-                    .map_err(bad(format!("segment index entry {:032x}", k.value())))?;
-                rows.push((k.value(), info.to_stored(&segment_key(k.value()))));
-            }
-            for (k, v) in rows {
-                segments.insert(k, v.as_slice()).ctx(op)?;
-            }
-            let mut checkpoints = txn.open_table(CHECKPOINTS).ctx(op)?;
-            let mut rows = Vec::new();
-            for e in checkpoints.iter().ctx(op)? {
-                let (k, v) = e.ctx(op)?;
-                let cp = CheckpointRecord::decode(v.value())
-                    .map_err(bad(format!("checkpoint record {}", k.value())))?;
-                rows.push((k.value(), cp.to_stored(&checkpoint_key(k.value()))));
-            }
-            for (k, v) in rows {
-                checkpoints.insert(k, v.as_slice()).ctx(op)?;
-            }
-            let mut meta = txn.open_table(META).ctx(op)?;
-            meta.insert(FORMAT_KEY, FormatRecord::current().encode().as_slice())
-                .ctx(op)?;
-            txn.open_table(TIERS).ctx(op)?;
-            txn.open_table(POLICIES).ctx(op)?;
-        }
-        txn.commit().ctx(op)?;
         Ok(())
     }
 

@@ -9,11 +9,10 @@ use super::{Reader, RecordError};
 
 /// The bytes every store's format record starts with.
 pub(crate) const MAGIC: &[u8; 12] = b"strata-store";
-/// The store format this build writes. Format 2 added tiers (tier rows, policy rules,
-/// quantized and absent blocks); format 1 files are upgraded when opened.
+/// The store format this build reads and writes. Format 2 added tiers (tier rows, policy
+/// rules, quantized, absent and frame blocks), checksums on every record, and holds codec
+/// segments of segment format 2. Format 1 files (segment format 1) are refused.
 pub(crate) const STORE_FORMAT_VERSION: u32 = 2;
-/// The oldest store format this build reads.
-pub(crate) const OLDEST_FORMAT_VERSION: u32 = 1;
 
 /// What kind of file this is and which format version wrote it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,7 +12,7 @@ mod tier;
 mod version;
 
 pub(crate) use checkpoint::CheckpointRecord;
-pub(crate) use format::{FormatRecord, OLDEST_FORMAT_VERSION};
+pub(crate) use format::FormatRecord;
 pub(crate) use keys::{decode_version_key, piece_key, version_key, version_key_range};
 pub(crate) use segment::SegmentInfo;
 pub(crate) use tier::{
