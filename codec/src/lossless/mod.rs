@@ -830,14 +830,7 @@ impl PlaneDecoder<'_> {
                 }
                 None => return Err(LosslessError::UnknownMethod { plane, method }),
             },
-            3 => rans::decode(
-                body,
-                plane,
-                rans::Contexts::Order0,
-                bits,
-                dst,
-                self.table,
-            )?,
+            3 => rans::decode(body, plane, rans::Contexts::Order0, bits, dst, self.table)?,
             _ => {
                 // Method 4; the table check guarantees a base of a float.
                 let count = rans::stream_contexts(&body[1..], plane, rans::MAX_CONTEXTS)?;
