@@ -3,14 +3,19 @@
 
 Usage: python3 benches/readme_tables.py [--check]
 
-Two tables, each between markers in README.md, with the date, the machine and the commands:
+Tables, each between markers in README.md, with the date, the machine and the commands:
 - `<!-- codec-bench:start -->` ... `<!-- codec-bench:end -->`: codec-bench on MiniLM (f32 and its
   bf16 cast) and one bf16 training checkpoint;
 - `<!-- store-series:start -->` ... `<!-- store-series:end -->`: every series in ../shared/data/series
   imported with the `strata` CLI, raw / file bytes from `strata stats --json`, beside ZipNN's
-  XOR-delta figure from ../shared/data/README.md.
+  XOR-delta figure from ../shared/data/README.md;
+- `<!-- tier-sim:start -->` ... `<!-- tier-sim:end -->`: the tier simulation through the store
+  (`examples/tier-sim.rs`) at 100 000 blocks and 1 000 000 reads;
+- `<!-- wasm-figures:start -->` ... `<!-- wasm-figures:end -->`: the .wasm size from wasm/build.sh
+  and WASM against native speeds from wasm/bench.mjs (Node).
 
-Nothing in the tables is typed by hand. --check prints the tables without writing README.md.
+Nothing in the tables is typed by hand. --check prints the tables without writing README.md;
+--only NAME (repeatable) runs only those tables.
 """
 import datetime
 import json
@@ -98,6 +103,40 @@ def store_table():
     return "\n".join(lines + ["", "Commands (`target/release/strata`):", "", "```"] + cmds + ["```"])
 
 
+def tier_sim_table():
+    cmd = ["cargo", "run", "-q", "--release", "--example", "tier-sim", "--", "--blocks", "100000", "--accesses", "1000000", "--json"]
+    r = json.loads(run(cmd))
+    tiers = ["hot8", "warm7", "warm5", "cold3", "absent"]
+    err = r["mean_rel_err_by_tier"]
+    by = r["bytes_by_tier"]
+    lines = [
+        f"Measured {machine()}: {r['blocks']} blocks of 4096 real f32 values (dev_ft), {r['accesses']} Zipf(1.2) reads "
+        f"10 ms apart, `maintain` every 10 000 reads, warm cap {r['warm_byte_cap'] / 1e6:.1f} MB.",
+        "",
+        "| warm bytes after maintain (max) | cap violations | tier flips per block | read p50 us | read p95 us | maintain ms (p50 / max) |",
+        "|---|---|---|---|---|---|",
+        f"| {r['max_warm_bytes_after_maintain']} | {r['cap_violations']} of {r['maintain_passes']} passes | {r['tier_flips_per_block']:.4f} "
+        f"| {r['p50_read_us']:.1f} | {r['p95_read_us']:.1f} | {r['maintain_ms_p50']:.0f} / {r['maintain_ms_max']:.0f} |",
+        "",
+        "| precision of the data read | " + " | ".join(tiers) + " |",
+        "|---|" + "---|" * len(tiers),
+        "| mean max error / group max | " + " | ".join(f"{err[t]:.4f}" if t in err else "-" for t in tiers) + " |",
+        "| bytes on disk at the end | " + " | ".join(str(by.get(t, 0)) for t in tiers) + " |",
+        "",
+        "Command: `" + " ".join(cmd[:2] + cmd[3:]) + "`",
+    ]
+    return "\n".join(lines)
+
+
+def wasm_table():
+    size = [l for l in run(["bash", "wasm/build.sh"]).splitlines() if "gzipped" in l][-1]
+    bench = run(["node", "wasm/bench.mjs"]).splitlines()
+    lines = [f"Measured {machine()}, Node {run(['node', '--version']).strip()}, one thread.", "", f"`{size}`", ""]
+    lines += [l for l in bench if l.startswith("|") or l.startswith("MB/s")]
+    lines += ["", "Commands: `bash wasm/build.sh`, `node wasm/bench.mjs` (dev_ft bf16 step 430)."]
+    return "\n".join(lines)
+
+
 def replace_section(readme, name, body):
     start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
     if start not in readme or end not in readme:
@@ -108,7 +147,14 @@ def replace_section(readme, name, body):
 
 
 def main():
-    tables = {"codec-bench": codec_table(), "store-series": store_table()}
+    makers = {
+        "codec-bench": codec_table,
+        "store-series": store_table,
+        "tier-sim": tier_sim_table,
+        "wasm-figures": wasm_table,
+    }
+    only = [sys.argv[i + 1] for i, a in enumerate(sys.argv[:-1]) if a == "--only"]
+    tables = {name: make() for name, make in makers.items() if not only or name in only}
     for body in tables.values():
         print(body, end="\n\n")
     if "--check" in sys.argv:

@@ -1,7 +1,7 @@
 //! # strata
 //!
 //! An embedded store for tensors that change over time. This facade re-exports the member
-//! crates; today only [`codec`] is implemented (see the README for what works).
+//! crates: [`codec`] (formats), [`tiering`] (the tier policy) and [`store`] (the database).
 
 pub use strata_codec as codec;
 pub use strata_store as store;

@@ -6,6 +6,10 @@
 //! - [`quant`]: symmetric per-group quantization at 8, 7, 5 and 3 bits, two-level 3-bit.
 //! - [`lossless`]: bit-exact float codec: XOR against a base, byte planes, zstd per plane.
 //! - [`segment`]: the self-describing, checksummed byte string that stores one block.
+//! - [`frames`]: frame streams, several frames of one tensor quantized with shared per-group
+//!   scales in one segment, each frame decodable on its own (ADR 0013).
+//! - [`hpdkv`]: HPΔKV blobs, dense or sparse fp16/bf16 residuals (ADR 0012).
+//! - [`residual`]: exact (bit-for-bit) and top-k residuals of a quantized tier (ADR 0012).
 //!
 //! ```
 //! use strata_codec::{segment::{self, Segment}, lossless::LosslessOptions, DType};
@@ -24,8 +28,11 @@
 
 pub mod bits;
 mod dtype;
+pub mod frames;
+pub mod hpdkv;
 pub mod lossless;
 pub mod quant;
+pub mod residual;
 pub mod segment;
 
 pub use dtype::DType;

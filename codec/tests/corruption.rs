@@ -6,9 +6,10 @@
 //! parsed and decoded through the public API (a delta with its correct base); every prefix
 //! `0..len` is tried the same way.
 
+use strata_codec::frames::{FrameParams, FrameSegment, FrameStreamEncoder};
 use strata_codec::lossless::LosslessOptions;
 use strata_codec::quant::{QuantBits, QuantParams};
-use strata_codec::segment::{self, Encoding, Segment, SegmentError};
+use strata_codec::segment::{self, Encoding, Segment};
 use strata_codec::DType;
 
 /// Generous decode limit: the segments here decode to a few KB.
@@ -68,14 +69,24 @@ enum Decoded {
     Floats(Vec<f32>),
 }
 
-/// Parses and decodes `bytes` by whatever its header claims; a delta gets `base`.
-fn decode(bytes: &[u8], base: Option<&[u8]>) -> Result<Decoded, SegmentError> {
+/// Parses and decodes `bytes` by whatever its header claims; a delta gets `base`, a frame
+/// segment decodes every frame. The error is only reported, so it is kept as text.
+fn decode(bytes: &[u8], base: Option<&[u8]>) -> Result<Decoded, String> {
+    decode_typed(bytes, base).map_err(|e| e.to_string())
+}
+
+fn decode_typed(bytes: &[u8], base: Option<&[u8]>) -> Result<Decoded, Box<dyn std::error::Error>> {
     let seg = Segment::parse(bytes)?;
-    match seg.header().encoding {
-        Encoding::Keyframe => seg.decode_lossless(None, LIMIT).map(Decoded::Bytes),
-        Encoding::Delta => seg.decode_lossless(base, LIMIT).map(Decoded::Bytes),
-        Encoding::Quantized(_) | Encoding::TwoLevel3 => seg.dequantize(LIMIT).map(Decoded::Floats),
-    }
+    Ok(match seg.header().encoding {
+        Encoding::Keyframe => seg.decode_lossless(None, LIMIT).map(Decoded::Bytes)?,
+        Encoding::Delta => seg.decode_lossless(base, LIMIT).map(Decoded::Bytes)?,
+        Encoding::Quantized(_) | Encoding::TwoLevel3 => {
+            seg.dequantize(LIMIT).map(Decoded::Floats)?
+        }
+        Encoding::QuantizedFrames(_) => {
+            Decoded::Floats(FrameSegment::from_segment(&seg)?.decode_all(LIMIT)?)
+        }
+    })
 }
 
 /// The segment decodes as given; every flipped byte and every truncation fails.
@@ -208,4 +219,26 @@ fn two_level_3bit() {
         .expect("encode");
     assert_eq!(encoding_of(&seg), Encoding::TwoLevel3);
     assert_corruption_detected("two-level 3-bit", &seg, None);
+}
+
+#[test]
+fn frame_segments_every_width() {
+    // Frames drifting within 10 %: one epoch of 5 frames per width, 500 values each (a
+    // ragged last group, and a last byte with unused bits at 3, 5 and 7 bits).
+    let mut rng = Rng(8);
+    let v = weights(&mut rng, 500, 0.02);
+    for bits in QuantBits::ALL {
+        let mut enc =
+            FrameStreamEncoder::new(DType::F32, v.len(), FrameParams::new(bits)).expect("encoder");
+        for t in 0..5 {
+            let f = 1.0 + 0.015 * t as f32;
+            let frame: Vec<f32> = v.iter().map(|x| x * f).collect();
+            enc.push(&frame).expect("push");
+        }
+        let seg = enc.finish().expect("frames pushed");
+        assert_eq!(encoding_of(&seg), Encoding::QuantizedFrames(bits));
+        let frames = FrameSegment::parse(&seg).expect("parse").frame_count();
+        assert_eq!(frames, 5, "{}-bit frames share one epoch", bits.bits());
+        assert_corruption_detected(&format!("frames {}-bit", bits.bits()), &seg, None);
+    }
 }

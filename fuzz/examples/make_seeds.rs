@@ -1,12 +1,13 @@
-//! Writes seed inputs for both fuzz targets, built with strata-codec's own encoders.
+//! Writes seed inputs for the fuzz targets, built with strata-codec's own encoders.
 //!
 //! ```text
 //! cd fuzz && cargo run --release --example make_seeds [corpus-dir]   # default: corpus
 //! ```
 //!
-//! Writes `<corpus-dir>/segment_decode/seed-*` (whole segments of every kind) and
-//! `<corpus-dir>/payload_decode/seed-*` (the same payloads behind the 6-byte prefix that
-//! `payload_decode` reads). Deltas are made against [`base_pattern`], the base both targets
+//! Writes `<corpus-dir>/segment_decode/seed-*` (whole segments of every kind, frame
+//! segments included), `<corpus-dir>/payload_decode/seed-*` (the block payloads behind the
+//! 6-byte prefix that `payload_decode` reads) and `<corpus-dir>/hpdkv_decode/seed-*`
+//! (HPΔKV blobs: dense and sparse, raw and compressed, fp16 and bf16, top-k residuals). Deltas are made against [`base_pattern`], the base both targets
 //! supply, so they decode fully as they are. Seeds are small (at most a few KB) so
 //! libFuzzer's default input length stays modest, but for two segments of 2^14 elements
 //! (about 4 KB each) whose planes use the 32-lane layout of the AVX2 kernels.
@@ -14,8 +15,11 @@
 use std::error::Error;
 use std::path::{Path, PathBuf};
 
+use strata_codec::frames::{FrameParams, FramePush, FrameStreamEncoder};
+use strata_codec::hpdkv::{HalfDType, HpdkvBlob};
 use strata_codec::lossless::LosslessOptions;
 use strata_codec::quant::{QuantBits, QuantParams, TwoLevel};
+use strata_codec::residual;
 use strata_codec::segment::{self, Encoding, Segment};
 use strata_codec::DType;
 use strata_codec_fuzz::base_pattern;
@@ -110,7 +114,10 @@ fn uses_base_contexts(seg: &[u8]) -> Result<bool, Box<dyn Error>> {
 struct Seeds {
     segment_dir: PathBuf,
     payload_dir: PathBuf,
+    hpdkv_dir: PathBuf,
     count: usize,
+    frame_count: usize,
+    hpdkv_count: usize,
 }
 
 impl Seeds {
@@ -125,6 +132,7 @@ impl Seeds {
             Encoding::Delta => 1,
             Encoding::Quantized(bits) => width_index(bits) << 2,
             Encoding::TwoLevel3 => (width_index(QuantBits::B3) << 2) | 0x10,
+            Encoding::QuantizedFrames(_) => return Err("frame segments go to add_frames".into()),
         };
         let n = u16::try_from(h.elements)?;
         let gs = u16::try_from(h.group_size)?;
@@ -139,6 +147,134 @@ impl Seeds {
         self.count += 1;
         Ok(())
     }
+
+    /// Writes a frame segment as a `segment_decode` seed (`payload_decode` has no frame
+    /// mode: its payloads reach the frame decoder through `segment_decode`'s resealing).
+    fn add_frames(&mut self, name: &str, seg: &[u8]) -> Result<(), Box<dyn Error>> {
+        Segment::parse(seg)?;
+        std::fs::write(self.segment_dir.join(format!("seed-frames-{name}")), seg)?;
+        self.frame_count += 1;
+        Ok(())
+    }
+
+    /// Writes an HPΔKV blob as a `hpdkv_decode` seed.
+    fn add_hpdkv(&mut self, name: &str, blob: &[u8]) -> Result<(), Box<dyn Error>> {
+        std::fs::write(self.hpdkv_dir.join(format!("seed-{name}")), blob)?;
+        self.hpdkv_count += 1;
+        Ok(())
+    }
+}
+
+/// Frame segments: every width, drifting frames in one epoch, a ragged last group, a
+/// frame length whose codes leave unused bits, zero groups, epochs cut by growth,
+/// shrinking and the frame limit.
+fn frame_seeds(seeds: &mut Seeds, rng: &mut Rng) -> Result<(), Box<dyn Error>> {
+    let v = weights(rng, 150, 0.02);
+    for bits in QuantBits::ALL {
+        let params = FrameParams::new(bits).with_group_size(64);
+        let mut enc = FrameStreamEncoder::new(DType::F32, v.len(), params)?;
+        for t in 0..4 {
+            let f = 1.0 + 0.02 * t as f32;
+            let frame: Vec<f32> = v.iter().map(|x| x * f).collect();
+            enc.push(&frame)?;
+        }
+        let seg = enc.finish().ok_or("no frames")?;
+        seeds.add_frames(&format!("{}bit", bits.bits()), &seg)?;
+    }
+    // 13 values at 3 and 5 bits: unused bits at the end of every frame; groups of 5.
+    for bits in [QuantBits::B3, QuantBits::B5] {
+        let params = FrameParams::new(bits).with_group_size(5).with_drift(0.5);
+        let mut enc = FrameStreamEncoder::new(DType::BF16, 13, params)?;
+        enc.push(&v[..13])?;
+        enc.push(&v[1..14])?;
+        let seg = enc.finish().ok_or("no frames")?;
+        seeds.add_frames(&format!("ragged{}", bits.bits()), &seg)?;
+    }
+    // A zero group, drift 0, one frame of one value.
+    let mut enc = FrameStreamEncoder::new(
+        DType::F16,
+        8,
+        FrameParams::new(QuantBits::B7)
+            .with_group_size(4)
+            .with_drift(0.0),
+    )?;
+    enc.push(&[0.0, 0.0, -0.0, 0.0, 1.0, -2.0, 0.5, 0.25])?;
+    enc.push(&[0.0, 0.0, 0.0, 0.0, 2.0, -1.0, 0.5, 0.25])?;
+    seeds.add_frames("zero-group", &enc.finish().ok_or("no frames")?)?;
+    let mut enc = FrameStreamEncoder::new(DType::F32, 1, FrameParams::new(QuantBits::B8))?;
+    enc.push(&[0.75])?;
+    seeds.add_frames("single", &enc.finish().ok_or("no frames")?)?;
+    // Epochs cut by growth, shrinking and a limit of 2 frames: every sealed segment.
+    let params = FrameParams::new(QuantBits::B8).with_max_frames(2);
+    let mut enc = FrameStreamEncoder::new(DType::F32, 40, params)?;
+    let mut n = 0;
+    for f in [1.0f32, 1.5, 1.5, 1.5, 0.5] {
+        let frame: Vec<f32> = v[..40].iter().map(|x| x * f).collect();
+        if let FramePush::NewEpoch {
+            sealed: Some(s), ..
+        } = enc.push(&frame)?
+        {
+            seeds.add_frames(&format!("epoch{n}"), &s)?;
+            n += 1;
+        }
+    }
+    seeds.add_frames(&format!("epoch{n}"), &enc.finish().ok_or("no frames")?)?;
+    Ok(())
+}
+
+/// HPΔKV blobs of every kind, and top-k residuals of a 3-bit tier.
+fn hpdkv_seeds(seeds: &mut Seeds, rng: &mut Rng) -> Result<(), Box<dyn Error>> {
+    let v = weights(rng, 96, 0.02);
+    for dtype in HalfDType::ALL {
+        let words: Vec<u16> = v.iter().map(|&x| dtype.from_f32(x)).collect();
+        let dense = HpdkvBlob {
+            dtype,
+            shape: vec![8, 12],
+            indices: None,
+            values: words.clone(),
+        };
+        let sparse = HpdkvBlob {
+            dtype,
+            shape: vec![2, 3, 16],
+            indices: Some((0..96).step_by(7).collect()),
+            values: words.iter().step_by(7).copied().collect(),
+        };
+        for compress in [false, true] {
+            let z = if compress { "zlib" } else { "raw" };
+            seeds.add_hpdkv(&format!("dense-{dtype:?}-{z}"), &dense.encode(compress)?)?;
+            seeds.add_hpdkv(&format!("sparse-{dtype:?}-{z}"), &sparse.encode(compress)?)?;
+        }
+    }
+    // Rank 0, an empty shape, an empty index block.
+    let scalar = HpdkvBlob {
+        dtype: HalfDType::F16,
+        shape: vec![],
+        indices: None,
+        values: vec![0x3C00],
+    };
+    seeds.add_hpdkv("scalar", &scalar.encode(false)?)?;
+    let empty = HpdkvBlob {
+        dtype: HalfDType::BF16,
+        shape: vec![0, 5],
+        indices: None,
+        values: vec![],
+    };
+    seeds.add_hpdkv("empty-zlib", &empty.encode(true)?)?;
+    let no_entries = HpdkvBlob {
+        dtype: HalfDType::F16,
+        shape: vec![5, 5, 5, 5, 5],
+        indices: Some(vec![]),
+        values: vec![],
+    };
+    seeds.add_hpdkv("no-entries", &no_entries.encode(false)?)?;
+    // Top-k residual of a 3-bit tier, as the store writes it.
+    let tier = segment::encode_quantized(DType::F32, &v, &QuantParams::new(QuantBits::B3))?;
+    let approx = Segment::parse(&tier)?.dequantize(1 << 20)?;
+    for dtype in HalfDType::ALL {
+        let blob = residual::topk_residual(&v, &approx, &[96], 10, dtype)?;
+        seeds.add_hpdkv(&format!("topk-{dtype:?}"), &blob.encode(true)?)?;
+    }
+    Ok(())
 }
 
 fn width_index(bits: QuantBits) -> u8 {
@@ -155,10 +291,14 @@ fn main() -> Result<(), Box<dyn Error>> {
     let mut seeds = Seeds {
         segment_dir: root.join("segment_decode"),
         payload_dir: root.join("payload_decode"),
+        hpdkv_dir: root.join("hpdkv_decode"),
         count: 0,
+        frame_count: 0,
+        hpdkv_count: 0,
     };
     std::fs::create_dir_all(&seeds.segment_dir)?;
     std::fs::create_dir_all(&seeds.payload_dir)?;
+    std::fs::create_dir_all(&seeds.hpdkv_dir)?;
 
     let opts = LosslessOptions::default();
     let mut rng = Rng(0x5EED);
@@ -293,11 +433,17 @@ fn main() -> Result<(), Box<dyn Error>> {
     }
     seeds.add("twolevel3", &seg)?;
 
+    frame_seeds(&mut seeds, &mut rng)?;
+    hpdkv_seeds(&mut seeds, &mut rng)?;
+
     println!(
-        "wrote {} seeds to each of {} and {}",
+        "wrote {} seeds to each of {} and {}, {} frame segments to the first, {} blobs to {}",
         seeds.count,
         show(&seeds.segment_dir),
-        show(&seeds.payload_dir)
+        show(&seeds.payload_dir),
+        seeds.frame_count,
+        seeds.hpdkv_count,
+        show(&seeds.hpdkv_dir)
     );
     Ok(())
 }

@@ -12,7 +12,10 @@
 //! - lossless: decode without a base and with the base [`base_pattern`] of the right
 //!   length (pseudo-random rather than zeros, so that a delta coded with base-exponent
 //!   contexts uses many contexts);
-//! - quantized: dequantize.
+//! - quantized: dequantize;
+//! - quantized frames ([`FrameSegment`]): every frame on its own, which must match
+//!   [`FrameSegment::decode_all`]; and [`FrameStreamEncoder::resume`] followed by
+//!   `snapshot` must give back the segment's exact bytes.
 //!
 //! Errors are fine, panics are not. Like lz4_flex's `fuzz_decomp_no_output_leak`, every
 //! decode runs into a buffer pre-filled with 0xAA and one pre-filled with 0x55: both must
@@ -22,6 +25,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use strata_codec::frames::{FrameSegment, FrameStreamEncoder, MAX_FRAMES};
 use strata_codec::segment::{Encoding, Segment, SegmentError};
 use strata_codec_fuzz::base_pattern;
 
@@ -55,6 +59,8 @@ fn exercise(bytes: &[u8]) {
     if header.encoding.is_lossless() {
         check_lossless(&seg, None, len);
         check_lossless(&seg, Some(&base_pattern(len)), len);
+    } else if let Encoding::QuantizedFrames(_) = header.encoding {
+        check_frames(&seg, bytes);
     } else {
         check_quantized(&seg, len / 4);
     }
@@ -110,6 +116,58 @@ fn check_quantized(seg: &Segment<'_>, n: usize) {
         }
         Err(e) => assert_same(&ra, &Err(e), "dequantize and _into fail differently"),
     }
+}
+
+fn check_frames(seg: &Segment<'_>, bytes: &[u8]) {
+    let Ok(frames) = FrameSegment::from_segment(seg) else {
+        return;
+    };
+    let n = frames.frame_len();
+    let total = u64::from(frames.frame_count()) * n as u64 * 4;
+    if total > MAX_DECODED as u64 {
+        return;
+    }
+    let all = frames.decode_all(MAX_DECODED);
+    let mut all_ok = true;
+    for i in 0..frames.frame_count() {
+        let mut a = vec![f32::from_bits(0xAAAA_AAAA); n];
+        let mut b = vec![f32::from_bits(0x5555_5555); n];
+        let ra = frames.decode_frame_into(i, &mut a);
+        let rb = frames.decode_frame_into(i, &mut b);
+        let (da, db) = (format!("{ra:?}"), format!("{rb:?}"));
+        assert!(
+            da == db,
+            "frame result depends on the output buffer: {da} vs {db}"
+        );
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        match ra {
+            Ok(()) => {
+                assert!(
+                    bits(&a) == bits(&b),
+                    "frame values depend on the output buffer"
+                );
+                if let Ok(all) = &all {
+                    let at = i as usize * n;
+                    assert!(
+                        bits(&all[at..at + n]) == bits(&a),
+                        "frame {i} differs in decode_all"
+                    );
+                }
+                assert!(
+                    a.iter().all(|x| x.is_finite()),
+                    "a frame decoded to a non-finite value"
+                );
+            }
+            Err(_) => all_ok = false,
+        }
+    }
+    assert!(all.is_ok() == all_ok, "decode_all and the frames disagree");
+    let resumed =
+        FrameStreamEncoder::resume(bytes, MAX_FRAMES).expect("a parsed frame segment resumes");
+    assert!(
+        resumed.snapshot().as_deref() == Some(bytes),
+        "resume + snapshot changed the segment"
+    );
 }
 
 /// Asserts two results are the same. Compared by their `Debug` form: errors may hold a

@@ -9,9 +9,10 @@ use crate::error::{DbContext, Result, StoreError};
 use crate::plan::{check_name, NewVersion};
 use crate::reader::{block_bytes, decode_all, Fetcher, Job};
 use crate::rebase::load_checkpoint_record;
-use crate::record::CheckpointRecord;
+use crate::record::{CheckpointRecord, Form};
 use crate::store::Store;
 use crate::tensor::{Checkpoint, CheckpointInfo, Tensor, TensorRef};
+use crate::tiers::Fidelity;
 
 /// Longest metadata text accepted with a checkpoint, in bytes.
 const MAX_METADATA_BYTES: usize = 64 << 20;
@@ -78,6 +79,12 @@ impl Store {
         let mut batch_bytes = 0usize;
         for name in &cp.tensors {
             let rec = self.version_record(&r, name, step)?;
+            if rec.blocks.iter().any(|b| b.form != Form::Lossless) {
+                // Quantized or Tier 0 blocks: read on their own (fidelity, rebuilds).
+                let t = self.read_tensor(&r, name, step, &rec)?;
+                tensors.push((name.clone(), t));
+                continue;
+            }
             let index = tensors.len();
             tensors.push((
                 name.clone(),
@@ -85,6 +92,7 @@ impl Store {
                     dtype: rec.dtype,
                     shape: rec.shape.clone(),
                     data: Vec::with_capacity(rec.raw_bytes().min(BATCH_BYTES as u64) as usize),
+                    fidelity: Fidelity::Exact,
                 },
             ));
             let name_arc: Arc<str> = Arc::from(name.as_str());

@@ -266,7 +266,7 @@ pub enum StoreError {
         block: u64,
         /// The codec's error.
         #[source]
-        source: Box<SegmentError>,
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// A safetensors file could not be read or written (bad header, bad offsets, I/O); the
     /// safetensors crate's error is the source.
@@ -290,6 +290,135 @@ pub enum StoreError {
         tensor: String,
         /// The file's name for the dtype.
         dtype: String,
+    },
+    /// The tier policy refused an operation (a bug or a damaged tier row).
+    #[error("tier policy: {source}")]
+    Tiering {
+        /// The policy's error.
+        #[source]
+        source: Box<strata_tiering::TierError>,
+    },
+    /// A tier row names a version or block that does not exist.
+    #[error(
+        "tier row of tensor {tensor:?} step {step} block {block} has no such version or block"
+    )]
+    TierRowOrphan {
+        /// Tensor name.
+        tensor: String,
+        /// Step.
+        step: u64,
+        /// Block index.
+        block: u64,
+    },
+    /// A lossy or Tier 0 block has no tier row (a damaged store).
+    #[error(
+        "tensor {tensor:?} step {step} block {block} is quantized or absent but has no tier row"
+    )]
+    TierRowMissing {
+        /// Tensor name.
+        tensor: String,
+        /// Step.
+        step: u64,
+        /// Block index.
+        block: u64,
+    },
+    /// A Tier 0 block without a reconstruct policy was read in fail-fast mode.
+    #[error(
+        "tensor {tensor:?} step {step} block {block} is at Tier 0 and has no reconstruct policy"
+    )]
+    TierZeroNoPolicy {
+        /// Tensor name.
+        tensor: String,
+        /// Step.
+        step: u64,
+        /// Block index.
+        block: u64,
+    },
+    /// Rebuilding a Tier 0 block needed more Tier 0 rebuilds than the limit.
+    #[error("rebuilding tensor {tensor:?} step {step} needs more than {limit} Tier 0 rebuilds in a chain")]
+    ReconstructionDepthExceeded {
+        /// Tensor name.
+        tensor: String,
+        /// Step.
+        step: u64,
+        /// `TierConfig::max_reconstruct_depth`.
+        limit: u8,
+    },
+    /// A Tier 0 block's reconstruct policy cannot be applied.
+    #[error("cannot rebuild tensor {tensor:?} step {step} block {block}: {reason}")]
+    Reconstruct {
+        /// Tensor name.
+        tensor: String,
+        /// Step.
+        step: u64,
+        /// Block index.
+        block: u64,
+        /// Why.
+        reason: String,
+    },
+    /// [`crate::Store::get_exact`] on data that is no longer exact.
+    #[error(
+        "tensor {tensor:?} step {step} block {block} holds no exact data (fidelity {fidelity:?})"
+    )]
+    NotExact {
+        /// Tensor name.
+        tensor: String,
+        /// Step.
+        step: u64,
+        /// The first block that is not exact.
+        block: u64,
+        /// What it holds.
+        fidelity: crate::Fidelity,
+    },
+    /// A block's residual (exact or sparse) cannot be read or applied.
+    #[error("tensor {tensor:?} step {step} block {block}: residual: {source}")]
+    Residual {
+        /// Tensor name.
+        tensor: String,
+        /// Step.
+        step: u64,
+        /// Block index.
+        block: u64,
+        /// The codec's error.
+        #[source]
+        source: Box<strata_codec::residual::ResidualError>,
+    },
+    /// A frame appended at a step before the tensor's latest version.
+    #[error("tensor {tensor:?}: frame step {step} is not after the latest version {latest}")]
+    StepNotAfter {
+        /// Tensor name.
+        tensor: String,
+        /// The step given.
+        step: u64,
+        /// The latest step stored.
+        latest: u64,
+    },
+    /// A frame of a frame stream cannot be encoded or decoded.
+    #[error("frame stream {tensor:?} step {step} (segment {address:032x}): {source}")]
+    Frame {
+        /// Tensor name.
+        tensor: String,
+        /// Step of the frame.
+        step: u64,
+        /// The multi-frame segment (0 when encoding).
+        address: u128,
+        /// The codec's error.
+        #[source]
+        source: Box<strata_codec::frames::FrameError>,
+    },
+    /// A tier policy that cannot be used.
+    #[error("invalid tier policy for {pattern:?}: {reason}")]
+    InvalidPolicy {
+        /// The name pattern.
+        pattern: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// No policy rule has this pattern.
+    #[error("no tier policy rule has the pattern {pattern:?}")]
+    PolicyNotFound {
+        /// The pattern.
+        pattern: String,
     },
     /// A metadata record failed to decode.
     #[error("{what}: {source}")]

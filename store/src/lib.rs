@@ -34,18 +34,27 @@
 //! - **Retention**: [`Store::retain`] keeps the last N checkpoints, every K-th and the
 //!   tagged ones, deletes the rest in one transaction (re-basing what depended on them), and
 //!   compacts the file.
+//! - **Tiers** (ADR 0007): [`Store::set_policy`] and [`Store::pin`] by name pattern,
+//!   quantized and Tier 0 blocks, [`Store::maintain`], [`Tensor::fidelity`] on every read,
+//!   residuals, Tier 0 rebuilds, frame streams ([`Store::append_frame`]).
 //! - **The `strata` tool** (feature `cli`, on by default): import, export, get, log, stats,
-//!   verify, retain, tag, demo. `cargo run --release -p strata-store --bin strata -- demo`.
+//!   verify, retain, tag, policy, maintain, demo.
+//!   `cargo run --release -p strata-store --bin strata -- demo`.
 //!
-//! ## File format (store format 1)
+//! ## File format (store format 2)
 //!
 //! One redb file (redb 4 file format). Integers are little-endian unless marked BE. Keys
 //! are byte strings or fixed-width integers, never redb's `&str` or tuple types, whose
-//! decoders trust the file.
+//! decoders trust the file. Every record value below (version, segment index, checkpoint,
+//! tier row, policy rule) ends with a u64 xxh3-64 of its key and value, checked on every
+//! read: redb does not checksum its pages, so a changed byte of metadata is an error, never
+//! wrong data or a wrong precision claim. Format 1 stores (no checksums, no tiers, codec
+//! segments of segment format 1) are refused with [`StoreError::UnsupportedFormat`]: the
+//! format changed before any release (ADR 0007).
 //!
 //! | table | key | value |
 //! |---|---|---|
-//! | `strata.meta` | `b"format"` | `b"strata-store"`, u32 store format version (1) |
+//! | `strata.meta` | `b"format"` | `b"strata-store"`, u32 store format version (2) |
 //! | | `b"writer"` | version of the crate that created the file (text) |
 //! | | `b"next_segment_id"` | u64: the next local segment id |
 //! | `strata.versions` | u32 BE name length, name (UTF-8), u64 BE step | version record |
@@ -54,11 +63,16 @@
 //! | `strata.tails` | `[u8; 12]`: u64 BE segment id, u32 BE piece index | tail piece bytes |
 //! | `strata.checkpoints` | u64 step | checkpoint record |
 //! | `strata.tags` | tag name (UTF-8 bytes) | u64 checkpoint step |
+//! | | `b"next_block_id"` (in `strata.meta`) | u64: the next tier block id |
+//! | `strata.tiers` | version key, u32 BE block index | tier row (`record/tier.rs`) |
+//! | `strata.policies` | name pattern (UTF-8 bytes) | policy rule (`tiers/policy.rs`) |
 //!
 //! **Version record**: `u8 record version (1)`, `u8 dtype code`, `u8 ndim (<= 32)`,
 //! `u64 x ndim dims`, `u64 elements per block`, `u32 block count (= ceil(elements /
 //! elements per block))`, then 31 bytes per block: `u8 flags` (bit 0: delta, bit 1:
-//! reference, no new segment), `u128 segment address`, `u64 base step` (0 for a keyframe),
+//! reference, no new segment, bit 2: quantized, bit 3: Tier 0, bit 4: frame of a
+//! multi-frame segment), `u128 segment address`, `u64 base step` (0 for a keyframe; the
+//! frame index for a frame),
 //! `u8 depth` (segments decoded to read the block, 1 for a keyframe), `u8 run` (versions
 //! since the lineage's keyframe), `u32 segment length`.
 //!
@@ -95,6 +109,7 @@ mod store;
 mod tables;
 mod tensor;
 mod tensors;
+mod tiers;
 mod values;
 mod verify;
 mod write;
@@ -117,8 +132,13 @@ pub use stats::{StoreStats, TensorStats};
 pub use store::Store;
 pub use strata_codec as codec;
 pub use strata_codec::DType;
+pub use strata_tiering as tiering;
+pub use strata_tiering::{Budget, Tick, Tier, TierConfig};
 pub use tensor::{
     BlockEncoding, Checkpoint, CheckpointInfo, Tensor, TensorRef, TensorSlice, VersionInfo,
 };
+pub use tiers::frames::{FrameAppend, FrameOptions};
+pub use tiers::policy::{Reconstruct, Residual, Source, SourceStep, TierPolicy, MAX_PERMUTATION};
+pub use tiers::{Fidelity, MaintainReport, ReadClock, TierOptions, TierStats};
 pub use values::to_f64;
 pub use verify::{Issue, VerifyReport};

@@ -4,6 +4,7 @@ use strata_codec::lossless::LosslessOptions;
 
 use crate::error::{Result, StoreError};
 use crate::record::MAX_BLOCK_BYTES;
+use crate::tiers::TierOptions;
 
 /// How a new version chooses the base its blocks are XORed against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -37,6 +38,8 @@ pub struct Options {
     pub lossless: LosslessOptions,
     /// Bytes of redb's own page cache. Default 64 MiB.
     pub db_cache_bytes: usize,
+    /// Tiering: the tier policy's settings, the maintenance budget, the read clock.
+    pub tiering: TierOptions,
 }
 
 impl Default for Options {
@@ -48,6 +51,7 @@ impl Default for Options {
             cache_bytes: 256 << 20,
             lossless: LosslessOptions::default(),
             db_cache_bytes: 64 << 20,
+            tiering: TierOptions::default(),
         }
     }
 }
@@ -63,6 +67,9 @@ impl Options {
         }
         if self.max_chain == 0 {
             return fail("max_chain must be at least 1".into());
+        }
+        if let Err(e) = self.tiering.config.validate() {
+            return fail(format!("tiering.config: {e}"));
         }
         Ok(())
     }

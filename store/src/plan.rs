@@ -12,9 +12,14 @@ use crate::cache::BlockCache;
 use crate::error::{DbContext, Result, StoreError};
 use crate::options::{DeltaPolicy, Options};
 use crate::reader::{Fetcher, Job};
-use crate::record::{decode_version_key, version_key_range, BlockRecord, VersionRecord, MAX_DIMS};
+use crate::record::Stored;
+use crate::record::{
+    decode_version_key, version_key_range, BlockRecord, Form, VersionRecord, MAX_DIMS,
+};
 use crate::segstore::address_of;
 use crate::tensor::TensorRef;
+use crate::tiers::lossy;
+use crate::tiers::policy::{Residual, RuleSet, TierPolicy};
 
 /// Longest tensor name accepted, in bytes.
 pub(crate) const MAX_NAME_BYTES: usize = 4096;
@@ -37,6 +42,17 @@ pub(crate) struct PlannedVersion {
     pub(crate) segments: Vec<Option<Vec<u8>>>,
     /// A version exists at this step and is being overwritten.
     pub(crate) replaces: bool,
+    /// The tier policy of a version stored quantized, and per block its residual.
+    pub(crate) tiered: Option<(TierPolicy, Vec<Option<PlannedResidual>>)>,
+}
+
+/// A residual to store beside a quantized block.
+#[derive(Debug)]
+pub(crate) enum PlannedResidual {
+    /// Exact XOR residual segment.
+    Exact(Vec<u8>),
+    /// Sparse top-k HPΔKV blob.
+    Sparse(Vec<u8>),
 }
 
 /// Checks a name.
@@ -117,10 +133,11 @@ pub(crate) fn at_or_before(
             value: k.value().len() as u64,
         },
     })?;
-    let rec = VersionRecord::decode(v.value()).map_err(|source| StoreError::Record {
-        what: format!("version record of tensor {name:?} step {s}"),
-        source,
-    })?;
+    let rec =
+        VersionRecord::from_stored(k.value(), v.value()).map_err(|source| StoreError::Record {
+            what: format!("version record of tensor {name:?} step {s}"),
+            source,
+        })?;
     Ok(Some((s, rec)))
 }
 
@@ -140,6 +157,8 @@ struct Task<'d> {
     /// The base is the lineage's keyframe, taken because the chain was full: keep the
     /// delta only if it is clearly smaller than a new keyframe would be.
     anchor: bool,
+    /// Quantize instead: the tier policy's start tier and residual.
+    lossy: Option<(strata_tiering::Tier, Residual)>,
 }
 
 /// The encoded block.
@@ -148,6 +167,7 @@ struct Done {
     block: u64,
     record: BlockRecord,
     segment: Option<Vec<u8>>,
+    residual: Option<PlannedResidual>,
 }
 
 /// Plans `items` against the versions visible through `fetcher`.
@@ -158,6 +178,7 @@ pub(crate) fn plan<V, S, C>(
     opts: &Options,
     items: &[NewVersion<'_>],
     overwrite: bool,
+    rules: &RuleSet,
 ) -> Result<Vec<PlannedVersion>>
 where
     V: ReadableTable<&'static [u8], &'static [u8]>,
@@ -176,8 +197,14 @@ where
                 step: item.step,
             });
         }
-        let pred = predecessor(versions, &item.name, item.step)?
-            .filter(|(_, p)| p.dtype == t.dtype && p.shape == t.shape);
+        let policy = rules.resolve(&item.name);
+        let lossy = (policy.is_lossy() && t.dtype.is_float())
+            .then(|| (policy.policy.write_tier(), policy.residual));
+        let pred = match lossy {
+            Some(_) => None,
+            None => predecessor(versions, &item.name, item.step)?
+                .filter(|(_, p)| p.dtype == t.dtype && p.shape == t.shape),
+        };
         let block_elems = match &pred {
             Some((_, p)) => p.block_elems,
             None => opts.block_elems(t.dtype.size()),
@@ -205,6 +232,7 @@ where
                 depth: 1,
                 run: 1,
                 anchor: false,
+                lossy,
             };
             if let Some((pstep, prec)) = &pred {
                 choose_base(fetcher, opts, &item.name, *pstep, prec, b, &mut task)?;
@@ -217,6 +245,7 @@ where
             record,
             segments: vec![None; count as usize],
             replaces,
+            tiered: lossy.map(|_| (policy.clone(), (0..count).map(|_| None).collect())),
         });
     }
 
@@ -229,6 +258,9 @@ where
         let v = &mut planned[d.version];
         v.record.blocks.push(d.record);
         v.segments[d.block as usize] = d.segment;
+        if let Some((_, residuals)) = &mut v.tiered {
+            residuals[d.block as usize] = d.residual;
+        }
     }
     Ok(planned)
 }
@@ -249,6 +281,10 @@ where
     C: ReadableTable<[u8; 12], &'static [u8]>,
 {
     let p = prec.blocks[b as usize];
+    if p.form != Form::Lossless {
+        // A quantized or Tier 0 block is no base: a keyframe.
+        return Ok(());
+    }
     task.pred = Some((p, fetcher.fetch(name, pstep, prec, b)?));
     let run = p.run.saturating_add(1);
     match opts.policy {
@@ -341,6 +377,14 @@ fn encode_task(
         block: task.block,
         source: Box::new(source),
     };
+    if let Some((tier, residual)) = task.lossy {
+        return encode_lossy(&task, tier, residual, opts).map_err(|source| StoreError::Encode {
+            tensor: item.name.to_string(),
+            step: item.step,
+            block: task.block,
+            source,
+        });
+    }
     let reference = |r: BlockRecord| Done {
         version: task.version,
         block: task.block,
@@ -349,6 +393,7 @@ fn encode_task(
             ..r
         },
         segment: None,
+        residual: None,
     };
     let mut pred_bytes = None;
     if let Some((p, job)) = task.pred {
@@ -408,7 +453,51 @@ fn encode_task(
             depth: if base.is_some() { task.depth } else { 1 },
             run: if base.is_some() { task.run } else { 1 },
             segment_len: segment.len() as u32,
+            form: Form::Lossless,
         },
         segment: Some(segment),
+        residual: None,
+    })
+}
+
+/// Quantizes a block of a tiered tensor at its start tier, with the policy's residual.
+fn encode_lossy(
+    task: &Task<'_>,
+    tier: strata_tiering::Tier,
+    residual: Residual,
+    opts: &Options,
+) -> std::result::Result<Done, Box<dyn std::error::Error + Send + Sync>> {
+    let not_float = strata_codec::segment::SegmentError::NotFloat { dtype: task.dtype };
+    let bits = tier.quant_bits().ok_or(not_float.clone())?;
+    let values = lossy::to_f32(task.dtype, task.data).ok_or(not_float)?;
+    let exact = matches!(residual, Residual::Exact).then_some(task.data);
+    let block = lossy::encode(
+        task.dtype,
+        &values,
+        bits,
+        opts.tiering.config.group_size,
+        exact,
+        &opts.lossless,
+    )?;
+    let residual = match residual {
+        Residual::None => None,
+        Residual::Exact => block.exact_residual.map(PlannedResidual::Exact),
+        Residual::TopK { fraction } => {
+            let approx = lossy::decode_values(task.dtype, &block.segment, task.data.len())?;
+            Some(PlannedResidual::Sparse(lossy::sparse_residual(
+                task.dtype, &values, &approx, fraction,
+            )?))
+        }
+    };
+    Ok(Done {
+        version: task.version,
+        block: task.block,
+        record: BlockRecord::standalone(
+            address_of(&block.segment),
+            block.segment.len(),
+            Form::Quantized,
+        ),
+        segment: Some(block.segment),
+        residual,
     })
 }

@@ -9,13 +9,15 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 use redb::ReadableTable;
-use strata_codec::segment::Segment;
+use strata_codec::segment::{Segment, SegmentError, SegmentHeader};
 use strata_codec::DType;
 
 use crate::cache::{Block, BlockCache};
 use crate::error::{DbContext, Result, StoreError};
-use crate::record::{version_key, VersionRecord};
+use crate::record::Stored;
+use crate::record::{version_key, Form, ResidualRef, TierRow, VersionRecord};
 use crate::segstore::{self, FetchError};
+use crate::tiers::{lossy, Fidelity};
 
 /// Longest chain a reader follows: above any `max_chain` the store writes (255), so only a
 /// loop in damaged metadata reaches it.
@@ -29,6 +31,8 @@ pub(crate) struct Tables<V, S, C> {
     pub(crate) segments: S,
     pub(crate) chunks: C,
     pub(crate) tails: C,
+    /// Tier rows (precision and residuals of quantized blocks).
+    pub(crate) tiers: V,
 }
 
 /// The tables of a read transaction.
@@ -58,7 +62,7 @@ pub(crate) fn load_version(
     else {
         return Ok(None);
     };
-    VersionRecord::decode(v.value())
+    VersionRecord::from_stored(&key, v.value())
         .map(Some)
         .map_err(|source| StoreError::Record {
             what: format!("version record of tensor {name:?} step {step}"),
@@ -89,6 +93,14 @@ pub(crate) struct Job {
     /// The decoded block under the last link (from the cache), or the requested block itself
     /// when `links` is empty.
     base: Option<Block>,
+    /// Lossless chain, quantized segment, or Tier 0 (rebuilt by the caller).
+    form: Form,
+    /// What the decoded bytes are worth.
+    pub(crate) fidelity: Fidelity,
+    /// A quantized block's sparse residual (HPΔKV blob), applied after dequantizing.
+    sparse: Option<Vec<u8>>,
+    /// A Tier 0 block's row (how to rebuild it).
+    pub(crate) row: Option<TierRow>,
 }
 
 /// Fetches chains through a memo of version records.
@@ -146,8 +158,15 @@ where
             len: block_bytes(rec, block),
             links: Vec::new(),
             base: None,
+            form: Form::Lossless,
+            fidelity: Fidelity::Exact,
+            sparse: None,
+            row: None,
         };
         let (mut cur_step, mut cur) = (step, block_record(name, step, rec, block)?);
+        if cur.form != Form::Lossless {
+            return self.fetch_tiered(job, cur);
+        }
         loop {
             if let Some(hit) = self.cache.get(cur.address) {
                 job.base = Some(hit);
@@ -192,6 +211,70 @@ where
             cur = block_record(name, base_step, &base_rec, block)?;
             cur_step = base_step;
         }
+    }
+}
+
+impl<V, S, C> Fetcher<'_, V, S, C>
+where
+    V: ReadableTable<&'static [u8], &'static [u8]>,
+    S: ReadableTable<u128, &'static [u8]>,
+    C: ReadableTable<[u8; 12], &'static [u8]>,
+{
+    /// The tier row of a quantized or absent block.
+    pub(crate) fn tier_row(&self, name: &str, step: u64, block: u64) -> Result<TierRow> {
+        crate::tiers::rows::load_row(&self.tables.tiers, name, step, block)?.ok_or_else(|| {
+            StoreError::TierRowMissing {
+                tensor: name.to_string(),
+                step,
+                block,
+            }
+        })
+    }
+
+    /// Gathers a quantized block (its segment and sparse residual) or a Tier 0 block's row.
+    fn fetch_tiered(&mut self, mut job: Job, cur: crate::record::BlockRecord) -> Result<Job> {
+        let row = self.tier_row(&job.name, job.step, job.block)?;
+        job.form = cur.form;
+        job.fidelity = lossy::fidelity_of(row.precision, job.dtype);
+        if cur.form == Form::Absent {
+            job.row = Some(row);
+            return Ok(job);
+        }
+        let fetch = |address| {
+            segstore::fetch(
+                &self.tables.segments,
+                &self.tables.chunks,
+                &self.tables.tails,
+                address,
+            )
+            .map_err(|e| fetch_error(e, &job.name, job.step, job.block, address))
+        };
+        if let Some(ResidualRef::Sparse { address, .. }) = row.residual {
+            job.sparse = Some(fetch(address)?);
+        }
+        if let Some(hit) = self.cache.get(cache_key(cur.address, cur.form)) {
+            job.base = Some(hit);
+        } else {
+            let bytes = fetch(cur.address)?;
+            job.links.push(Link {
+                step: job.step,
+                address: cur.address,
+                bytes,
+            });
+        }
+        Ok(job)
+    }
+}
+
+/// The cache key of a decoded block: its segment's address, or for a frame of a
+/// multi-frame segment, the address mixed with the frame index.
+pub(crate) fn cache_key(address: u128, form: Form) -> u128 {
+    match form {
+        Form::Frame { index } => {
+            address
+                ^ (u128::from(index) + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835)
+        }
+        _ => address,
     }
 }
 
@@ -240,30 +323,132 @@ pub(crate) fn fetch_error(
 }
 
 impl Job {
+    /// Whether the block is at Tier 0: the caller rebuilds it from [`Job::row`].
+    pub(crate) fn is_absent(&self) -> bool {
+        self.form == Form::Absent
+    }
+
+    /// The version asked for and the block.
+    pub(crate) fn at(&self) -> (&Arc<str>, u64, u64) {
+        (&self.name, self.step, self.block)
+    }
+
     /// Decodes the chain bottom-up, caching every block decoded on the way.
     pub(crate) fn decode(self, cache: &BlockCache) -> Result<Block> {
-        let mut base = self.base;
-        for link in self.links.iter().rev() {
-            let seg_err = |source| StoreError::Segment {
+        match self.form {
+            Form::Lossless => self.decode_lossless(cache),
+            Form::Quantized | Form::Frame { .. } => self.decode_quantized(cache),
+            Form::Absent => Err(StoreError::Reconstruct {
+                tensor: self.name.to_string(),
+                step: self.step,
+                block: self.block,
+                reason: "a Tier 0 block has no segment to decode".into(),
+            }),
+        }
+    }
+
+    fn segment_error(&self, link: &Link, source: SegmentError) -> StoreError {
+        StoreError::Segment {
+            tensor: self.name.to_string(),
+            step: link.step,
+            block: self.block,
+            address: link.address,
+            source: Box::new(source),
+        }
+    }
+
+    /// Parses a link's segment and checks its dtype, and its size with `size_ok`.
+    fn parse_checked<'l>(
+        &self,
+        link: &'l Link,
+        size_ok: impl Fn(&SegmentHeader) -> bool,
+    ) -> Result<Segment<'l>> {
+        let seg = Segment::parse(&link.bytes).map_err(|e| self.segment_error(link, e))?;
+        let h = seg.header();
+        if h.dtype != self.dtype || !size_ok(h) {
+            return Err(StoreError::BlockMismatch {
                 tensor: self.name.to_string(),
                 step: link.step,
                 block: self.block,
-                address: link.address,
-                source: Box::new(source),
-            };
-            let seg = Segment::parse(&link.bytes).map_err(seg_err)?;
-            let h = seg.header();
-            if h.dtype != self.dtype || h.decoded_len().ok() != Some(self.len) {
+                reason: format!(
+                    "segment holds {} elements of {}, the record expects {} bytes of {}",
+                    h.elements, h.dtype, self.len, self.dtype
+                ),
+            });
+        }
+        Ok(seg)
+    }
+
+    /// Dequantizes the block (cached by segment address) and applies its sparse residual.
+    fn decode_quantized(mut self, cache: &BlockCache) -> Result<Block> {
+        let block = match (self.base.take(), self.links.first()) {
+            (Some(hit), _) => hit,
+            (None, Some(link)) => {
+                let seg_err = |source| self.segment_error(link, source);
+                // A frame segment's element count is per frame, like a block's.
+                self.parse_checked(link, |h| {
+                    h.elements.checked_mul(self.dtype.size() as u64) == Some(self.len as u64)
+                })?;
+                let out = match self.form {
+                    Form::Frame { index } => {
+                        lossy::decode_frame(self.dtype, &link.bytes, index, self.len).map_err(
+                            |e| StoreError::Frame {
+                                tensor: self.name.to_string(),
+                                step: link.step,
+                                address: link.address,
+                                source: Box::new(e),
+                            },
+                        )?
+                    }
+                    _ => lossy::decode(self.dtype, &link.bytes, self.len).map_err(seg_err)?,
+                };
+                let block = Arc::new(out);
+                cache.insert(cache_key(link.address, self.form), block.clone());
+                block
+            }
+            (None, None) => {
                 return Err(StoreError::BlockMismatch {
                     tensor: self.name.to_string(),
-                    step: link.step,
+                    step: self.step,
                     block: self.block,
-                    reason: format!(
-                        "segment holds {} elements of {}, the record expects {} bytes of {}",
-                        h.elements, h.dtype, self.len, self.dtype
-                    ),
-                });
+                    reason: "a quantized block without its segment".into(),
+                })
             }
+        };
+        if block.len() != self.len {
+            return Err(StoreError::BlockMismatch {
+                tensor: self.name.to_string(),
+                step: self.step,
+                block: self.block,
+                reason: format!(
+                    "the block decodes to {} bytes, the record expects {}",
+                    block.len(),
+                    self.len
+                ),
+            });
+        }
+        match &self.sparse {
+            None => Ok(block),
+            Some(blob) => {
+                let mut values = lossy::to_f32(self.dtype, &block).unwrap_or_default();
+                lossy::apply_sparse(blob, &mut values).map_err(|reason| {
+                    StoreError::Reconstruct {
+                        tensor: self.name.to_string(),
+                        step: self.step,
+                        block: self.block,
+                        reason: format!("sparse residual: {reason}"),
+                    }
+                })?;
+                Ok(Arc::new(lossy::from_f32(self.dtype, &values)))
+            }
+        }
+    }
+
+    fn decode_lossless(mut self, cache: &BlockCache) -> Result<Block> {
+        let mut base = self.base.take();
+        for link in self.links.iter().rev() {
+            let seg_err = |source| self.segment_error(link, source);
+            let seg = self.parse_checked(link, |h| h.decoded_len().ok() == Some(self.len))?;
             let out = seg
                 .decode_lossless(base.as_deref().map(Vec::as_slice), self.len)
                 .map_err(seg_err)?;
@@ -295,7 +480,9 @@ pub(crate) fn decode_all(jobs: Vec<Job>, cache: &BlockCache) -> Vec<Result<Block
     jobs.into_par_iter().map(|j| j.decode(cache)).collect()
 }
 
-/// Reads blocks `blocks` of one version, fetching and decoding in batches.
+/// Reads blocks `blocks` of one version, fetching and decoding in batches. Tier 0 blocks
+/// go to `rebuild`; `sink` gets each block's bytes and fidelity in block order.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn read_blocks<V, S, C>(
     fetcher: &mut Fetcher<'_, V, S, C>,
     cache: &BlockCache,
@@ -303,7 +490,8 @@ pub(crate) fn read_blocks<V, S, C>(
     step: u64,
     rec: &VersionRecord,
     blocks: std::ops::Range<u64>,
-    mut sink: impl FnMut(u64, &[u8]),
+    mut rebuild: impl FnMut(&Job) -> Result<(Block, Fidelity)>,
+    mut sink: impl FnMut(u64, &[u8], Fidelity),
 ) -> Result<()>
 where
     V: ReadableTable<&'static [u8], &'static [u8]>,
@@ -316,8 +504,34 @@ where
         let jobs = (b..end)
             .map(|i| fetcher.fetch(name, step, rec, i))
             .collect::<Result<Vec<_>>>()?;
-        for (i, block) in (b..end).zip(decode_all(jobs, cache)) {
-            sink(i, &block?);
+        let mut rebuilt = Vec::new();
+        let mut decodable = Vec::with_capacity(jobs.len());
+        let mut fidelity = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            fidelity.push(job.fidelity);
+            if job.is_absent() {
+                rebuilt.push(Some(rebuild(&job)?));
+                decodable.push(None);
+            } else {
+                rebuilt.push(None);
+                decodable.push(Some(job));
+            }
+        }
+        let jobs: Vec<Job> = decodable.iter_mut().filter_map(Option::take).collect();
+        let mut decoded = decode_all(jobs, cache).into_iter();
+        for (i, (done, f)) in (b..end).zip(rebuilt.into_iter().zip(fidelity)) {
+            match done {
+                Some((block, f)) => sink(i, &block, f),
+                None => {
+                    let block = decoded.next().ok_or_else(|| StoreError::BlockMismatch {
+                        tensor: name.to_string(),
+                        step,
+                        block: i,
+                        reason: "a block was not decoded".into(),
+                    })??;
+                    sink(i, &block, f);
+                }
+            }
         }
         b = end;
     }

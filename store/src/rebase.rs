@@ -21,12 +21,15 @@ use crate::cache::{Block, BlockCache};
 use crate::error::{DbContext, Result, StoreError};
 use crate::options::Options;
 use crate::reader::{fetch_error, load_version, Fetcher, Tables, WritableTables};
+use crate::record::checkpoint_key;
+use crate::record::Stored;
 use crate::record::{
-    decode_version_key, version_key, version_key_range, BlockRecord, CheckpointRecord,
+    decode_version_key, version_key, version_key_range, BlockRecord, CheckpointRecord, Form,
     VersionRecord,
 };
 use crate::segstore::{address_of, SegmentWriter};
 use crate::tables::{CHECKPOINTS, TAGS};
+use crate::tiers::runtime::TierChanges;
 
 /// The tables of a write transaction.
 pub(crate) struct WriteTables<'txn> {
@@ -34,6 +37,9 @@ pub(crate) struct WriteTables<'txn> {
     pub(crate) meta: Table<'txn, &'static [u8], &'static [u8]>,
     pub(crate) checkpoints: Table<'txn, u64, &'static [u8]>,
     pub(crate) tags: Table<'txn, &'static [u8], u64>,
+    pub(crate) policies: Table<'txn, &'static [u8], &'static [u8]>,
+    /// What the tier state must learn once this transaction commits.
+    pub(crate) tier_changes: TierChanges,
 }
 
 impl<'txn> WriteTables<'txn> {
@@ -45,11 +51,44 @@ impl<'txn> WriteTables<'txn> {
                 segments: txn.open_table(crate::tables::SEGMENTS).ctx(op)?,
                 chunks: txn.open_table(crate::tables::CHUNKS).ctx(op)?,
                 tails: txn.open_table(crate::tables::TAILS).ctx(op)?,
+                tiers: txn.open_table(crate::tables::TIERS).ctx(op)?,
             },
             meta: txn.open_table(crate::tables::META).ctx(op)?,
             checkpoints: txn.open_table(CHECKPOINTS).ctx(op)?,
             tags: txn.open_table(TAGS).ctx(op)?,
+            policies: txn.open_table(crate::tables::POLICIES).ctx(op)?,
+            tier_changes: TierChanges::default(),
         })
+    }
+
+    /// Takes `count` new tier block ids; returns the first.
+    pub(crate) fn take_block_ids(&mut self, count: u64) -> Result<u64> {
+        let op = "allocating tier block ids";
+        let key = crate::tables::NEXT_BLOCK_ID_KEY;
+        let next = match self.meta.get(key).ctx(op)? {
+            Some(v) => {
+                let b: [u8; 8] = v.value().try_into().map_err(|_| StoreError::Record {
+                    what: "next tier block id".into(),
+                    source: crate::record::RecordError::BadValue {
+                        field: "next_block_id",
+                        value: v.value().len() as u64,
+                    },
+                })?;
+                u64::from_le_bytes(b)
+            }
+            None => 1,
+        };
+        let after = next.checked_add(count).ok_or(StoreError::Record {
+            what: "next tier block id".into(),
+            source: crate::record::RecordError::BadValue {
+                field: "next_block_id",
+                value: next,
+            },
+        })?;
+        self.meta
+            .insert(key, after.to_le_bytes().as_slice())
+            .ctx(op)?;
+        Ok(next)
     }
 
     pub(crate) fn segment_writer(&mut self) -> SegmentWriter<'_, 'txn> {
@@ -94,7 +133,7 @@ impl<'txn> WriteTables<'txn> {
         let key = version_key(name, step);
         self.t
             .versions
-            .insert(key.as_slice(), rec.encode().as_slice())
+            .insert(key.as_slice(), rec.to_stored(&key).as_slice())
             .ctx("writing a version record")?;
         Ok(())
     }
@@ -118,9 +157,11 @@ pub(crate) fn versions_of(
     {
         let (k, v) = entry.ctx("listing versions")?;
         let step = decode_version_key(k.value()).map(|(_, s)| s).unwrap_or(0);
-        let rec = VersionRecord::decode(v.value()).map_err(|source| StoreError::Record {
-            what: format!("version record of tensor {name:?} step {step}"),
-            source,
+        let rec = VersionRecord::from_stored(k.value(), v.value()).map_err(|source| {
+            StoreError::Record {
+                what: format!("version record of tensor {name:?} step {step}"),
+                source,
+            }
         })?;
         out.push((step, rec));
     }
@@ -157,8 +198,36 @@ pub(crate) fn delete_version(
             }
         });
     };
+    rebase_dependents(wt, cache, opts, name, step, &doomed)?;
+    for (b, block) in doomed.blocks.iter().enumerate() {
+        if block.has_segment() {
+            wt.release(name, step, b as u64, block.address)?;
+        }
+    }
+    crate::tiers::rows::remove_rows(wt, name, step)?;
+    let key = version_key(name, step);
+    wt.t.versions
+        .remove(key.as_slice())
+        .ctx("removing a version record")?;
+    if from_checkpoint {
+        drop_from_checkpoint(wt, name, step)?;
+    }
+    Ok(())
+}
+
+/// Re-encodes every block that is a delta against a block of version `step` (record
+/// `doomed`) so that it no longer needs it: before the version is deleted, or before its
+/// blocks are made lossy.
+pub(crate) fn rebase_dependents(
+    wt: &mut WriteTables<'_>,
+    cache: &BlockCache,
+    opts: &Options,
+    name: &str,
+    step: u64,
+    doomed: &VersionRecord,
+) -> Result<()> {
     let all = wt.versions_of(name)?;
-    let changes = plan_rebase(wt, cache, opts, name, step, &doomed, &all)?;
+    let changes = plan_rebase(wt, cache, opts, name, step, doomed, &all)?;
 
     for (vstep, rec, blocks) in changes {
         let mut rec = rec;
@@ -175,16 +244,6 @@ pub(crate) fn delete_version(
             rec.blocks[b as usize] = new.record;
         }
         wt.put_version(name, vstep, &rec)?;
-    }
-    for (b, block) in doomed.blocks.iter().enumerate() {
-        wt.release(name, step, b as u64, block.address)?;
-    }
-    let key = version_key(name, step);
-    wt.t.versions
-        .remove(key.as_slice())
-        .ctx("removing a version record")?;
-    if from_checkpoint {
-        drop_from_checkpoint(wt, name, step)?;
     }
     Ok(())
 }
@@ -389,6 +448,7 @@ fn encode(
             depth,
             run,
             segment_len: seg.len() as u32,
+            form: Form::Lossless,
         },
         segment: Some(Arc::new(seg)),
     })
@@ -403,7 +463,7 @@ fn drop_from_checkpoint(wt: &mut WriteTables<'_>, name: &str, step: u64) -> Resu
     cp.tensors.retain(|t| t != name);
     if !cp.tensors.is_empty() {
         wt.checkpoints
-            .insert(step, cp.encode().as_slice())
+            .insert(step, cp.to_stored(&checkpoint_key(step)).as_slice())
             .ctx("updating a checkpoint")?;
         return Ok(());
     }
@@ -422,7 +482,7 @@ pub(crate) fn load_checkpoint_record(
     let Some(v) = checkpoints.get(step).ctx("reading a checkpoint")? else {
         return Ok(None);
     };
-    CheckpointRecord::decode(v.value())
+    CheckpointRecord::from_stored(&checkpoint_key(step), v.value())
         .map(Some)
         .map_err(|source| StoreError::Record {
             what: format!("checkpoint record of step {step}"),

@@ -17,7 +17,7 @@ use redb::{ReadableTable, Table};
 use xxhash_rust::xxh3::xxh3_128;
 
 use crate::error::{DbContext, Result, StoreError};
-use crate::record::{piece_key, SegmentInfo};
+use crate::record::{piece_key, segment_key, SegmentInfo, Stored};
 use crate::tables::NEXT_SEGMENT_ID_KEY;
 
 /// redb's page size (the default; redb does not let applications change it).
@@ -90,7 +90,7 @@ pub(crate) fn info(
     let Some(v) = segments.get(address).ctx("reading the segment index")? else {
         return Ok(None);
     };
-    SegmentInfo::decode(v.value())
+    SegmentInfo::from_stored(&segment_key(address), v.value())
         .map(Some)
         .map_err(|e| FetchError::Damaged(format!("index entry: {e}")))
 }
@@ -185,7 +185,7 @@ impl SegmentWriter<'_, '_> {
         if let Some(mut info) = info(self.segments, address)? {
             info.refcount += 1;
             self.segments
-                .insert(address, info.encode().as_slice())
+                .insert(address, info.to_stored(&segment_key(address)).as_slice())
                 .ctx("updating the segment index")?;
             return Ok(false);
         }
@@ -209,7 +209,7 @@ impl SegmentWriter<'_, '_> {
             tail_pieces: tail.len() as u32,
         };
         self.segments
-            .insert(address, info.encode().as_slice())
+            .insert(address, info.to_stored(&segment_key(address)).as_slice())
             .ctx("writing the segment index")?;
         Ok(true)
     }
@@ -244,7 +244,7 @@ impl SegmentWriter<'_, '_> {
         info.refcount = info.refcount.saturating_sub(1);
         if info.refcount > 0 {
             self.segments
-                .insert(address, info.encode().as_slice())
+                .insert(address, info.to_stored(&segment_key(address)).as_slice())
                 .ctx("updating the segment index")?;
             return Ok(());
         }

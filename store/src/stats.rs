@@ -5,8 +5,9 @@ use std::collections::{BTreeMap, HashMap};
 use redb::{ReadableTable, ReadableTableMetadata};
 
 use crate::error::{DbContext, Result, StoreError};
-use crate::record::{decode_version_key, SegmentInfo, VersionRecord};
+use crate::record::{decode_version_key, segment_key, SegmentInfo, Stored, VersionRecord};
 use crate::store::Store;
+use strata_tiering::Tier;
 
 /// Sizes of one tensor's history.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,6 +45,10 @@ pub struct StoreStats {
     pub checkpoints: u64,
     /// Per tensor, sorted by name.
     pub tensors: Vec<TensorStats>,
+    /// Bytes of block segments (each version's own, references not counted) and of the
+    /// residuals beside them, per tier name (`exact`, `hot8`, `warm7`, `warm5`, `cold3`,
+    /// `absent`); tiers holding nothing are left out.
+    pub tier_bytes: BTreeMap<String, u64>,
 }
 
 impl StoreStats {
@@ -71,22 +76,28 @@ impl Store {
         for e in r.t.segments.iter().ctx("reading the segment index")? {
             let (k, v) = e.ctx("reading the segment index")?;
             metadata_bytes += 16 + v.value().len() as u64;
-            let info = SegmentInfo::decode(v.value()).map_err(|source| StoreError::Record {
-                what: format!("segment index entry {:032x}", k.value()),
-                source,
-            })?;
+            let info =
+                SegmentInfo::from_stored(&segment_key(k.value()), v.value()).map_err(|source| {
+                    StoreError::Record {
+                        what: format!("segment index entry {:032x}", k.value()),
+                        source,
+                    }
+                })?;
             segment_bytes += info.len;
             seg_len.insert(k.value(), info.len);
         }
         let mut per: BTreeMap<String, TensorStats> = BTreeMap::new();
         let mut raw_bytes = 0u64;
         let mut versions = 0u64;
+        let mut tier_bytes: BTreeMap<String, u64> = BTreeMap::new();
         for e in r.t.versions.iter().ctx("reading versions")? {
             let (k, v) = e.ctx("reading versions")?;
             let (name, step) = decode_version_key(k.value()).unwrap_or(("?", 0));
-            let rec = VersionRecord::decode(v.value()).map_err(|source| StoreError::Record {
-                what: format!("version record of tensor {name:?} step {step}"),
-                source,
+            let rec = VersionRecord::from_stored(k.value(), v.value()).map_err(|source| {
+                StoreError::Record {
+                    what: format!("version record of tensor {name:?} step {step}"),
+                    source,
+                }
             })?;
             let record_bytes = (k.value().len() + v.value().len()) as u64;
             metadata_bytes += record_bytes;
@@ -101,12 +112,38 @@ impl Store {
             t.versions += 1;
             t.raw_bytes += rec.raw_bytes();
             t.stored_bytes += record_bytes;
-            for b in &rec.blocks {
+            let rows = crate::tiers::rows::load_rows(&r.t.tiers, name, step)?;
+            for (i, b) in rec.blocks.iter().enumerate() {
+                let row = rows
+                    .iter()
+                    .find(|(blk, _)| *blk as usize == i)
+                    .map(|x| &x.1);
+                let tier = row.map_or(Tier::Exact, |row| row.tier);
+                let mut bytes = if b.reference {
+                    0
+                } else {
+                    u64::from(b.segment_len)
+                };
+                if let Some(row) = row {
+                    for address in crate::tiers::rows::row_blobs(row) {
+                        if let Some(len) = seg_len.remove(&address) {
+                            t.stored_bytes += len;
+                            bytes += len;
+                        }
+                    }
+                }
+                if bytes > 0 || b.has_segment() {
+                    *tier_bytes.entry(tier.name().to_string()).or_insert(0) += bytes;
+                }
                 // The first tensor to refer to a segment is charged for it.
                 if let Some(len) = seg_len.remove(&b.address) {
                     t.stored_bytes += len;
                 }
             }
+        }
+        for e in r.t.tiers.iter().ctx("reading tier rows")? {
+            let (k, v) = e.ctx("reading tier rows")?;
+            metadata_bytes += (k.value().len() + v.value().len()) as u64;
         }
         let mut checkpoints = 0u64;
         for e in r.checkpoints.iter().ctx("reading checkpoints")? {
@@ -145,6 +182,7 @@ impl Store {
             versions,
             checkpoints,
             tensors: per.into_values().collect(),
+            tier_bytes,
         })
     }
 }

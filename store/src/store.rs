@@ -3,8 +3,11 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
-use parking_lot::Mutex;
-use redb::{Database, DatabaseError, ReadOnlyTable, ReadableDatabase, StorageError, TableError};
+use parking_lot::{Mutex, RwLock};
+use redb::{
+    Database, DatabaseError, ReadOnlyTable, ReadableDatabase, ReadableTable, StorageError,
+    TableError,
+};
 
 use crate::cache::BlockCache;
 use crate::error::{DbContext, Result, StoreError};
@@ -13,8 +16,11 @@ use crate::reader::{ReadOnlyTables, Tables};
 use crate::rebase::WriteTables;
 use crate::record::FormatRecord;
 use crate::tables::{
-    CHECKPOINTS, CHUNKS, FORMAT_KEY, META, SEGMENTS, TAGS, TAILS, VERSIONS, WRITER_KEY,
+    CHECKPOINTS, CHUNKS, FORMAT_KEY, META, POLICIES, SEGMENTS, TAGS, TAILS, TIERS, VERSIONS,
+    WRITER_KEY,
 };
+use crate::tiers::policy::{Rule, RuleSet};
+use crate::tiers::runtime::{tiering_reconstruct, Runtime};
 
 /// A Strata store: one redb file holding the history of many tensors.
 ///
@@ -29,6 +35,10 @@ pub struct Store {
     pub(crate) cache: BlockCache,
     /// Held from planning to commit, so a write's plan still holds when it is inserted.
     pub(crate) writer: Mutex<()>,
+    /// The tier policy's state and read statistics (reads record here, not in the file).
+    pub(crate) tiers: Mutex<Runtime>,
+    /// Tier policy rules by name pattern (changed under the writer lock).
+    pub(crate) rules: RwLock<RuleSet>,
 }
 
 /// The tables of a read transaction (which they keep alive).
@@ -71,14 +81,18 @@ impl Store {
                 })
             }
         };
+        let runtime = Runtime::new(opts.tiering.config)?;
         let store = Store {
             cache: BlockCache::new(opts.cache_bytes),
             path,
             db,
             opts,
             writer: Mutex::new(()),
+            tiers: Mutex::new(runtime),
+            rules: RwLock::new(RuleSet::default()),
         };
         store.check_format()?;
+        store.load_tiers()?;
         Ok(store)
     }
 
@@ -144,6 +158,35 @@ impl Store {
         Ok(())
     }
 
+    /// Loads the policy rules and rebuilds the tier state from the tier rows.
+    fn load_tiers(&self) -> Result<()> {
+        let op = "loading tier policies";
+        let txn = self.db.begin_read().ctx(op)?;
+        let policies = txn.open_table(POLICIES).ctx(op)?;
+        let mut rules = Vec::new();
+        for entry in policies.iter().ctx(op)? {
+            let (k, v) = entry.ctx(op)?;
+            let rule = Rule::decode(k.value(), v.value()).map_err(|source| StoreError::Record {
+                what: format!("tier policy rule {:?}", String::from_utf8_lossy(k.value())),
+                source,
+            })?;
+            rules.push(rule);
+        }
+        let rules = RuleSet::new(rules);
+        let tiers = txn.open_table(TIERS).ctx(op)?;
+        let versions = txn.open_table(VERSIONS).ctx(op)?;
+        let runtime = Runtime::load(
+            self.opts.tiering.config,
+            &tiers,
+            &versions,
+            |name| tiering_reconstruct(&rules.resolve(name).reconstruct),
+            self.opts.tiering.clock.now(),
+        )?;
+        *self.tiers.lock() = runtime;
+        *self.rules.write() = rules;
+        Ok(())
+    }
+
     /// Creates the tables and the format record of a new store.
     fn init(&self) -> Result<()> {
         let op = "creating the store";
@@ -160,6 +203,8 @@ impl Store {
             txn.open_table(TAILS).ctx(op)?;
             txn.open_table(CHECKPOINTS).ctx(op)?;
             txn.open_table(TAGS).ctx(op)?;
+            txn.open_table(TIERS).ctx(op)?;
+            txn.open_table(POLICIES).ctx(op)?;
         }
         txn.commit().ctx(op)?;
         Ok(())
@@ -175,6 +220,7 @@ impl Store {
                 segments: txn.open_table(SEGMENTS).ctx(op)?,
                 chunks: txn.open_table(CHUNKS).ctx(op)?,
                 tails: txn.open_table(TAILS).ctx(op)?,
+                tiers: txn.open_table(TIERS).ctx(op)?,
             },
             checkpoints: txn.open_table(CHECKPOINTS).ctx(op)?,
             tags: txn.open_table(TAGS).ctx(op)?,
@@ -184,11 +230,13 @@ impl Store {
     /// Runs `f` in a write transaction and commits if it succeeds (dropping it aborts).
     pub(crate) fn write<T>(&self, f: impl FnOnce(&mut WriteTables<'_>) -> Result<T>) -> Result<T> {
         let txn = self.db.begin_write().ctx("starting a write")?;
-        let out = {
+        let (out, changes) = {
             let mut tables = WriteTables::open(&txn)?;
-            f(&mut tables)?
+            let out = f(&mut tables)?;
+            (out, std::mem::take(&mut tables.tier_changes))
         };
         txn.commit().ctx("committing")?;
+        changes.apply(&mut self.tiers.lock(), self.opts.tiering.clock.now())?;
         Ok(out)
     }
 }

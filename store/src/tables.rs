@@ -22,6 +22,15 @@ pub(crate) const CHECKPOINTS: TableDefinition<'static, u64, &[u8]> =
 /// Tag name (UTF-8 bytes) -> checkpoint step.
 pub(crate) const TAGS: TableDefinition<'static, &[u8], u64> = TableDefinition::new("strata.tags");
 
+/// Tier key (version key ++ u32 BE block) -> [`crate::record::TierRow`].
+pub(crate) const TIERS: TableDefinition<'static, &[u8], &[u8]> =
+    TableDefinition::new("strata.tiers");
+/// Name pattern (UTF-8 bytes) -> tier policy rule (`crate::tiers::policy::Rule`).
+pub(crate) const POLICIES: TableDefinition<'static, &[u8], &[u8]> =
+    TableDefinition::new("strata.policies");
+
+/// The meta key of the next tier block id (u64 LE).
+pub(crate) const NEXT_BLOCK_ID_KEY: &[u8] = b"next_block_id";
 /// The meta key of the format record.
 pub(crate) const FORMAT_KEY: &[u8] = b"format";
 /// The meta key of the next segment id (u64 LE).

@@ -2,6 +2,8 @@
 
 use strata_codec::DType;
 
+use crate::tiers::Fidelity;
+
 /// A borrowed tensor to write: element type, shape and little-endian element bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TensorRef<'a> {
@@ -14,7 +16,7 @@ pub struct TensorRef<'a> {
 }
 
 /// An owned tensor read from the store.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Tensor {
     /// Element type.
     pub dtype: DType,
@@ -22,6 +24,9 @@ pub struct Tensor {
     pub shape: Vec<u64>,
     /// Element bytes, row-major, little-endian.
     pub data: Vec<u8>,
+    /// What the data is worth: exact for lossless versions, a bound for quantized ones,
+    /// rebuilt or zeros for Tier 0 (the worst block's).
+    pub fidelity: Fidelity,
 }
 
 impl Tensor {
@@ -41,7 +46,7 @@ impl Tensor {
 }
 
 /// Elements `elems` of a tensor version, from [`crate::Store::get_range`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct TensorSlice {
     /// Element type.
     pub dtype: DType,
@@ -51,6 +56,8 @@ pub struct TensorSlice {
     pub elems: std::ops::Range<u64>,
     /// Bytes of those elements.
     pub data: Vec<u8>,
+    /// What the data is worth (the worst block read).
+    pub fidelity: Fidelity,
 }
 
 /// How one block of a version is stored.
@@ -65,6 +72,8 @@ pub struct BlockEncoding {
     pub depth: u8,
     /// Bytes of the segment (0 for a reference, whose segment another version holds).
     pub stored_bytes: u64,
+    /// The block's tier: `Exact` for lossless blocks.
+    pub tier: strata_tiering::Tier,
 }
 
 /// One version of a tensor, as [`crate::Store::versions`] lists it.
@@ -86,7 +95,7 @@ pub struct VersionInfo {
 }
 
 /// A checkpoint read back whole.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Checkpoint {
     /// Step.
     pub step: u64,

@@ -11,6 +11,8 @@ use crate::rebase::{delete_version, versions_of};
 use crate::record::{decode_version_key, VersionRecord};
 use crate::store::{ReadTables, Store};
 use crate::tensor::{BlockEncoding, Tensor, TensorRef, TensorSlice, VersionInfo};
+use crate::tiers::Fidelity;
+use strata_tiering::Tier;
 
 /// Bytes reserved up front for a read; larger tensors grow as their blocks decode, so a
 /// damaged record cannot make the store reserve memory its data does not fill.
@@ -54,6 +56,58 @@ impl Store {
         let r = self.read()?;
         let rec = self.version_record(&r, name, step)?;
         self.read_tensor(&r, name, step, &rec)
+    }
+
+    /// Reads version `step` of `name` bit-exact: lossless blocks as stored, quantized blocks
+    /// through their exact residual ([`crate::Residual::Exact`]).
+    ///
+    /// # Errors
+    /// [`StoreError::NotExact`] naming the first block that holds only lossy (or no) data,
+    /// and the errors of [`Store::get`].
+    pub fn get_exact(&self, name: &str, step: u64) -> Result<Tensor> {
+        let r = self.read()?;
+        let rec = self.version_record(&r, name, step)?;
+        let mut t = self.read_tensor(&r, name, step, &rec)?;
+        if t.fidelity.is_exact() {
+            return Ok(t);
+        }
+        let size = rec.dtype.size() as u64;
+        for (b, block) in rec.blocks.iter().enumerate() {
+            let b = b as u64;
+            if block.form == crate::record::Form::Lossless {
+                continue;
+            }
+            let row = crate::tiers::rows::load_row(&r.t.tiers, name, step, b)?.ok_or(
+                StoreError::TierRowMissing {
+                    tensor: name.to_string(),
+                    step,
+                    block: b,
+                },
+            )?;
+            let Some(crate::record::ResidualRef::Exact { address, .. }) = row.residual else {
+                return Err(StoreError::NotExact {
+                    tensor: name.to_string(),
+                    step,
+                    block: b,
+                    fidelity: crate::tiers::lossy::fidelity_of(row.precision, rec.dtype),
+                });
+            };
+            let residual = crate::segstore::fetch(&r.t.segments, &r.t.chunks, &r.t.tails, address)
+                .map_err(|e| crate::reader::fetch_error(e, name, step, b, address))?;
+            let lo = (b * rec.block_elems * size) as usize;
+            let hi = lo + (rec.block_len(b) * size) as usize;
+            let exact =
+                crate::tiers::lossy::apply_exact_residual(&t.data[lo..hi], &residual, hi - lo)
+                    .map_err(|source| StoreError::Residual {
+                        tensor: name.to_string(),
+                        step,
+                        block: b,
+                        source: Box::new(source),
+                    })?;
+            t.data[lo..hi].copy_from_slice(&exact);
+        }
+        t.fidelity = Fidelity::Exact;
+        Ok(t)
     }
 
     /// Reads the latest version of `name` at or before `step`; returns its step too.
@@ -104,34 +158,18 @@ impl Store {
                 elements: rec.elements,
             });
         }
-        let size = rec.dtype.size() as u64;
-        let mut data =
-            Vec::with_capacity(((elems.end - elems.start) * size).min(RESERVE_LIMIT) as usize);
+        let (data, fidelity) = self.read_elems(&r, name, step, &rec, elems.clone(), 0)?;
         if elems.start < elems.end {
             let first = elems.start / rec.block_elems;
             let last = (elems.end - 1) / rec.block_elems;
-            let name_arc: Arc<str> = Arc::from(name);
-            let mut fetcher = Fetcher::new(&r.t, &self.cache);
-            read_blocks(
-                &mut fetcher,
-                &self.cache,
-                &name_arc,
-                step,
-                &rec,
-                first..last + 1,
-                |b, bytes| {
-                    let block_start = b * rec.block_elems;
-                    let lo = elems.start.max(block_start) - block_start;
-                    let hi = elems.end.min(block_start + rec.block_len(b)) - block_start;
-                    data.extend_from_slice(&bytes[(lo * size) as usize..(hi * size) as usize]);
-                },
-            )?;
+            self.record_read(name, step, first..last + 1);
         }
         Ok(TensorSlice {
             dtype: rec.dtype,
             shape: rec.shape,
             elems,
             data,
+            fidelity,
         })
     }
 
@@ -147,10 +185,19 @@ impl Store {
                 tensor: name.to_string(),
             });
         }
-        Ok(all
-            .into_iter()
-            .map(|(step, rec)| version_info(step, &rec))
-            .collect())
+        all.into_iter()
+            .map(|(step, rec)| {
+                let rows = crate::tiers::rows::load_rows(&r.t.tiers, name, step)?;
+                let tiers: Vec<Tier> = (0..rec.blocks.len())
+                    .map(|b| {
+                        rows.iter()
+                            .find(|(i, _)| *i as usize == b)
+                            .map_or(Tier::Exact, |(_, row)| row.tier)
+                    })
+                    .collect();
+                Ok(version_info(step, &rec, &tiers))
+            })
+            .collect::<Result<Vec<_>>>()
     }
 
     /// Names of every tensor with at least one version, sorted.
@@ -247,33 +294,72 @@ impl Store {
         step: u64,
         rec: &VersionRecord,
     ) -> Result<Tensor> {
-        let mut data = Vec::with_capacity(rec.raw_bytes().min(RESERVE_LIMIT) as usize);
+        let (data, fidelity) = self.read_elems(r, name, step, rec, 0..rec.elements, 0)?;
+        self.record_read(name, step, 0..rec.blocks.len() as u64);
+        Ok(Tensor {
+            dtype: rec.dtype,
+            shape: rec.shape.clone(),
+            data,
+            fidelity,
+        })
+    }
+
+    /// Decodes elements `elems` of a version (in range), rebuilding Tier 0 blocks; `depth`
+    /// counts the Tier 0 rebuilds this read is part of.
+    pub(crate) fn read_elems(
+        &self,
+        r: &ReadTables,
+        name: &str,
+        step: u64,
+        rec: &VersionRecord,
+        elems: Range<u64>,
+        depth: u8,
+    ) -> Result<(Vec<u8>, Fidelity)> {
+        let size = rec.dtype.size() as u64;
+        let mut data =
+            Vec::with_capacity(((elems.end - elems.start) * size).min(RESERVE_LIMIT) as usize);
+        let mut fidelity = Fidelity::Exact;
+        if elems.start >= elems.end {
+            return Ok((data, fidelity));
+        }
+        let first = elems.start / rec.block_elems;
+        let last = (elems.end - 1) / rec.block_elems;
         let name_arc: Arc<str> = Arc::from(name);
         let mut fetcher = Fetcher::new(&r.t, &self.cache);
-        let count = rec.blocks.len() as u64;
         read_blocks(
             &mut fetcher,
             &self.cache,
             &name_arc,
             step,
             rec,
-            0..count,
-            |_, bytes| data.extend_from_slice(bytes),
+            first..last + 1,
+            |job| self.rebuild_block(r, job, rec, depth),
+            |b, bytes, f| {
+                let block_start = b * rec.block_elems;
+                let lo = elems.start.max(block_start) - block_start;
+                let hi = elems.end.min(block_start + rec.block_len(b)) - block_start;
+                data.extend_from_slice(&bytes[(lo * size) as usize..(hi * size) as usize]);
+                fidelity = fidelity.worst(f);
+            },
         )?;
-        Ok(Tensor {
-            dtype: rec.dtype,
-            shape: rec.shape.clone(),
-            data,
-        })
+        Ok((data, fidelity))
+    }
+
+    /// Records a read of blocks of a version with the tier policy (tiered versions only).
+    pub(crate) fn record_read(&self, name: &str, step: u64, blocks: Range<u64>) {
+        let now = self.opts.tiering.clock.now();
+        self.tiers.lock().record_read(name, step, blocks, now);
     }
 }
 
 /// The public summary of a version record.
-pub(crate) fn version_info(step: u64, rec: &VersionRecord) -> VersionInfo {
+pub(crate) fn version_info(step: u64, rec: &VersionRecord, tiers: &[Tier]) -> VersionInfo {
     let encodings: Vec<BlockEncoding> = rec
         .blocks
         .iter()
-        .map(|b| BlockEncoding {
+        .zip(tiers)
+        .map(|(b, &tier)| BlockEncoding {
+            tier,
             base: b.base,
             reference: b.reference,
             depth: b.depth,
@@ -284,7 +370,7 @@ pub(crate) fn version_info(step: u64, rec: &VersionRecord) -> VersionInfo {
             },
         })
         .collect();
-    let record_bytes = rec.encode().len() as u64;
+    let record_bytes = (rec.encode().len() + crate::record::CHECKSUM_LEN) as u64;
     VersionInfo {
         step,
         dtype: rec.dtype,

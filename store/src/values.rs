@@ -7,16 +7,7 @@ use crate::DType;
 /// 64-bit integers above 2^53; bool is 0 or 1; NaN for a dtype added after this function).
 /// A trailing partial element is ignored.
 pub fn to_f64(dtype: DType, bytes: &[u8]) -> Vec<f64> {
-    fn each<const N: usize>(bytes: &[u8], f: impl Fn([u8; N]) -> f64) -> Vec<f64> {
-        bytes
-            .chunks_exact(N)
-            .map(|c| {
-                let mut a = [0u8; N];
-                a.copy_from_slice(c);
-                f(a)
-            })
-            .collect()
-    }
+    use le_values as each;
     match dtype {
         DType::F32 => each(bytes, |a| f64::from(f32::from_le_bytes(a))),
         DType::F16 => each(bytes, |a| half::f16::from_le_bytes(a).to_f64()),
@@ -33,6 +24,18 @@ pub fn to_f64(dtype: DType, bytes: &[u8]) -> Vec<f64> {
         DType::U64 => each(bytes, |a| u64::from_le_bytes(a) as f64),
         other => vec![f64::NAN; bytes.len() / other.size().max(1)],
     }
+}
+
+/// `f` applied to each `N`-byte element of `bytes` (a trailing partial element is ignored).
+pub(crate) fn le_values<const N: usize, T>(bytes: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
+    bytes
+        .chunks_exact(N)
+        .map(|c| {
+            let mut a = [0u8; N];
+            a.copy_from_slice(c);
+            f(a)
+        })
+        .collect()
 }
 
 impl Tensor {

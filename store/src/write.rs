@@ -5,7 +5,9 @@ use crate::error::{DbContext, Result, StoreError};
 use crate::plan::{plan, NewVersion};
 use crate::reader::Fetcher;
 use crate::rebase::{delete_version, load_checkpoint_record};
+use crate::record::checkpoint_key;
 use crate::record::CheckpointRecord;
+use crate::record::Stored;
 use crate::store::Store;
 
 impl Store {
@@ -29,6 +31,7 @@ impl Store {
                 }
             }
             let mut fetcher = Fetcher::new(&r.t, &self.cache);
+            let rules = self.rules.read();
             plan(
                 &mut fetcher,
                 &r.t.versions,
@@ -36,6 +39,7 @@ impl Store {
                 &self.opts,
                 items,
                 overwrite,
+                &rules,
             )?
         };
         self.write(|wt| {
@@ -48,13 +52,22 @@ impl Store {
                     wt.add_ref(&v.name, v.step, b as u64, block.address, seg.as_deref())?;
                 }
                 wt.put_version(&v.name, v.step, &v.record)?;
+                if let Some((policy, residuals)) = &v.tiered {
+                    crate::tiers::write::add_tier_rows(
+                        wt,
+                        v,
+                        policy,
+                        residuals,
+                        self.opts.tiering.clock.now(),
+                    )?;
+                }
             }
             if let Some((step, cp)) = &checkpoint {
                 if load_checkpoint_record(&wt.checkpoints, *step)?.is_some() {
                     return Err(StoreError::CheckpointExists { step: *step });
                 }
                 wt.checkpoints
-                    .insert(*step, cp.encode().as_slice())
+                    .insert(*step, cp.to_stored(&checkpoint_key(*step)).as_slice())
                     .ctx("writing a checkpoint")?;
             }
             Ok(())

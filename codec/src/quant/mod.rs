@@ -39,7 +39,8 @@ pub use max_abs::max_abs;
 pub use params::{QuantBits, QuantParams, TwoLevel, DEFAULT_GROUP_SIZE, MAX_GROUP_SIZE};
 
 use crate::bits::{pack_bits, packed_len, unpack_bits};
-use max_abs::{max_abs_bits_portable, INF_BITS};
+use max_abs::max_abs_bits_portable;
+pub(crate) use max_abs::{max_abs_bits, INF_BITS};
 use thiserror::Error;
 
 /// Errors of quantization and of decoding a quantized payload.
@@ -202,7 +203,7 @@ pub fn quantize(
 }
 
 #[cold]
-fn unreachable_pack_error(e: crate::bits::BitsError) {
+pub(crate) fn unreachable_pack_error(e: crate::bits::BitsError) {
     // The kernel clamps every code and the buffer is sized with `packed_len`, so packing
     // cannot fail; reaching this is a bug in this module.
     debug_assert!(false, "pack_bits failed on kernel output: {e}");
@@ -309,7 +310,7 @@ fn quantize_kernel_portable(
 /// up when `qmax * scale < m` (only for subnormal scales), so `|x / scale| <= qmax` for
 /// every `|x| <= m`; down when `qmax * scale` would exceed `f32::MAX` and dequantize to
 /// infinity (only next to `f32::MAX`, where the clamped error stays under one ulp of `m`).
-fn scale_for(m: f32, qmax: i8) -> f32 {
+pub(crate) fn scale_for(m: f32, qmax: i8) -> f32 {
     let q = f64::from(qmax);
     let max = f64::from(f32::MAX);
     let s = m / f32::from(qmax);
@@ -346,7 +347,7 @@ fn to_code(y: f32, q: f32) -> i8 {
 }
 
 #[inline(always)]
-fn quantize_with(group: &[f32], scale: f32, qmax: i8, codes: &mut [i8]) {
+pub(crate) fn quantize_with(group: &[f32], scale: f32, qmax: i8, codes: &mut [i8]) {
     if scale == 0.0 {
         codes.fill(0);
         return;
@@ -491,13 +492,13 @@ pub fn dequantize(
 }
 
 #[inline(always)]
-fn dequantize_group(codes: &[i8], scale: f32, out: &mut [f32]) {
+pub(crate) fn dequantize_group(codes: &[i8], scale: f32, out: &mut [f32]) {
     for (d, &c) in out.iter_mut().zip(codes) {
         *d = f32::from(c) * scale;
     }
 }
 
-fn check_codes(codes: &[i8], qmax: i8) -> Result<(), QuantError> {
+pub(crate) fn check_codes(codes: &[i8], qmax: i8) -> Result<(), QuantError> {
     let (lo, hi) = codes
         .iter()
         .fold((0i8, 0i8), |(lo, hi), &c| (lo.min(c), hi.max(c)));

@@ -34,6 +34,9 @@ pub enum Encoding {
     Quantized(QuantBits),
     /// Quantized at 3 bits with some groups two-level.
     TwoLevel3,
+    /// Several frames of one tensor quantized with shared per-group scales (a frame
+    /// stream's scale epoch, [`crate::frames`]); `elements` counts the values of one frame.
+    QuantizedFrames(QuantBits),
 }
 
 impl Encoding {
@@ -43,13 +46,14 @@ impl Encoding {
             Encoding::Delta => 1,
             Encoding::Quantized(_) => 2,
             Encoding::TwoLevel3 => 3,
+            Encoding::QuantizedFrames(_) => 4,
         }
     }
 
     pub(crate) fn bits(self) -> u8 {
         match self {
             Encoding::Keyframe | Encoding::Delta => 0,
-            Encoding::Quantized(b) => b.bits(),
+            Encoding::Quantized(b) | Encoding::QuantizedFrames(b) => b.bits(),
             Encoding::TwoLevel3 => 3,
         }
     }
@@ -63,7 +67,7 @@ impl Encoding {
     pub fn quant_bits(self) -> Option<QuantBits> {
         match self {
             Encoding::Keyframe | Encoding::Delta => None,
-            Encoding::Quantized(b) => Some(b),
+            Encoding::Quantized(b) | Encoding::QuantizedFrames(b) => Some(b),
             Encoding::TwoLevel3 => Some(QuantBits::B3),
         }
     }
@@ -79,6 +83,12 @@ impl Encoding {
                 })?)
             }
             (3, 3) => Encoding::TwoLevel3,
+            (4, b) => {
+                Encoding::QuantizedFrames(QuantBits::from_bits(b).ok_or(SegmentError::BadBits {
+                    encoding: code,
+                    bits,
+                })?)
+            }
             (0..=3, b) => {
                 return Err(SegmentError::BadBits {
                     encoding: code,
@@ -186,7 +196,8 @@ impl SegmentHeader {
     }
 
     /// Bytes the decoded block occupies: `elements * dtype size` for lossless segments,
-    /// `elements * 4` (f32) for quantized ones.
+    /// `elements * 4` (f32) for quantized ones; for [`Encoding::QuantizedFrames`], the
+    /// bytes of one frame.
     ///
     /// # Errors
     /// [`SegmentError::TooLarge`] if that does not fit in `usize`.

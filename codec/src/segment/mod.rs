@@ -8,10 +8,10 @@
 //! |---|---|---|
 //! | 0 | 4 | magic `STSG` |
 //! | 4 | 1 | format version, 2 |
-//! | 5 | 1 | encoding: 0 lossless keyframe, 1 lossless XOR delta, 2 quantized, 3 two-level 3-bit |
+//! | 5 | 1 | encoding: 0 lossless keyframe, 1 lossless XOR delta, 2 quantized, 3 two-level 3-bit, 4 quantized frames |
 //! | 6 | 1 | dtype code ([`DType::code`]) |
 //! | 7 | 1 | bits: 0 for lossless, 8/7/5/3 for quantized (3 for two-level) |
-//! | 8 | 8 | element count |
+//! | 8 | 8 | element count (of one frame, for encoding 4) |
 //! | 16 | 4 | group size (0 for lossless) |
 //! | 20 | 4 | reserved, 0 |
 //! | 24 | 8 | payload length |
@@ -19,7 +19,7 @@
 //! | 40 | 8 | xxh3-64 of bytes 0..40 followed by the payload |
 //!
 //! The payload follows: [`crate::lossless`] for encodings 0 and 1, [`crate::quant`] for 2
-//! and 3. A reader refuses versions it does not know, checks the checksum before looking at
+//! and 3, [`crate::frames`] for 4. A reader refuses versions it does not know, checks the checksum before looking at
 //! the payload, and checks a delta's base against the recorded hash before using it.
 
 mod header;
@@ -27,7 +27,7 @@ mod header;
 pub use header::{Encoding, SegmentHeader, FORMAT_VERSION, HEADER_LEN, MAGIC};
 
 use crate::lossless::{self, LosslessError, LosslessOptions};
-use crate::quant::{self, QuantError, QuantParams, QuantShape};
+use crate::quant::{self, QuantBits, QuantError, QuantParams, QuantShape};
 use crate::DType;
 use header::CHECKSUM_OFS;
 use thiserror::Error;
@@ -259,7 +259,7 @@ pub fn encode_quantized(
 }
 
 /// Fills in the payload length and the checksum of a segment being written.
-fn seal(out: &mut [u8]) {
+pub(crate) fn seal(out: &mut [u8]) {
     let payload_len = (out.len() - HEADER_LEN) as u64;
     out[header::PAYLOAD_LEN_OFS..header::PAYLOAD_LEN_OFS + 8]
         .copy_from_slice(&payload_len.to_le_bytes());
@@ -375,15 +375,24 @@ impl<'a> Segment<'a> {
 
     /// Dequantizes a quantized segment into `out` (`elements` values).
     ///
+    /// A frame segment ([`Encoding::QuantizedFrames`]) is decoded one frame at a time
+    /// with [`crate::frames::FrameSegment`] instead.
+    ///
     /// # Errors
     /// [`SegmentError::WrongKind`], [`SegmentError::OutputLength`], or
     /// [`SegmentError::Quant`] for a bad payload.
     pub fn dequantize_into(&self, out: &mut [f32]) -> Result<(), SegmentError> {
         let enc = self.header.encoding;
-        let bits = enc.quant_bits().ok_or(SegmentError::WrongKind {
-            encoding: enc,
-            wanted: "quantized",
-        })?;
+        let bits = match enc {
+            Encoding::Quantized(b) => b,
+            Encoding::TwoLevel3 => QuantBits::B3,
+            _ => {
+                return Err(SegmentError::WrongKind {
+                    encoding: enc,
+                    wanted: "quantized (one block)",
+                })
+            }
+        };
         self.check_out_len(out.len() * 4)?;
         let shape = QuantShape {
             bits,

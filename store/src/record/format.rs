@@ -9,8 +9,10 @@ use super::{Reader, RecordError};
 
 /// The bytes every store's format record starts with.
 pub(crate) const MAGIC: &[u8; 12] = b"strata-store";
-/// The store format this build reads and writes.
-pub(crate) const STORE_FORMAT_VERSION: u32 = 1;
+/// The store format this build reads and writes. Format 2 added tiers (tier rows, policy
+/// rules, quantized, absent and frame blocks), checksums on every record, and holds codec
+/// segments of segment format 2. Format 1 files (segment format 1) are refused.
+pub(crate) const STORE_FORMAT_VERSION: u32 = 2;
 
 /// What kind of file this is and which format version wrote it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

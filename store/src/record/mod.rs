@@ -8,15 +8,19 @@ mod checkpoint;
 mod format;
 mod keys;
 mod segment;
+mod tier;
 mod version;
 
 pub(crate) use checkpoint::CheckpointRecord;
 pub(crate) use format::FormatRecord;
 pub(crate) use keys::{decode_version_key, piece_key, version_key, version_key_range};
 pub(crate) use segment::SegmentInfo;
+pub(crate) use tier::{
+    split_tier_key, tier_code, tier_from_code, tier_key, Rebuild, ResidualRef, SourceAt, TierRow,
+};
 #[cfg(test)]
 pub(crate) use version::BLOCK_RECORD_LEN;
-pub(crate) use version::{BlockRecord, VersionRecord, MAX_BLOCK_BYTES, MAX_DIMS};
+pub(crate) use version::{BlockRecord, Form, VersionRecord, MAX_BLOCK_BYTES, MAX_DIMS};
 
 use thiserror::Error;
 
@@ -64,6 +68,123 @@ pub enum RecordError {
         /// The field.
         field: &'static str,
     },
+    /// The record's checksum (xxh3-64 of its key and value) does not match: the key or the
+    /// value was changed on disk.
+    #[error("checksum mismatch: stored {stored:016x}, computed {computed:016x}")]
+    Checksum {
+        /// The checksum stored after the value.
+        stored: u64,
+        /// The checksum of the key and value read.
+        computed: u64,
+    },
+}
+
+/// Bytes of the checksum every record value ends with (store format 2).
+pub(crate) const CHECKSUM_LEN: usize = 8;
+
+fn record_checksum(key: &[u8], value: &[u8]) -> u64 {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    h.update(&(key.len() as u64).to_le_bytes());
+    h.update(key);
+    h.update(value);
+    h.digest()
+}
+
+/// A record value as stored: `value` followed by the xxh3-64 of the key and the value, so
+/// that a changed byte in either is caught when the record is read.
+pub(crate) fn seal(key: &[u8], value: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(value.len() + CHECKSUM_LEN);
+    out.extend_from_slice(value);
+    out.extend_from_slice(&record_checksum(key, value).to_le_bytes());
+    out
+}
+
+/// The value of a stored record after checking its checksum against `key`.
+pub(crate) fn unseal<'a>(key: &[u8], stored: &'a [u8]) -> Result<&'a [u8], RecordError> {
+    let Some(split) = stored.len().checked_sub(CHECKSUM_LEN) else {
+        return Err(RecordError::Truncated {
+            field: "record checksum",
+            needed: CHECKSUM_LEN,
+            at: 0,
+            len: stored.len(),
+        });
+    };
+    let (value, sum) = stored.split_at(split);
+    let mut b = [0u8; CHECKSUM_LEN];
+    b.copy_from_slice(sum);
+    let stored_sum = u64::from_le_bytes(b);
+    let computed = record_checksum(key, value);
+    if stored_sum != computed {
+        return Err(RecordError::Checksum {
+            stored: stored_sum,
+            computed,
+        });
+    }
+    Ok(value)
+}
+
+/// A record kept in a table with a checksum over its key and value ([`seal`]).
+pub(crate) trait Stored: Sized {
+    /// The value's bytes.
+    fn encode_body(&self) -> Vec<u8>;
+    /// The value from its bytes.
+    fn decode_body(bytes: &[u8]) -> Result<Self, RecordError>;
+
+    /// The bytes to store under `key`.
+    fn to_stored(&self, key: &[u8]) -> Vec<u8> {
+        seal(key, &self.encode_body())
+    }
+
+    /// The record stored under `key`, its checksum checked.
+    fn from_stored(key: &[u8], stored: &[u8]) -> Result<Self, RecordError> {
+        Self::decode_body(unseal(key, stored)?)
+    }
+}
+
+impl Stored for VersionRecord {
+    fn encode_body(&self) -> Vec<u8> {
+        self.encode()
+    }
+    fn decode_body(bytes: &[u8]) -> Result<Self, RecordError> {
+        Self::decode(bytes)
+    }
+}
+
+impl Stored for CheckpointRecord {
+    fn encode_body(&self) -> Vec<u8> {
+        self.encode()
+    }
+    fn decode_body(bytes: &[u8]) -> Result<Self, RecordError> {
+        Self::decode(bytes)
+    }
+}
+
+impl Stored for SegmentInfo {
+    fn encode_body(&self) -> Vec<u8> {
+        self.encode().to_vec()
+    }
+    fn decode_body(bytes: &[u8]) -> Result<Self, RecordError> {
+        Self::decode(bytes)
+    }
+}
+
+impl Stored for TierRow {
+    fn encode_body(&self) -> Vec<u8> {
+        self.encode()
+    }
+    fn decode_body(bytes: &[u8]) -> Result<Self, RecordError> {
+        Self::decode(bytes)
+    }
+}
+
+/// The checksum key of a checkpoint record (its step).
+pub(crate) fn checkpoint_key(step: u64) -> [u8; 8] {
+    step.to_be_bytes()
+}
+
+/// The checksum key of a segment index record (its address).
+pub(crate) fn segment_key(address: u128) -> [u8; 16] {
+    address.to_le_bytes()
 }
 
 /// A cursor over a record's bytes; every read is bounds-checked.

@@ -4,8 +4,8 @@ use strata_codec::DType;
 fn sample() -> VersionRecord {
     VersionRecord {
         dtype: DType::BF16,
-        shape: vec![3, 5],
-        elements: 15,
+        shape: vec![4, 7],
+        elements: 28,
         block_elems: 8,
         blocks: vec![
             BlockRecord {
@@ -15,6 +15,7 @@ fn sample() -> VersionRecord {
                 depth: 1,
                 run: 1,
                 segment_len: 100,
+                form: Form::Lossless,
             },
             BlockRecord {
                 address: 7,
@@ -23,6 +24,25 @@ fn sample() -> VersionRecord {
                 depth: 3,
                 run: 2,
                 segment_len: 9,
+                form: Form::Lossless,
+            },
+            BlockRecord {
+                address: 8,
+                base: None,
+                reference: false,
+                depth: 1,
+                run: 1,
+                segment_len: 19,
+                form: Form::Quantized,
+            },
+            BlockRecord {
+                address: 9,
+                base: None,
+                reference: false,
+                depth: 1,
+                run: 1,
+                segment_len: 29,
+                form: Form::Frame { index: 7 },
             },
         ],
     }
@@ -32,7 +52,7 @@ fn sample() -> VersionRecord {
 fn version_record_round_trips() {
     let r = sample();
     let bytes = r.encode();
-    assert_eq!(bytes.len(), 3 + 16 + 12 + 2 * BLOCK_RECORD_LEN);
+    assert_eq!(bytes.len(), 3 + 16 + 12 + 4 * BLOCK_RECORD_LEN);
     assert_eq!(VersionRecord::decode(&bytes), Ok(r));
 }
 
@@ -107,4 +127,34 @@ fn format_and_segment_records() {
     };
     assert_eq!(SegmentInfo::decode(&s.encode()), Ok(s));
     assert!(SegmentInfo::decode(&s.encode()[..31]).is_err());
+}
+
+#[test]
+fn sealed_records_catch_any_changed_byte_of_key_or_value() {
+    let key = version_key("layer.0.w", 1200);
+    let value = sample().encode();
+    let stored = sample().to_stored(&key);
+    assert_eq!(VersionRecord::from_stored(&key, &stored), Ok(sample()));
+    for i in 0..stored.len() {
+        for bit in [0x01u8, 0x80] {
+            let mut bad = stored.clone();
+            bad[i] ^= bit;
+            assert!(
+                VersionRecord::from_stored(&key, &bad).is_err(),
+                "value byte {i} bit {bit:#x}"
+            );
+        }
+    }
+    for i in 0..key.len() {
+        let mut k = key.clone();
+        k[i] ^= 0x04;
+        assert!(matches!(
+            VersionRecord::from_stored(&k, &stored),
+            Err(RecordError::Checksum { .. })
+        ));
+    }
+    // A value moved under another key of the same length is caught too.
+    let other = version_key("layer.0.w", 1201);
+    assert!(VersionRecord::from_stored(&other, &stored).is_err());
+    assert!(unseal(&key, &value[..3]).is_err());
 }

@@ -8,9 +8,12 @@
 //! u64     elements per block (>= 1)
 //! u32     block count (= ceil(elements / elements per block))
 //! 31*k    block records:
-//!   u8    flags: bit 0 delta (has a base), bit 1 reference (no new segment); others 0
+//!   u8    flags: bit 0 delta (has a base), bit 1 reference (no new segment), bit 2
+//!         quantized (the segment is a quantized tier; no base), bit 3 absent (Tier 0: no
+//!         segment, address and length 0), bit 4 frame (the segment is a multi-frame
+//!         segment of a frame stream); others 0. At most one of bits 0, 2, 3, 4.
 //!   u128  segment address (xxh3-128 of the segment bytes)
-//!   u64   base step (0 unless delta)
+//!   u64   base step (0 unless delta); for a frame, its index in the multi-frame segment
 //!   u8    depth: segments decoded to read this block (1 for a keyframe)
 //!   u8    run: versions since this block's lineage last had a keyframe (1 for a keyframe)
 //!   u32   segment length in bytes
@@ -30,6 +33,26 @@ pub(crate) const MAX_BLOCK_BYTES: u64 = 1 << 30;
 
 const FLAG_DELTA: u8 = 1;
 const FLAG_REFERENCE: u8 = 2;
+const FLAG_QUANTIZED: u8 = 4;
+const FLAG_ABSENT: u8 = 8;
+const FLAG_FRAME: u8 = 16;
+
+/// What a block's segment holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Form {
+    /// A lossless keyframe or delta.
+    #[default]
+    Lossless,
+    /// A quantized tier (its tier row says which and how precise).
+    Quantized,
+    /// Tier 0: no segment (its tier row says how to rebuild it).
+    Absent,
+    /// Frame `index` of a multi-frame segment (a frame stream).
+    Frame {
+        /// Index of the frame in the segment.
+        index: u32,
+    },
+}
 
 /// How one block of a version is stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,9 +69,30 @@ pub(crate) struct BlockRecord {
     pub(crate) run: u8,
     /// Segment length in bytes.
     pub(crate) segment_len: u32,
+    /// Lossless, quantized or absent.
+    pub(crate) form: Form,
 }
 
 impl BlockRecord {
+    /// A block that needs no other block: its own segment of `len` bytes (a quantized
+    /// segment, a frame of one, a keyframe) or none (Tier 0: address and length 0).
+    pub(crate) fn standalone(address: u128, len: usize, form: Form) -> BlockRecord {
+        BlockRecord {
+            address,
+            base: None,
+            reference: false,
+            depth: 1,
+            run: 1,
+            segment_len: len as u32,
+            form,
+        }
+    }
+
+    /// Whether the block has a segment of its own (not Tier 0).
+    pub(crate) fn has_segment(&self) -> bool {
+        self.form != Form::Absent
+    }
+
     fn write(&self, out: &mut Vec<u8>) {
         let mut flags = 0;
         if self.base.is_some() {
@@ -57,9 +101,19 @@ impl BlockRecord {
         if self.reference {
             flags |= FLAG_REFERENCE;
         }
+        flags |= match self.form {
+            Form::Lossless => 0,
+            Form::Quantized => FLAG_QUANTIZED,
+            Form::Absent => FLAG_ABSENT,
+            Form::Frame { .. } => FLAG_FRAME,
+        };
         out.push(flags);
         out.extend_from_slice(&self.address.to_le_bytes());
-        out.extend_from_slice(&self.base.unwrap_or(0).to_le_bytes());
+        let base_field = match self.form {
+            Form::Frame { index } => u64::from(index),
+            _ => self.base.unwrap_or(0),
+        };
+        out.extend_from_slice(&base_field.to_le_bytes());
         out.push(self.depth);
         out.push(self.run);
         out.extend_from_slice(&self.segment_len.to_le_bytes());
@@ -67,7 +121,11 @@ impl BlockRecord {
 
     fn read(r: &mut Reader<'_>) -> Result<Self, RecordError> {
         let flags = r.u8("block flags")?;
-        if flags & !(FLAG_DELTA | FLAG_REFERENCE) != 0 {
+        let kinds = flags & (FLAG_DELTA | FLAG_QUANTIZED | FLAG_ABSENT | FLAG_FRAME);
+        if flags & !(FLAG_DELTA | FLAG_REFERENCE | FLAG_QUANTIZED | FLAG_ABSENT | FLAG_FRAME) != 0
+            || kinds.count_ones() > 1
+            || (flags & FLAG_ABSENT != 0 && flags & FLAG_REFERENCE != 0)
+        {
             return Err(RecordError::BadValue {
                 field: "block flags",
                 value: flags.into(),
@@ -75,11 +133,24 @@ impl BlockRecord {
         }
         let address = r.u128("block address")?;
         let base_step = r.u64("block base step")?;
+        let form = if flags & FLAG_QUANTIZED != 0 {
+            Form::Quantized
+        } else if flags & FLAG_ABSENT != 0 {
+            Form::Absent
+        } else if flags & FLAG_FRAME != 0 {
+            let index = u32::try_from(base_step).map_err(|_| RecordError::BadValue {
+                field: "frame index",
+                value: base_step,
+            })?;
+            Form::Frame { index }
+        } else {
+            Form::Lossless
+        };
         let depth = r.u8("block depth")?;
         let run = r.u8("block run")?;
         let segment_len = r.u32("block segment length")?;
         let base = (flags & FLAG_DELTA != 0).then_some(base_step);
-        if base.is_none() && base_step != 0 {
+        if base.is_none() && base_step != 0 && flags & FLAG_FRAME == 0 {
             return Err(RecordError::BadValue {
                 field: "keyframe base step",
                 value: base_step,
@@ -92,6 +163,12 @@ impl BlockRecord {
                 value: depth.into(),
             });
         }
+        if form == Form::Absent && (address != 0 || segment_len != 0) {
+            return Err(RecordError::BadValue {
+                field: "absent block segment length",
+                value: segment_len.into(),
+            });
+        }
         Ok(BlockRecord {
             address,
             base,
@@ -99,6 +176,7 @@ impl BlockRecord {
             depth,
             run,
             segment_len,
+            form,
         })
     }
 }

@@ -3,13 +3,24 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
-use strata_store::{BlockEncoding, Store};
+use strata_store::{BlockEncoding, Store, Tier};
 
 use crate::fmt::shape;
 use crate::CliResult;
 
 /// How a version's blocks are stored, in a few words.
 pub(crate) fn encoding(blocks: &[BlockEncoding]) -> String {
+    if blocks.iter().any(|b| b.tier != Tier::Exact) {
+        // A tiered version: how many blocks sit at each tier.
+        let mut parts = Vec::new();
+        for t in Tier::ALL.iter().rev() {
+            let n = blocks.iter().filter(|b| b.tier == *t).count();
+            if n > 0 {
+                parts.push(format!("{n} {t}"));
+            }
+        }
+        return format!("{} blocks: {}", blocks.len(), parts.join(" + "));
+    }
     if let [b] = blocks {
         return match (b.base, b.reference) {
             (None, _) => "keyframe".into(),
@@ -144,6 +155,7 @@ pub(crate) fn stats(store: &Path, json: bool) -> CliResult {
             "segments": s.segments,
             "versions": s.versions,
             "checkpoints": s.checkpoints,
+            "tier_bytes": s.tier_bytes,
             "tensors": tensors,
         });
         say!("{doc:#}");

@@ -20,6 +20,7 @@ mod maintain;
 mod progress;
 mod read;
 mod synth;
+mod tiers;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -124,6 +125,37 @@ enum Command {
         #[arg(long)]
         no_keep_tagged: bool,
     },
+    /// Set, pin, remove or list tier policy rules (no pattern: list them).
+    Policy {
+        /// The store file.
+        store: PathBuf,
+        /// Tensor name pattern (`*` any run of characters, `?` one character).
+        pattern: Option<String>,
+        /// Tiered, starting at this tier: hot8, warm7, warm5 or cold3.
+        #[arg(long, value_name = "TIER", conflicts_with_all = ["pin", "remove", "pinned"])]
+        tiered: Option<String>,
+        /// Held at this quantized tier forever.
+        #[arg(long, value_name = "TIER", conflicts_with_all = ["pin", "remove"])]
+        pinned: Option<String>,
+        /// Always exact, whatever other rules say.
+        #[arg(long, conflicts_with = "remove")]
+        pin: bool,
+        /// Remove the rule with this pattern.
+        #[arg(long)]
+        remove: bool,
+        /// What lossy blocks keep: `exact` (an exact XOR residual) or `topk:F` (the fraction
+        /// F of largest errors).
+        #[arg(long)]
+        residual: Option<String>,
+    },
+    /// Run one tier maintenance pass: move blocks between tiers by their read scores.
+    Maintain {
+        /// The store file.
+        store: PathBuf,
+        /// The time of the pass in milliseconds since the Unix epoch (default: now).
+        #[arg(long)]
+        now: Option<u64>,
+    },
     /// Name a checkpoint.
     Tag {
         /// The store file.
@@ -215,6 +247,26 @@ fn main() -> ExitCode {
             no_keep_tagged,
         } => maintain::retain(&store, keep_last, keep_every, !no_keep_tagged),
         Command::Tag { store, name, step } => maintain::tag(&store, &name, step),
+        Command::Policy {
+            store,
+            pattern,
+            tiered,
+            pinned,
+            pin,
+            remove,
+            residual,
+        } => tiers::policy(
+            &store,
+            pattern.as_deref(),
+            tiers::PolicyArgs {
+                tiered,
+                pinned,
+                pin,
+                remove,
+                residual,
+            },
+        ),
+        Command::Maintain { store, now } => tiers::maintain(&store, now),
         Command::Demo { dir, synthetic } => demo::run(&out, dir.as_deref(), synthetic),
     };
     let mut stderr = std::io::stderr();
