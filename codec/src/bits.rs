@@ -7,7 +7,7 @@
 //!
 //! Both directions are allocation-free: the caller passes the slices. Every width has a
 //! fast path that turns 8 codes into exactly `bits` bytes with a branch-free SWAR fold on
-//! one `u64` (see [`fold8`]); the scalar accumulator of ADR-019 handles the last `< 8` codes
+//! one `u64` (see `fold8`); the scalar accumulator of ADR-019 handles the last `< 8` codes
 //! and is kept as the reference the fast path is tested against.
 
 use thiserror::Error;

@@ -42,6 +42,7 @@
 
 mod planes;
 mod rans;
+mod scratch;
 
 use crate::DType;
 use planes::{join, join_head, split, split_head, Head, Plane};
@@ -278,6 +279,10 @@ pub fn encode(
     let n = data.len() / w;
     let rotate = dtype.is_float();
     let cut = Cut::choose(dtype, base);
+    // Room for the payload at its largest (raw planes, or a coded plane's regions before
+    // they are trimmed), so that `out` is not moved as it grows; pages never written are
+    // not made resident.
+    out.reserve(data.len() + data.len() / 8 + 4096);
     let start = out.len();
     out.push(cut.code());
     let table = out.len();
@@ -293,32 +298,34 @@ pub fn encode(
         zstd: None,
         stats: Vec::with_capacity(w),
     };
-    match cut {
-        Cut::Bytes => {
-            let mut planes = vec![0u8; data.len()];
-            match w {
-                1 => split::<1>(data, base, rotate, &mut planes),
-                2 => split::<2>(data, base, rotate, &mut planes),
-                4 => split::<4>(data, base, rotate, &mut planes),
-                _ => split::<8>(data, base, rotate, &mut planes),
+    scratch::with(|scratch| -> Result<(), LosslessError> {
+        match cut {
+            Cut::Bytes => {
+                let (planes, _) = scratch.get(data.len(), 0);
+                match w {
+                    1 => split::<1>(data, base, rotate, planes),
+                    2 => split::<2>(data, base, rotate, planes),
+                    4 => split::<4>(data, base, rotate, planes),
+                    _ => split::<8>(data, base, rotate, planes),
+                }
+                for k in 0..w {
+                    enc.plane(&planes[k * n..(k + 1) * n], 8, out)?;
+                }
             }
-            for k in 0..w {
-                enc.plane(&planes[k * n..(k + 1) * n], 8, out)?;
+            Cut::Head => {
+                let (rest, head) = scratch.get((w - 1) * n, n);
+                match w {
+                    2 => split_head::<2>(data, base, head, rest),
+                    _ => split_head::<4>(data, base, head, rest),
+                }
+                enc.plane(head, cut.bits(0, w), out)?;
+                for k in 1..w {
+                    enc.plane(&rest[(k - 1) * n..k * n], cut.bits(k, w), out)?;
+                }
             }
         }
-        Cut::Head => {
-            let mut head = vec![0u16; n];
-            let mut rest = vec![0u8; (w - 1) * n];
-            match w {
-                2 => split_head::<2>(data, base, &mut head, &mut rest),
-                _ => split_head::<4>(data, base, &mut head, &mut rest),
-            }
-            enc.plane(&head, cut.bits(0, w), out)?;
-            for k in 1..w {
-                enc.plane(&rest[(k - 1) * n..k * n], cut.bits(k, w), out)?;
-            }
-        }
-    }
+        Ok(())
+    })?;
     for (k, &(method, stored)) in enc.stats.iter().enumerate() {
         let e = &mut out[table + 5 * k..table + 5 * k + 5];
         e[0] = method as u8;
@@ -666,15 +673,48 @@ pub fn decode(
         *b = &payload[pos..pos + stored];
         pos += stored;
     }
+    scratch::with(|scratch| {
+        let mut table = std::mem::take(&mut scratch.table);
+        let r = decode_planes(
+            cut,
+            dtype,
+            &entries[..w],
+            &bodies[..w],
+            base,
+            scratch,
+            &mut table,
+            out,
+        );
+        scratch.table = table;
+        r
+    })
+}
+
+/// Decodes the planes of a checked payload (`entries` and `bodies` per plane) and joins
+/// them into `out`.
+#[allow(clippy::too_many_arguments)]
+fn decode_planes(
+    cut: Cut,
+    dtype: DType,
+    entries: &[(u8, usize)],
+    bodies: &[&[u8]],
+    base: Option<&[u8]>,
+    scratch: &mut scratch::Scratch,
+    table: &mut Vec<u32>,
+    out: &mut [u8],
+) -> Result<(), LosslessError> {
+    let w = dtype.size();
+    let n = out.len() / w;
+    let float = dtype.is_float();
     let contexts = match base {
-        Some(b) if entries[..w].iter().any(|e| e.0 == 4) => Some(exponent_bytes(dtype, b)),
+        Some(b) if entries.iter().any(|e| e.0 == 4) => Some(exponent_bytes(dtype, b)),
         _ => None,
     };
     let mut dec = PlaneDecoder {
         n,
         exps: contexts.as_deref(),
         map: None,
-        table: Vec::new(),
+        table,
         zstd: None,
     };
 
@@ -683,8 +723,13 @@ pub fn decode(
     let scratch_planes = (first_byte_plane..w)
         .filter(|&k| !(entries[k].0 == 2 || entries[k].0 == 0 && cut.bits(k, w) == 8))
         .count();
-    let mut scratch = vec![0u8; scratch_planes * n];
-    let mut parts = scratch.chunks_mut(n.max(1));
+    let head_words = if cut == Cut::Head && entries[0].0 != 2 {
+        n
+    } else {
+        0
+    };
+    let (bytes, words) = scratch.get(scratch_planes * n, head_words);
+    let mut parts = bytes.chunks_mut(n.max(1));
     let mut planes: [Plane<'_>; 8] = [Plane::Constant(0); 8];
     for k in first_byte_plane..w {
         let (method, body) = (entries[k].0, bodies[k]);
@@ -721,13 +766,11 @@ pub fn decode(
         },
         Cut::Head => {
             let (method, body) = (entries[0].0, bodies[0]);
-            let mut words = Vec::new();
             let head = if method == 2 {
                 Head::Constant(dec.constant(body, 0, planes::HEAD_BITS)?)
             } else {
-                words.resize(n, 0u16);
-                dec.plane(method, body, 0, planes::HEAD_BITS, &mut words)?;
-                Head::Words(&words)
+                dec.plane(method, body, 0, planes::HEAD_BITS, words)?;
+                Head::Words(words)
             };
             match w {
                 2 => join_head::<2>(head, &planes[1..2], base, out),
@@ -747,7 +790,7 @@ struct PlaneDecoder<'a> {
     /// usually share one).
     map: Option<(u8, usize, rans::ContextMap)>,
     /// rANS decode tables, reused from plane to plane.
-    table: Vec<u32>,
+    table: &'a mut Vec<u32>,
     zstd: Option<zstd::bulk::Decompressor<'static>>,
 }
 
@@ -787,14 +830,7 @@ impl PlaneDecoder<'_> {
                 }
                 None => return Err(LosslessError::UnknownMethod { plane, method }),
             },
-            3 => rans::decode(
-                body,
-                plane,
-                rans::Contexts::Order0,
-                bits,
-                dst,
-                &mut self.table,
-            )?,
+            3 => rans::decode(body, plane, rans::Contexts::Order0, bits, dst, self.table)?,
             _ => {
                 // Method 4; the table check guarantees a base of a float.
                 let count = rans::stream_contexts(&body[1..], plane, rans::MAX_CONTEXTS)?;
@@ -807,7 +843,7 @@ impl PlaneDecoder<'_> {
                     }
                 };
                 let ctx = rans::Contexts::Given(&map.2);
-                let r = rans::decode(&body[1..], plane, ctx, bits, dst, &mut self.table);
+                let r = rans::decode(&body[1..], plane, ctx, bits, dst, self.table);
                 self.map = Some(map);
                 r?;
             }
