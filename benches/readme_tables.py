@@ -80,7 +80,7 @@ def store_table():
     strata = os.path.join(ROOT, "target", "release", "strata")
     lines = [
         f"Measured {machine()}; each series imported into a fresh store (default options: 1 MiB blocks, "
-        "chain deltas, at most 8 segments per read), one checkpoint per file, compacted.",
+        "chain deltas, at most 6 segments per read), one checkpoint per file, compacted.",
         "",
         "| series | steps | raw MB | file MB | Strata raw/file | ZipNN XOR-delta | Strata / ZipNN | import MB/s |",
         "|---|---|---|---|---|---|---|---|",

@@ -347,7 +347,7 @@ REASONS = {
                     "entropy stage (ADR 0004) needs a look.",
     "store-plain": "plain safetensors files need no coding: a write is a buffered copy into the page cache "
                    "(no fsync) and a read a copy out of it, while Strata encodes, commits every checkpoint "
-                   "durably (fsync), compacts the file at the end, and decodes a chain of deltas (at most 8 "
+                   "durably (fsync), compacts the file at the end, and decodes a chain of deltas (at most 6 "
                    "segments per block) on reads.",
     "store-zipnn": "ZipNN's files are written without fsync or compaction and, per checkpoint, read back with "
                    "one Huffman decode per tensor; Strata commits every checkpoint durably (fsync), compacts at "

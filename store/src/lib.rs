@@ -92,6 +92,7 @@
 //! its address), then decoding upward with the codec, which checks the segment checksum and
 //! that each delta gets the base it was made against.
 
+mod buffers;
 mod cache;
 mod checkpoints;
 mod error;

@@ -27,7 +27,7 @@ pub struct Options {
     /// Raw bytes per block (rounded down to whole elements, at least one). Default 1 MiB.
     pub block_bytes: u64,
     /// Most segments decoded to read one block, and for [`DeltaPolicy::Star`] the most
-    /// versions between keyframes. 1 stores every block as a keyframe. Default 8.
+    /// versions between keyframes. 1 stores every block as a keyframe. Default 6 (ADR 0006).
     pub max_chain: u8,
     /// How bases are chosen. Default [`DeltaPolicy::Chain`].
     pub policy: DeltaPolicy,
@@ -46,7 +46,7 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             block_bytes: 1 << 20,
-            max_chain: 8,
+            max_chain: 6,
             policy: DeltaPolicy::Chain,
             cache_bytes: 256 << 20,
             lossless: LosslessOptions::default(),

@@ -12,6 +12,7 @@ use redb::ReadableTable;
 use strata_codec::segment::{Segment, SegmentError, SegmentHeader};
 use strata_codec::DType;
 
+use crate::buffers::POOL;
 use crate::cache::{Block, BlockCache};
 use crate::error::{DbContext, Result, StoreError};
 use crate::record::Stored;
@@ -445,16 +446,20 @@ impl Job {
     }
 
     fn decode_lossless(mut self, cache: &BlockCache) -> Result<Block> {
+        if !cache.wants(self.len) {
+            return self.decode_lossless_uncached();
+        }
         let mut base = self.base.take();
-        for link in self.links.iter().rev() {
-            let seg_err = |source| self.segment_error(link, source);
-            let seg = self.parse_checked(link, |h| h.decoded_len().ok() == Some(self.len))?;
+        let links = std::mem::take(&mut self.links);
+        for link in links.into_iter().rev() {
+            let seg = self.parse_checked(&link, |h| h.decoded_len().ok() == Some(self.len))?;
             let out = seg
                 .decode_lossless(base.as_deref().map(Vec::as_slice), self.len)
-                .map_err(seg_err)?;
+                .map_err(|e| self.segment_error(&link, e))?;
             let block = Arc::new(out);
             cache.insert(link.address, block.clone());
             base = Some(block);
+            POOL.give(link.bytes);
         }
         match base {
             Some(block) if block.len() == self.len => Ok(block),
@@ -467,6 +472,43 @@ impl Job {
                     other.map_or(0, |b| b.len()),
                     self.len
                 ),
+            }),
+        }
+    }
+}
+
+impl Job {
+    /// The chain decoded in two buffers that trade places at each link: nothing decoded on
+    /// the way is kept (the cache would not take it), so no link allocates (fresh pages cost
+    /// a page fault each; at chain depth 5 this halves a 4 MiB read, ADR 0006).
+    fn decode_lossless_uncached(mut self) -> Result<Block> {
+        let cached = self.base.take();
+        let mut prev: Option<Vec<u8>> = None;
+        let mut out = POOL.take_filled(self.len);
+        let links = std::mem::take(&mut self.links);
+        let count = links.len();
+        for (i, link) in links.into_iter().rev().enumerate() {
+            let seg = self.parse_checked(&link, |h| h.decoded_len().ok() == Some(self.len))?;
+            let base = prev.as_deref().or(cached.as_deref().map(Vec::as_slice));
+            seg.decode_lossless_into(base, &mut out)
+                .map_err(|e| self.segment_error(&link, e))?;
+            POOL.give(link.bytes);
+            let next = match prev.take() {
+                Some(buf) => buf,
+                None if i + 1 < count => POOL.take_filled(self.len),
+                None => Vec::new(),
+            };
+            prev = Some(std::mem::replace(&mut out, next));
+        }
+        POOL.give(out);
+        match (prev, cached) {
+            (Some(block), _) => Ok(Arc::new(block)),
+            (None, Some(block)) if block.len() == self.len => Ok(block),
+            _ => Err(StoreError::BlockMismatch {
+                tensor: self.name.to_string(),
+                step: self.step,
+                block: self.block,
+                reason: "the block has no segment to decode".into(),
             }),
         }
     }
@@ -520,8 +562,11 @@ where
         let jobs: Vec<Job> = decodable.iter_mut().filter_map(Option::take).collect();
         let mut decoded = decode_all(jobs, cache).into_iter();
         for (i, (done, f)) in (b..end).zip(rebuilt.into_iter().zip(fidelity)) {
-            match done {
-                Some((block, f)) => sink(i, &block, f),
+            let block = match done {
+                Some((block, f)) => {
+                    sink(i, &block, f);
+                    block
+                }
                 None => {
                     let block = decoded.next().ok_or_else(|| StoreError::BlockMismatch {
                         tensor: name.to_string(),
@@ -530,7 +575,12 @@ where
                         reason: "a block was not decoded".into(),
                     })??;
                     sink(i, &block, f);
+                    block
                 }
+            };
+            // Not held by the cache: the buffer serves the next read.
+            if let Ok(buf) = Arc::try_unwrap(block) {
+                POOL.give(buf);
             }
         }
         b = end;

@@ -109,7 +109,7 @@ pub(crate) fn fetch(
             info.len
         )));
     }
-    let mut out = Vec::with_capacity(info.len as usize);
+    let mut out = crate::buffers::POOL.take(info.len as usize);
     let found_chunks = read_pieces(chunks, info.id, info.len, &mut out, "chunk")?;
     let found_tail = read_pieces(tails, info.id, info.len, &mut out, "tail piece")?;
     if found_chunks != info.chunks || found_tail != info.tail_pieces || out.len() as u64 != info.len
