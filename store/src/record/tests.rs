@@ -158,3 +158,40 @@ fn sealed_records_catch_any_changed_byte_of_key_or_value() {
     assert!(VersionRecord::from_stored(&other, &stored).is_err());
     assert!(unseal(&key, &value[..3]).is_err());
 }
+
+mod arbitrary_bytes {
+    //! Every record decoder on arbitrary bytes: an error or a record, never a panic, and a
+    //! record that decodes encodes back to the same bytes.
+
+    use super::*;
+    use crate::tiers::policy::Rule;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        #[test]
+        fn decoders_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {
+            if let Ok(r) = VersionRecord::decode(&bytes) {
+                prop_assert_eq!(r.encode(), bytes.clone());
+            }
+            if let Ok(r) = TierRow::decode(&bytes) {
+                prop_assert_eq!(TierRow::decode(&r.encode()), Ok(r));
+            }
+            if let Ok(r) = CheckpointRecord::decode(&bytes) {
+                prop_assert_eq!(r.encode(), bytes.clone());
+            }
+            let _ = SegmentInfo::decode(&bytes);
+            let _ = Rule::decode(b"kv.*", &bytes);
+            let _ = unseal(b"key", &bytes);
+        }
+
+        #[test]
+        fn mutated_records_never_panic(at in 0usize..200, byte in any::<u8>()) {
+            let mut v = sample().encode();
+            let i = at % v.len();
+            v[i] = byte;
+            let _ = VersionRecord::decode(&v);
+        }
+    }
+}
