@@ -5,34 +5,17 @@
 // A test reports an unusable input by panicking with a message.
 #![allow(clippy::panic)]
 
-use std::path::{Path, PathBuf};
+mod common;
 
+use common::read;
 use safetensors::{Dtype, SafeTensors};
 use strata_codec::lossless::LosslessOptions;
 use strata_codec::quant::{QuantBits, QuantParams, DEFAULT_GROUP_SIZE};
 use strata_codec::segment::{self, Segment};
 use strata_codec::DType;
 
-const SERIES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data/series");
-
 /// Decode limit: the largest tensor here is well under this.
 const LIMIT: usize = 1 << 28;
-
-fn series_dir() -> PathBuf {
-    let dir = Path::new(SERIES);
-    assert!(
-        dir.is_dir(),
-        "real-data test needs the checkpoint series at {} (shared/data/series next to the \
-         workspace; CI provides it)",
-        dir.display()
-    );
-    dir.to_path_buf()
-}
-
-fn read(rel: &str) -> Vec<u8> {
-    let path = series_dir().join(rel);
-    std::fs::read(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
-}
 
 /// A tensor of a checkpoint: name, codec dtype, little-endian bytes.
 struct Tensor {
@@ -44,24 +27,7 @@ struct Tensor {
 impl Tensor {
     /// The values as f32 (exact for every float dtype here).
     fn to_f32(&self) -> Vec<f32> {
-        match self.dtype {
-            DType::F32 => self
-                .data
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect(),
-            DType::BF16 => self
-                .data
-                .chunks_exact(2)
-                .map(|b| f32::from_bits(u32::from(u16::from_le_bytes([b[0], b[1]])) << 16))
-                .collect(),
-            DType::F16 => self
-                .data
-                .chunks_exact(2)
-                .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
-                .collect(),
-            other => panic!("{}: {other} is not a float dtype", self.name),
-        }
+        common::to_f32(self.dtype, &self.data)
     }
 }
 

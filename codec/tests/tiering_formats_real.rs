@@ -6,8 +6,11 @@
 // A test reports an unusable input by panicking with a message.
 #![allow(clippy::panic)]
 
-use std::path::{Path, PathBuf};
+mod common;
 
+use std::path::PathBuf;
+
+use common::{series_dir, to_f32};
 use safetensors::SafeTensors;
 use strata_codec::frames::{FrameParams, FramePush, FrameSegment, FrameStreamEncoder};
 use strata_codec::hpdkv::{HalfDType, HpdkvView};
@@ -17,25 +20,11 @@ use strata_codec::residual;
 use strata_codec::segment::{self, Segment};
 use strata_codec::DType;
 
-const SERIES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data/series");
 const LIMIT: usize = 1 << 28;
-
-fn series_dir() -> PathBuf {
-    let dir = Path::new(SERIES);
-    assert!(
-        dir.is_dir(),
-        "real-data test needs the checkpoint series at {} (shared/data/series next to the \
-         workspace; CI provides it)",
-        dir.display()
-    );
-    dir.to_path_buf()
-}
 
 /// `(name, dtype, raw bytes)` of every float tensor of a checkpoint, by name.
 fn load(rel: &str) -> Vec<(String, DType, Vec<u8>)> {
-    let path = series_dir().join(rel);
-    let bytes =
-        std::fs::read(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    let bytes = common::read(rel);
     let st = SafeTensors::deserialize(&bytes).expect("valid safetensors file");
     let mut out: Vec<(String, DType, Vec<u8>)> = st
         .tensors()
@@ -50,20 +39,6 @@ fn load(rel: &str) -> Vec<(String, DType, Vec<u8>)> {
     out.sort_by(|a, b| a.0.cmp(&b.0));
     assert!(!out.is_empty(), "{rel}: no float tensors");
     out
-}
-
-fn to_f32(dtype: DType, b: &[u8]) -> Vec<f32> {
-    match dtype {
-        DType::F32 => b
-            .chunks_exact(4)
-            .map(|w| f32::from_le_bytes([w[0], w[1], w[2], w[3]]))
-            .collect(),
-        DType::BF16 => b
-            .chunks_exact(2)
-            .map(|w| f32::from_bits(u32::from(u16::from_le_bytes([w[0], w[1]])) << 16))
-            .collect(),
-        other => panic!("{other} is not in the shared series"),
-    }
 }
 
 fn dequantized(dtype: DType, values: &[f32], bits: QuantBits) -> Vec<f32> {
