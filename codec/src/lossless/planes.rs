@@ -120,21 +120,8 @@ pub(crate) fn join<const W: usize>(
     let n = out.len() / W;
     if W == 2 || W == 4 {
         // Constant planes become filled ones, so that the word loops below take slices.
-        let filled: Vec<Vec<u8>> = planes
-            .iter()
-            .map(|p| match p {
-                Plane::Constant(c) => vec![*c; n],
-                Plane::Bytes(_) => Vec::new(),
-            })
-            .collect();
-        let p: Vec<&[u8]> = planes
-            .iter()
-            .zip(&filled)
-            .map(|(p, f)| match p {
-                Plane::Bytes(b) => *b,
-                Plane::Constant(_) => f.as_slice(),
-            })
-            .collect();
+        let filled = constant_fills(planes, n);
+        let p = plane_slices(planes, &filled);
         match p.as_slice() {
             [a, b] => return join2(a, b, base, rotate, out),
             [a, b, c, d] => return join4([a, b, c, d], base, rotate, out),
@@ -374,21 +361,8 @@ pub(crate) fn join_head<const W: usize>(
             &head_words
         }
     };
-    let filled: Vec<Vec<u8>> = rest
-        .iter()
-        .map(|p| match p {
-            Plane::Constant(c) => vec![*c; n],
-            Plane::Bytes(_) => Vec::new(),
-        })
-        .collect();
-    let p: Vec<&[u8]> = rest
-        .iter()
-        .zip(&filled)
-        .map(|(p, f)| match p {
-            Plane::Bytes(b) => *b,
-            Plane::Constant(_) => f.as_slice(),
-        })
-        .collect();
+    let filled = constant_fills(rest, n);
+    let p = plane_slices(rest, &filled);
     match p.as_slice() {
         [t] => {
             let words = out.chunks_exact_mut(2).zip(h.iter().zip(*t));
@@ -609,4 +583,27 @@ mod tests {
             }
         }
     }
+}
+
+/// For each constant plane, its `n` bytes (empty for the others).
+fn constant_fills(planes: &[Plane<'_>], n: usize) -> Vec<Vec<u8>> {
+    planes
+        .iter()
+        .map(|p| match p {
+            Plane::Constant(c) => vec![*c; n],
+            Plane::Bytes(_) => Vec::new(),
+        })
+        .collect()
+}
+
+/// Every plane as a slice: its bytes, or its fill from [`constant_fills`].
+fn plane_slices<'a>(planes: &'a [Plane<'a>], filled: &'a [Vec<u8>]) -> Vec<&'a [u8]> {
+    planes
+        .iter()
+        .zip(filled)
+        .map(|(p, f)| match p {
+            Plane::Bytes(b) => *b,
+            Plane::Constant(_) => f.as_slice(),
+        })
+        .collect()
 }
