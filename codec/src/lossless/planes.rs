@@ -521,6 +521,29 @@ fn unpack6_with(src: &[u8], out: &mut [u8], simd: bool) -> usize {
     out.len() / 4 * 4
 }
 
+/// For each constant plane, its `n` bytes (empty for the others).
+fn constant_fills(planes: &[Plane<'_>], n: usize) -> Vec<Vec<u8>> {
+    planes
+        .iter()
+        .map(|p| match p {
+            Plane::Constant(c) => vec![*c; n],
+            Plane::Bytes(_) => Vec::new(),
+        })
+        .collect()
+}
+
+/// Every plane as a slice: its bytes, or its fill from [`constant_fills`].
+fn plane_slices<'a>(planes: &'a [Plane<'a>], filled: &'a [Vec<u8>]) -> Vec<&'a [u8]> {
+    planes
+        .iter()
+        .zip(filled)
+        .map(|(p, f)| match p {
+            Plane::Bytes(b) => *b,
+            Plane::Constant(_) => f.as_slice(),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -583,27 +606,4 @@ mod tests {
             }
         }
     }
-}
-
-/// For each constant plane, its `n` bytes (empty for the others).
-fn constant_fills(planes: &[Plane<'_>], n: usize) -> Vec<Vec<u8>> {
-    planes
-        .iter()
-        .map(|p| match p {
-            Plane::Constant(c) => vec![*c; n],
-            Plane::Bytes(_) => Vec::new(),
-        })
-        .collect()
-}
-
-/// Every plane as a slice: its bytes, or its fill from [`constant_fills`].
-fn plane_slices<'a>(planes: &'a [Plane<'a>], filled: &'a [Vec<u8>]) -> Vec<&'a [u8]> {
-    planes
-        .iter()
-        .zip(filled)
-        .map(|(p, f)| match p {
-            Plane::Bytes(b) => *b,
-            Plane::Constant(_) => f.as_slice(),
-        })
-        .collect()
 }
