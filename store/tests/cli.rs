@@ -239,3 +239,42 @@ fn demo_runs_on_real_and_synthetic_data() {
         assert!(dir.path().join("strata-demo.strata").is_file());
     }
 }
+
+#[test]
+fn cli_tier_policies_and_maintenance() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = dir.path().join("tiers.strata");
+    let src = series_root().join("dev_ft/bf16/step_000430.safetensors");
+    ok(&["import", p(&store), p(&src), "--step", "430"]);
+    let name = load_series("dev_ft/bf16")[0].tensors[0].0.clone();
+
+    assert!(ok(&["policy", p(&store)]).contains("no tier policy rules"));
+    let out = ok(&["policy", p(&store), "*", "--tiered", "warm7"]);
+    assert!(out.contains("tiered from warm7"), "{out}");
+    ok(&["policy", p(&store), "*norm*", "--pin"]);
+    let out = ok(&["policy", p(&store)]);
+    assert!(out.contains("pin ") && out.contains("*norm*"), "{out}");
+
+    // The lossless checkpoint converts at the next pass (at a fixed time, for the test).
+    let out = ok(&["maintain", p(&store), "--now", "1000"]);
+    assert!(out.contains("versions converted"), "{out}");
+    assert!(!out.starts_with("0 moves, 0 versions"), "{out}");
+    let log = ok(&["log", p(&store), &name]);
+    let tiered = log.contains("warm7") || name.contains("norm");
+    assert!(tiered, "{log}");
+    let stats = ok(&["stats", p(&store), "--json"]);
+    assert!(stats.contains("\"tier_bytes\""), "{stats}");
+    assert!(ok(&["verify", p(&store)]).contains("verify OK"));
+
+    // Bad input: an unknown tier, no action, an unknown rule.
+    for args in [
+        vec!["policy", p(&store), "x", "--tiered", "warm6"],
+        vec!["policy", p(&store), "x"],
+    ] {
+        let out = strata(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+    }
+    let out = strata(&["policy", p(&store), "nope", "--remove"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no tier policy rule"));
+}
