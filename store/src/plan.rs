@@ -18,7 +18,7 @@ use crate::record::{
 };
 use crate::segstore::address_of;
 use crate::tensor::TensorRef;
-use crate::tiers::lossy;
+use crate::tiers::lossy::{self, ResidualBytes};
 use crate::tiers::policy::{Residual, RuleSet, TierPolicy};
 
 /// Longest tensor name accepted, in bytes.
@@ -43,16 +43,7 @@ pub(crate) struct PlannedVersion {
     /// A version exists at this step and is being overwritten.
     pub(crate) replaces: bool,
     /// The tier policy of a version stored quantized, and per block its residual.
-    pub(crate) tiered: Option<(TierPolicy, Vec<Option<PlannedResidual>>)>,
-}
-
-/// A residual to store beside a quantized block.
-#[derive(Debug)]
-pub(crate) enum PlannedResidual {
-    /// Exact XOR residual segment.
-    Exact(Vec<u8>),
-    /// Sparse top-k HPΔKV blob.
-    Sparse(Vec<u8>),
+    pub(crate) tiered: Option<(TierPolicy, Vec<Option<ResidualBytes>>)>,
 }
 
 /// Checks a name.
@@ -167,7 +158,7 @@ struct Done {
     block: u64,
     record: BlockRecord,
     segment: Option<Vec<u8>>,
-    residual: Option<PlannedResidual>,
+    residual: Option<ResidualBytes>,
 }
 
 /// Plans `items` against the versions visible through `fetcher`.
@@ -470,25 +461,15 @@ fn encode_lossy(
     let not_float = strata_codec::segment::SegmentError::NotFloat { dtype: task.dtype };
     let bits = tier.quant_bits().ok_or(not_float.clone())?;
     let values = lossy::to_f32(task.dtype, task.data).ok_or(not_float)?;
-    let exact = matches!(residual, Residual::Exact).then_some(task.data);
     let block = lossy::encode(
         task.dtype,
         &values,
         bits,
         opts.tiering.config.group_size,
-        exact,
+        Some(task.data),
+        residual,
         &opts.lossless,
     )?;
-    let residual = match residual {
-        Residual::None => None,
-        Residual::Exact => block.exact_residual.map(PlannedResidual::Exact),
-        Residual::TopK { fraction } => {
-            let approx = lossy::decode_values(task.dtype, &block.segment, task.data.len())?;
-            Some(PlannedResidual::Sparse(lossy::sparse_residual(
-                task.dtype, &values, &approx, fraction,
-            )?))
-        }
-    };
     Ok(Done {
         version: task.version,
         block: task.block,
@@ -498,6 +479,6 @@ fn encode_lossy(
             Form::Quantized,
         ),
         segment: Some(block.segment),
-        residual,
+        residual: block.residual,
     })
 }

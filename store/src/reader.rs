@@ -50,6 +50,46 @@ pub(crate) type WritableTables<'txn> = Tables<
     redb::Table<'txn, [u8; 12], &'static [u8]>,
 >;
 
+impl<V, S, C> Tables<V, S, C>
+where
+    S: ReadableTable<u128, &'static [u8]>,
+    C: ReadableTable<[u8; 12], &'static [u8]>,
+{
+    /// The bytes stored at `address` (a segment or a blob held for block `block` of
+    /// `(name, step)`), their content hash checked; errors name the block.
+    pub(crate) fn fetch_segment(
+        &self,
+        name: &str,
+        step: u64,
+        block: u64,
+        address: u128,
+    ) -> Result<Vec<u8>> {
+        segstore::fetch(&self.segments, &self.chunks, &self.tails, address)
+            .map_err(|e| fetch_error(e, name, step, block, address))
+    }
+
+    /// The exact bytes of a quantized block from its decoded `lossy` bytes and the exact
+    /// residual stored at `address`.
+    pub(crate) fn apply_exact_residual(
+        &self,
+        name: &str,
+        step: u64,
+        block: u64,
+        address: u128,
+        lossy: &[u8],
+    ) -> Result<Vec<u8>> {
+        let residual = self.fetch_segment(name, step, block, address)?;
+        lossy::apply_exact_residual(lossy, &residual, lossy.len()).map_err(|source| {
+            StoreError::Residual {
+                tensor: name.to_string(),
+                step,
+                block,
+                source: Box::new(source),
+            }
+        })
+    }
+}
+
 /// Reads the record of version `step` of `name`, if any.
 pub(crate) fn load_version(
     versions: &impl ReadableTable<&'static [u8], &'static [u8]>,
@@ -173,13 +213,9 @@ where
                 job.base = Some(hit);
                 return Ok(job);
             }
-            let bytes = segstore::fetch(
-                &self.tables.segments,
-                &self.tables.chunks,
-                &self.tables.tails,
-                cur.address,
-            )
-            .map_err(|e| fetch_error(e, name, cur_step, block, cur.address))?;
+            let bytes = self
+                .tables
+                .fetch_segment(name, cur_step, block, cur.address)?;
             job.links.push(Link {
                 step: cur_step,
                 address: cur.address,
@@ -242,13 +278,8 @@ where
             return Ok(job);
         }
         let fetch = |address| {
-            segstore::fetch(
-                &self.tables.segments,
-                &self.tables.chunks,
-                &self.tables.tails,
-                address,
-            )
-            .map_err(|e| fetch_error(e, &job.name, job.step, job.block, address))
+            self.tables
+                .fetch_segment(&job.name, job.step, job.block, address)
         };
         if let Some(ResidualRef::Sparse { address, .. }) = row.residual {
             job.sparse = Some(fetch(address)?);

@@ -92,18 +92,10 @@ impl Store {
                     fidelity: crate::tiers::lossy::fidelity_of(row.precision, rec.dtype),
                 });
             };
-            let residual = crate::segstore::fetch(&r.t.segments, &r.t.chunks, &r.t.tails, address)
-                .map_err(|e| crate::reader::fetch_error(e, name, step, b, address))?;
             let lo = (b * rec.block_elems * size) as usize;
             let hi = lo + (rec.block_len(b) * size) as usize;
             let exact =
-                crate::tiers::lossy::apply_exact_residual(&t.data[lo..hi], &residual, hi - lo)
-                    .map_err(|source| StoreError::Residual {
-                        tensor: name.to_string(),
-                        step,
-                        block: b,
-                        source: Box::new(source),
-                    })?;
+                r.t.apply_exact_residual(name, step, b, address, &t.data[lo..hi])?;
             t.data[lo..hi].copy_from_slice(&exact);
         }
         t.fidelity = Fidelity::Exact;

@@ -22,7 +22,7 @@ use crate::error::{Result, StoreError};
 use crate::plan::{at_or_before, check_name};
 use crate::reader::load_version;
 use crate::record::{BlockRecord, Form, Rebuild, TierRow, VersionRecord};
-use crate::segstore::{self, address_of};
+use crate::segstore::address_of;
 use crate::store::Store;
 use crate::tiers::rows::put_row;
 use crate::tiers::runtime::{spec_of, tiering_reconstruct};
@@ -256,8 +256,7 @@ impl Store {
             [b] if matches!(b.form, Form::Frame { .. }) && rec.elements == len as u64 => *b,
             _ => return fresh(),
         };
-        let bytes = segstore::fetch(&r.t.segments, &r.t.chunks, &r.t.tails, block.address)
-            .map_err(|e| crate::reader::fetch_error(e, name, step, 0, block.address))?;
+        let bytes = r.t.fetch_segment(name, step, 0, block.address)?;
         let frame_err = |source| StoreError::Frame {
             tensor: name.to_string(),
             step,

@@ -13,6 +13,8 @@ use strata_codec::segment::{self, Segment, SegmentError};
 use strata_codec::DType;
 use strata_tiering::Precision;
 
+use crate::tiers::policy::Residual;
+
 /// The values of float `bytes` as `f32` (`None` for an integer dtype).
 pub(crate) fn to_f32(dtype: DType, bytes: &[u8]) -> Option<Vec<f32>> {
     use crate::values::le_values as each;
@@ -58,38 +60,64 @@ pub(crate) fn fidelity_of(precision: Precision, dtype: DType) -> super::Fidelity
     }
 }
 
+/// Residual bytes to store beside a quantized block.
+#[derive(Debug)]
+pub(crate) enum ResidualBytes {
+    /// An exact XOR residual: a lossless delta segment against the lossy bytes.
+    Exact(Vec<u8>),
+    /// A sparse top-k HPΔKV blob.
+    Sparse(Vec<u8>),
+}
+
+impl ResidualBytes {
+    /// The bytes.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        match self {
+            ResidualBytes::Exact(b) | ResidualBytes::Sparse(b) => b,
+        }
+    }
+}
+
 /// A block encoded at a quantized tier.
 #[derive(Debug)]
 pub(crate) struct LossyBlock {
     /// The quantized segment.
     pub(crate) segment: Vec<u8>,
-    /// The exact XOR residual (a lossless delta segment against the lossy bytes).
-    pub(crate) exact_residual: Option<Vec<u8>>,
+    /// What it keeps of the quantization error.
+    pub(crate) residual: Option<ResidualBytes>,
 }
 
-/// Quantizes `values` (of a block of `dtype`) at `bits`; with `exact` (the block's exact
-/// bytes), also the residual that rebuilds them from the lossy bytes.
+/// Quantizes `values` (of a block of `dtype`) at `bits` with the residual `residual` asks
+/// for: an exact one needs `exact` (the block's exact bytes; none is made without them), a
+/// top-k one is taken against `values`.
 pub(crate) fn encode(
     dtype: DType,
     values: &[f32],
     bits: QuantBits,
     group_size: u32,
     exact: Option<&[u8]>,
+    residual: Residual,
     lossless: &LosslessOptions,
 ) -> Result<LossyBlock, ResidualError> {
     let params = QuantParams::new(bits).with_group_size(group_size);
     let segment = segment::encode_quantized(dtype, values, &params)?;
-    let exact_residual = match exact {
-        Some(exact) => {
+    let len = values.len() * dtype.size();
+    let residual = match (residual, exact) {
+        (Residual::None, _) | (Residual::Exact, None) => None,
+        (Residual::Exact, Some(exact)) => {
             let lossy = decode(dtype, &segment, exact.len())?;
-            Some(residual::exact_residual(dtype, exact, &lossy, lossless)?)
+            Some(ResidualBytes::Exact(residual::exact_residual(
+                dtype, exact, &lossy, lossless,
+            )?))
         }
-        None => None,
+        (Residual::TopK { fraction }, _) => {
+            let approx = decode_values(dtype, &segment, len)?;
+            Some(ResidualBytes::Sparse(sparse_residual(
+                dtype, values, &approx, fraction,
+            )?))
+        }
     };
-    Ok(LossyBlock {
-        segment,
-        exact_residual,
-    })
+    Ok(LossyBlock { segment, residual })
 }
 
 /// The f32 values of a quantized segment of `len` bytes of `dtype` when decoded.
@@ -192,14 +220,16 @@ mod tests {
                 QuantBits::B5,
                 64,
                 Some(&bytes),
+                Residual::Exact,
                 &LosslessOptions::default(),
             )
             .unwrap();
             let lossy = decode(dt, &b.segment, bytes.len()).unwrap();
             assert_ne!(lossy, bytes);
-            let back =
-                apply_exact_residual(&lossy, b.exact_residual.as_deref().unwrap(), bytes.len())
-                    .unwrap();
+            let Some(ResidualBytes::Exact(res)) = &b.residual else {
+                panic!("no exact residual")
+            };
+            let back = apply_exact_residual(&lossy, res, bytes.len()).unwrap();
             assert_eq!(back, bytes);
         }
     }

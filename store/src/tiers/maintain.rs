@@ -20,17 +20,18 @@ use rayon::prelude::*;
 use strata_tiering::{AccessStats, Move, Plan, Precision, Tick, Tier};
 
 use crate::error::{Result, StoreError};
-use crate::plan::{at_or_before, predecessor, PlannedResidual};
+use crate::plan::{at_or_before, predecessor};
 use crate::reader::{load_version, Fetcher};
 use crate::rebase::{rebase_dependents, WriteTables};
 use crate::record::{BlockRecord, Form, Rebuild, ResidualRef, SourceAt, TierRow, VersionRecord};
 use crate::segstore::address_of;
 use crate::store::{ReadTables, Store};
+use crate::tiers::lossy::{self, ResidualBytes};
 use crate::tiers::policy::{self, Reconstruct, Residual, SourceStep, TierPolicy};
-use crate::tiers::rows::{load_row, load_rows, put_row, row_blobs};
+use crate::tiers::rows::{load_row, load_rows, put_row, remove_rows, row_blobs};
 use crate::tiers::runtime::{spec_of, tier_error, tiering_reconstruct, VersionId};
 use crate::tiers::write::store_residual;
-use crate::tiers::{lossy, MaintainReport};
+use crate::tiers::MaintainReport;
 
 /// A block's new form, ready to write.
 struct Prepared {
@@ -38,7 +39,7 @@ struct Prepared {
     block: u32,
     mv: Move,
     segment: Option<Vec<u8>>,
-    residual: Option<PlannedResidual>,
+    residual: Option<ResidualBytes>,
     rebuild: Rebuild,
     /// Blob to store for the rebuild (sparse delta or permutation).
     rebuild_blob: Option<Vec<u8>>,
@@ -61,7 +62,7 @@ struct Source {
 struct Converted {
     vid: VersionId,
     policy: TierPolicy,
-    blocks: Vec<(Vec<u8>, Option<PlannedResidual>)>,
+    blocks: Vec<(Vec<u8>, Option<ResidualBytes>)>,
 }
 
 impl Store {
@@ -250,31 +251,23 @@ impl Store {
                     .to
                     .quant_bits()
                     .ok_or_else(|| err(format!("tier {} is not quantized", mv.to).into()))?;
-                let exact_bytes = exact.as_deref().filter(|_| exact_source);
+                // The block keeps the kind of residual it had; an exact one only while the
+                // block's exact data is held.
+                let residual = match row.residual {
+                    Some(ResidualRef::Exact { .. }) => Residual::Exact,
+                    Some(ResidualRef::Sparse { .. }) => Residual::TopK { fraction },
+                    None => Residual::None,
+                };
                 let enc = lossy::encode(
                     rec.dtype,
                     &values,
                     bits,
                     group,
-                    exact_bytes,
+                    exact.as_deref().filter(|_| exact_source),
+                    residual,
                     &self.opts.lossless,
                 )
                 .map_err(|e| err(Box::new(e)))?;
-                let residual = match (row.residual, enc.exact_residual) {
-                    (Some(ResidualRef::Exact { .. }), Some(res)) => {
-                        Some(PlannedResidual::Exact(res))
-                    }
-                    (Some(ResidualRef::Sparse { .. }), _) => {
-                        let len = values.len() * rec.dtype.size();
-                        let approx = lossy::decode_values(rec.dtype, &enc.segment, len)
-                            .map_err(|e| err(Box::new(e)))?;
-                        Some(PlannedResidual::Sparse(
-                            lossy::sparse_residual(rec.dtype, &values, &approx, fraction)
-                                .map_err(|e| err(Box::new(e)))?,
-                        ))
-                    }
-                    _ => None,
-                };
                 let precision = if exact_source && exact.is_some() {
                     Precision::fresh(mv.to)
                 } else {
@@ -285,7 +278,7 @@ impl Store {
                     block,
                     mv,
                     segment: Some(enc.segment),
-                    residual,
+                    residual: enc.residual,
                     rebuild: Rebuild::None,
                     rebuild_blob: None,
                     precision,
@@ -315,18 +308,7 @@ impl Store {
         let bytes = job.decode(&self.cache)?;
         let exact = match row.residual {
             Some(ResidualRef::Exact { address, .. }) => {
-                let res = crate::segstore::fetch(&r.t.segments, &r.t.chunks, &r.t.tails, address)
-                    .map_err(|e| crate::reader::fetch_error(e, &vid.0, vid.1, b, address))?;
-                let exact =
-                    lossy::apply_exact_residual(&bytes, &res, bytes.len()).map_err(|source| {
-                        StoreError::Residual {
-                            tensor: vid.0.to_string(),
-                            step: vid.1,
-                            block: b,
-                            source: Box::new(source),
-                        }
-                    })?;
-                Some(exact)
+                Some(r.t.apply_exact_residual(&vid.0, vid.1, b, address, &bytes)?)
             }
             _ => None,
         };
@@ -436,7 +418,7 @@ impl Store {
             let (data, _) = self.read_elems(r, &vid.0, vid.1, &rec, 0..rec.elements, 0)?;
             let size = rec.dtype.size() as u64;
             let group = self.opts.tiering.config.group_size;
-            let blocks: Vec<Result<(Vec<u8>, Option<PlannedResidual>)>> = (0..rec.blocks.len()
+            let blocks: Vec<Result<(Vec<u8>, Option<ResidualBytes>)>> = (0..rec.blocks.len()
                 as u64)
                 .into_par_iter()
                 .map(|b| {
@@ -451,29 +433,17 @@ impl Store {
                             source,
                         };
                     let values = lossy::to_f32(rec.dtype, exact).unwrap_or_default();
-                    let keep_exact = matches!(policy.residual, Residual::Exact);
                     let enc = lossy::encode(
                         rec.dtype,
                         &values,
                         bits,
                         group,
-                        keep_exact.then_some(exact),
+                        Some(exact),
+                        policy.residual,
                         &self.opts.lossless,
                     )
                     .map_err(|e| err(Box::new(e)))?;
-                    let residual = match policy.residual {
-                        Residual::None => None,
-                        Residual::Exact => enc.exact_residual.map(PlannedResidual::Exact),
-                        Residual::TopK { fraction } => {
-                            let approx = lossy::decode_values(rec.dtype, &enc.segment, exact.len())
-                                .map_err(|e| err(Box::new(e)))?;
-                            Some(PlannedResidual::Sparse(
-                                lossy::sparse_residual(rec.dtype, &values, &approx, fraction)
-                                    .map_err(|e| err(Box::new(e)))?,
-                            ))
-                        }
-                    };
-                    Ok((enc.segment, residual))
+                    Ok((enc.segment, enc.residual))
                 })
                 .collect();
             out.push(Converted {
@@ -491,14 +461,8 @@ impl Store {
         let Some(mut rec) = load_version(&wt.t.versions, name, step)? else {
             return Ok(0);
         };
-        // The pending rows go either way.
-        let vkey = crate::record::version_key(name, step);
-        for (block, _) in load_rows(&wt.t.tiers, name, step)? {
-            wt.t.tiers
-                .remove(crate::record::tier_key(&vkey, block).as_slice())
-                .map_err(|e| StoreError::db("removing a tier row")(e.into()))?;
-        }
-        wt.tier_changes.forgotten.push(c.vid.clone());
+        // The pending rows go either way (and the version leaves the pending set).
+        remove_rows(wt, name, step)?;
         if c.blocks.is_empty() {
             return Ok(0);
         }
@@ -517,9 +481,7 @@ impl Store {
             rec.blocks[b] = BlockRecord::standalone(address, segment.len(), Form::Quantized);
             let residual = match residual {
                 Some(r) => {
-                    written += match r {
-                        PlannedResidual::Exact(b) | PlannedResidual::Sparse(b) => b.len() as u64,
-                    };
+                    written += r.bytes().len() as u64;
                     Some(store_residual(wt, name, step, b as u64, r)?)
                 }
                 None => None,
@@ -584,11 +546,7 @@ impl Store {
                 rec.blocks[p.block as usize] = new;
                 row.residual = match &p.residual {
                     Some(r) => {
-                        written += match r {
-                            PlannedResidual::Exact(x) | PlannedResidual::Sparse(x) => {
-                                x.len() as u64
-                            }
-                        };
+                        written += r.bytes().len() as u64;
                         Some(store_residual(wt, name, step, b, r)?)
                     }
                     None => None,

@@ -16,10 +16,10 @@ use strata_tiering::{AccessStats, Policy, Precision, Tier};
 use crate::error::{DbContext, Result, StoreError};
 use crate::plan::check_name;
 use crate::rebase::{versions_of, WriteTables};
-use crate::record::{tier_key, version_key, Rebuild, TierRow};
+use crate::record::{Rebuild, TierRow};
 use crate::store::Store;
 use crate::tiers::policy::{Rule, RuleSet, TierPolicy};
-use crate::tiers::rows::{load_rows, put_row};
+use crate::tiers::rows::{load_rows, put_row, remove_rows};
 use crate::tiers::runtime::{spec_of, tiering_reconstruct};
 
 impl Store {
@@ -177,23 +177,19 @@ fn follow_policy(
             }
             continue;
         }
-        wt.tier_changes.forgotten.push(vid.clone());
         let pending = rows.iter().all(|(_, r)| r.tier == Tier::Exact);
+        if pending && !policy.is_lossy() {
+            // Exact again before it was converted: the version stays lossless.
+            remove_rows(wt, name, step)?;
+            continue;
+        }
+        wt.tier_changes.forgotten.push(vid.clone());
         if pending {
-            if policy.is_lossy() {
-                for (b, mut row) in rows {
-                    row.policy = policy.policy;
-                    put_row(wt, name, step, b, &row)?;
-                }
-                wt.tier_changes.pending.push(vid);
-            } else {
-                let vkey = version_key(name, step);
-                for (b, _) in rows {
-                    wt.t.tiers
-                        .remove(tier_key(&vkey, b).as_slice())
-                        .ctx("removing a tier row")?;
-                }
+            for (b, mut row) in rows {
+                row.policy = policy.policy;
+                put_row(wt, name, step, b, &row)?;
             }
+            wt.tier_changes.pending.push(vid);
             continue;
         }
         for (b, mut row) in rows {

@@ -12,7 +12,6 @@ use crate::cache::Block;
 use crate::error::{Result, StoreError};
 use crate::reader::Job;
 use crate::record::{Rebuild, SourceAt, VersionRecord};
-use crate::segstore;
 use crate::store::{ReadTables, Store};
 use crate::tiers::{lossy, Fidelity};
 
@@ -62,7 +61,7 @@ impl Store {
             Rebuild::None => return Ok((Arc::new(vec![0u8; len]), Fidelity::Zeros)),
             Rebuild::Delta { base, address, .. } => {
                 let (mut values, f) = self.source_values(r, base, rec, elems.clone(), level)?;
-                let blob = self.fetch_blob(r, name, step, block, *address)?;
+                let blob = r.t.fetch_segment(name, step, block, *address)?;
                 lossy::apply_sparse(&blob, &mut values)
                     .map_err(|e| fail(format!("sparse delta: {e}")))?;
                 (values, f)
@@ -78,7 +77,7 @@ impl Store {
                 let (values, f) = match permutation {
                     None => self.source_values(r, source, rec, elems.clone(), level)?,
                     Some((address, _)) => {
-                        let perm = self.fetch_blob(r, name, step, block, *address)?;
+                        let perm = r.t.fetch_segment(name, step, block, *address)?;
                         self.permuted(r, source, rec, elems.clone(), &perm, level, &fail)?
                     }
                 };
@@ -230,18 +229,5 @@ impl Store {
             out.push(all[(src_row * row_len + col) as usize]);
         }
         Ok((out, f))
-    }
-
-    /// A blob (sparse delta, permutation) from the segment store.
-    fn fetch_blob(
-        &self,
-        r: &ReadTables,
-        name: &str,
-        step: u64,
-        block: u64,
-        address: u128,
-    ) -> Result<Vec<u8>> {
-        segstore::fetch(&r.t.segments, &r.t.chunks, &r.t.tails, address)
-            .map_err(|e| crate::reader::fetch_error(e, name, step, block, address))
     }
 }

@@ -5,10 +5,11 @@ use std::sync::Arc;
 use strata_tiering::Precision;
 
 use crate::error::Result;
-use crate::plan::{PlannedResidual, PlannedVersion};
+use crate::plan::PlannedVersion;
 use crate::rebase::WriteTables;
 use crate::record::{ResidualRef, TierRow};
 use crate::segstore::address_of;
+use crate::tiers::lossy::ResidualBytes;
 use crate::tiers::policy::TierPolicy;
 use crate::tiers::rows::put_row;
 use crate::tiers::runtime::{spec_of, tiering_reconstruct};
@@ -19,19 +20,15 @@ pub(crate) fn store_residual(
     name: &str,
     step: u64,
     block: u64,
-    residual: &PlannedResidual,
+    residual: &ResidualBytes,
 ) -> Result<ResidualRef> {
-    let (bytes, exact) = match residual {
-        PlannedResidual::Exact(b) => (b, true),
-        PlannedResidual::Sparse(b) => (b, false),
-    };
+    let bytes = residual.bytes();
     let address = address_of(bytes);
     wt.add_ref(name, step, block, address, Some(bytes))?;
     let len = bytes.len() as u32;
-    Ok(if exact {
-        ResidualRef::Exact { address, len }
-    } else {
-        ResidualRef::Sparse { address, len }
+    Ok(match residual {
+        ResidualBytes::Exact(_) => ResidualRef::Exact { address, len },
+        ResidualBytes::Sparse(_) => ResidualRef::Sparse { address, len },
     })
 }
 
@@ -41,7 +38,7 @@ pub(crate) fn add_tier_rows(
     wt: &mut WriteTables<'_>,
     v: &PlannedVersion,
     policy: &TierPolicy,
-    residuals: &[Option<PlannedResidual>],
+    residuals: &[Option<ResidualBytes>],
     now: u64,
 ) -> Result<()> {
     let count = v.record.blocks.len() as u64;
