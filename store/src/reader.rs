@@ -463,13 +463,11 @@ impl Job {
             None => Ok(block),
             Some(blob) => {
                 let mut values = lossy::to_f32(self.dtype, &block).unwrap_or_default();
-                lossy::apply_sparse(blob, &mut values).map_err(|reason| {
-                    StoreError::Reconstruct {
-                        tensor: self.name.to_string(),
-                        step: self.step,
-                        block: self.block,
-                        reason: format!("sparse residual: {reason}"),
-                    }
+                lossy::apply_sparse(blob, &mut values).map_err(|source| StoreError::Residual {
+                    tensor: self.name.to_string(),
+                    step: self.step,
+                    block: self.block,
+                    source: Box::new(source),
                 })?;
                 Ok(Arc::new(lossy::from_f32(self.dtype, &values)))
             }

@@ -112,12 +112,10 @@ impl Store {
             t.versions += 1;
             t.raw_bytes += rec.raw_bytes();
             t.stored_bytes += record_bytes;
-            let rows = crate::tiers::rows::load_rows(&r.t.tiers, name, step)?;
-            for (i, b) in rec.blocks.iter().enumerate() {
-                let row = rows
-                    .iter()
-                    .find(|(blk, _)| *blk as usize == i)
-                    .map(|x| &x.1);
+            let rows =
+                crate::tiers::rows::load_rows_by_block(&r.t.tiers, name, step, rec.blocks.len())?;
+            for (b, row) in rec.blocks.iter().zip(&rows) {
+                let row = row.as_ref();
                 let tier = row.map_or(Tier::Exact, |row| row.tier);
                 let mut bytes = if b.reference {
                     0

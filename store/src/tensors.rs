@@ -179,13 +179,15 @@ impl Store {
         }
         all.into_iter()
             .map(|(step, rec)| {
-                let rows = crate::tiers::rows::load_rows(&r.t.tiers, name, step)?;
-                let tiers: Vec<Tier> = (0..rec.blocks.len())
-                    .map(|b| {
-                        rows.iter()
-                            .find(|(i, _)| *i as usize == b)
-                            .map_or(Tier::Exact, |(_, row)| row.tier)
-                    })
+                let rows = crate::tiers::rows::load_rows_by_block(
+                    &r.t.tiers,
+                    name,
+                    step,
+                    rec.blocks.len(),
+                )?;
+                let tiers: Vec<Tier> = rows
+                    .iter()
+                    .map(|row| row.as_ref().map_or(Tier::Exact, |row| row.tier))
                     .collect();
                 Ok(version_info(step, &rec, &tiers))
             })

@@ -57,6 +57,23 @@ pub(crate) fn load_rows(
     Ok(out)
 }
 
+/// The tier rows of a version's `count` blocks, by block index (`None`: no row, a lossless
+/// block).
+pub(crate) fn load_rows_by_block(
+    tiers: &impl ReadableTable<&'static [u8], &'static [u8]>,
+    name: &str,
+    step: u64,
+    count: usize,
+) -> Result<Vec<Option<TierRow>>> {
+    let mut out: Vec<Option<TierRow>> = (0..count).map(|_| None).collect();
+    for (block, row) in load_rows(tiers, name, step)? {
+        if let Some(slot) = out.get_mut(block as usize) {
+            *slot = Some(row);
+        }
+    }
+    Ok(out)
+}
+
 /// Writes the tier row of block `block` of a version.
 pub(crate) fn put_row(
     wt: &mut WriteTables<'_>,
