@@ -341,8 +341,10 @@ impl Store {
 
     /// Records a read of blocks of a version with the tier policy (tiered versions only).
     pub(crate) fn record_read(&self, name: &str, step: u64, blocks: Range<u64>) {
-        let now = self.opts.tiering.clock.now();
-        self.tiers.lock().record_read(name, step, blocks, now);
+        let clock = &self.opts.tiering.clock;
+        self.tiers
+            .lock()
+            .record_read(name, step, blocks, || clock.now());
     }
 }
 

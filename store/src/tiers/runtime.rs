@@ -178,14 +178,14 @@ impl Runtime {
         }
     }
 
-    /// Records a read of blocks `blocks` of a version at `now`; versions that are not
-    /// tiered cost one hash lookup.
+    /// Records a read of blocks `blocks` of a version at the time `now` gives; versions
+    /// that are not tiered cost one hash lookup (and no clock read).
     pub(crate) fn record_read(
         &mut self,
         name: &str,
         step: u64,
         blocks: std::ops::Range<u64>,
-        now: Tick,
+        now: impl FnOnce() -> Tick,
     ) {
         let Some((tensor, steps)) = self.handles.get_key_value(name) else {
             return;
@@ -193,6 +193,7 @@ impl Runtime {
         let Some(list) = steps.get(&step) else {
             return;
         };
+        let now = now();
         let lo = usize::try_from(blocks.start).unwrap_or(usize::MAX);
         let hi = usize::try_from(blocks.end).unwrap_or(usize::MAX);
         for (_, h) in list.iter().take(hi).skip(lo) {
