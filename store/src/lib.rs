@@ -92,26 +92,18 @@
 //! its address), then decoding upward with the codec, which checks the segment checksum and
 //! that each delta gets the base it was made against.
 
-mod buffers;
-mod cache;
-mod checkpoints;
+mod engine;
 mod error;
 mod npy;
 mod options;
-mod plan;
-mod reader;
-mod rebase;
+mod read;
 mod record;
 mod retain;
 mod safetensors_io;
-mod segstore;
 mod stats;
 mod store;
-mod tables;
 mod tensor;
-mod tensors;
 mod tiers;
-mod values;
 mod verify;
 mod write;
 
@@ -119,7 +111,7 @@ pub use error::{Result, StoreError};
 pub use npy::{
     npy_descr, npy_header, parse_npy_header, save_npy, write_npy, NpyError, NpyHeader, NPY_MAGIC,
 };
-pub use options::{DeltaPolicy, Options, PutOptions};
+pub use options::{DeltaPolicy, FrameOptions, Options, PutOptions, ReadClock, TierOptions};
 pub use record::RecordError;
 pub use retain::{RetainPolicy, RetainReport};
 /// The safetensors crate, whose types appear in [`StoreError::SafeTensors`] and
@@ -136,10 +128,10 @@ pub use strata_codec::DType;
 pub use strata_tiering as tiering;
 pub use strata_tiering::{Budget, Tick, Tier, TierConfig};
 pub use tensor::{
-    BlockEncoding, Checkpoint, CheckpointInfo, Tensor, TensorRef, TensorSlice, VersionInfo,
+    to_f64, BlockEncoding, Checkpoint, CheckpointInfo, Fidelity, Tensor, TensorRef, TensorSlice,
+    VersionInfo,
 };
-pub use tiers::frames::{FrameAppend, FrameOptions};
+pub use tiers::frames::FrameAppend;
 pub use tiers::policy::{Reconstruct, Residual, Source, SourceStep, TierPolicy, MAX_PERMUTATION};
-pub use tiers::{Fidelity, MaintainReport, ReadClock, TierOptions, TierStats};
-pub use values::to_f64;
+pub use tiers::{MaintainReport, TierStats};
 pub use verify::{Issue, VerifyReport};

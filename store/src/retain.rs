@@ -3,8 +3,8 @@
 
 use std::collections::BTreeSet;
 
-use crate::error::{DbContext, Result, StoreError};
-use crate::rebase::{delete_version, load_checkpoint_record};
+use crate::engine::{delete_version, View};
+use crate::error::{Result, StoreError};
 use crate::store::Store;
 
 /// Which checkpoints [`Store::retain`] keeps: the union of its rules.
@@ -101,7 +101,7 @@ impl Store {
             let versions_removed = self.write(|wt| {
                 let mut n = 0u64;
                 for &step in &removed {
-                    let Some(cp) = load_checkpoint_record(&wt.checkpoints, step)? else {
+                    let Some(cp) = wt.checkpoint(step)? else {
                         continue;
                     };
                     for name in &cp.tensors {
@@ -111,10 +111,7 @@ impl Store {
                     // The last delete removes the checkpoint and its tags; a checkpoint
                     // saved with no tensor is removed here.
                     if cp.tensors.is_empty() {
-                        wt.checkpoints.remove(step).ctx("removing a checkpoint")?;
-                        wt.tags
-                            .retain(|_, s| s != step)
-                            .ctx("removing the tags of a checkpoint")?;
+                        wt.remove_checkpoint(step)?;
                     }
                 }
                 Ok(n)
@@ -129,15 +126,5 @@ impl Store {
             file_bytes_before,
             file_bytes_after: self.file_bytes()?,
         })
-    }
-
-    /// Size of the file on disk.
-    pub(crate) fn file_bytes(&self) -> Result<u64> {
-        std::fs::metadata(&self.path)
-            .map(|m| m.len())
-            .map_err(|source| StoreError::Io {
-                path: self.path.clone(),
-                source,
-            })
     }
 }

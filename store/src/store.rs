@@ -4,22 +4,16 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
 use parking_lot::{Mutex, RwLock};
-use redb::{
-    Database, DatabaseError, ReadOnlyTable, ReadableDatabase, ReadableTable, StorageError,
-    TableError,
-};
+use redb::{Database, DatabaseError, ReadableDatabase, ReadableTable, StorageError, TableError};
 
-use crate::cache::BlockCache;
+use crate::engine::{
+    BlockCache, ReadTxn, WriteTxn, CHECKPOINTS, CHUNKS, FORMAT_KEY, META, POLICIES, SEGMENTS, TAGS,
+    TAILS, TIERS, VERSIONS, WRITER_KEY,
+};
 use crate::error::{DbContext, Result, StoreError};
 use crate::options::Options;
-use crate::reader::{ReadOnlyTables, Tables};
-use crate::rebase::WriteTables;
-use crate::record::FormatRecord;
-use crate::tables::{
-    CHECKPOINTS, CHUNKS, FORMAT_KEY, META, POLICIES, SEGMENTS, TAGS, TAILS, TIERS, VERSIONS,
-    WRITER_KEY,
-};
-use crate::tiers::policy::{Rule, RuleSet};
+use crate::record::{FormatRecord, Rule};
+use crate::tiers::rules::RuleSet;
 use crate::tiers::runtime::{tiering_reconstruct, Runtime};
 
 /// A Strata store: one redb file holding the history of many tensors.
@@ -39,13 +33,6 @@ pub struct Store {
     pub(crate) tiers: Mutex<Runtime>,
     /// Tier policy rules by name pattern (changed under the writer lock).
     pub(crate) rules: RwLock<RuleSet>,
-}
-
-/// The tables of a read transaction (which they keep alive).
-pub(crate) struct ReadTables {
-    pub(crate) t: ReadOnlyTables,
-    pub(crate) checkpoints: ReadOnlyTable<u64, &'static [u8]>,
-    pub(crate) tags: ReadOnlyTable<&'static [u8], u64>,
 }
 
 impl Store {
@@ -161,10 +148,9 @@ impl Store {
     /// Loads the policy rules and rebuilds the tier state from the tier rows.
     fn load_tiers(&self) -> Result<()> {
         let op = "loading tier policies";
-        let txn = self.db.begin_read().ctx(op)?;
-        let policies = txn.open_table(POLICIES).ctx(op)?;
+        let r = self.read()?;
         let mut rules = Vec::new();
-        for entry in policies.iter().ctx(op)? {
+        for entry in r.policies.iter().ctx(op)? {
             let (k, v) = entry.ctx(op)?;
             let rule = Rule::decode(k.value(), v.value()).map_err(|source| StoreError::Record {
                 what: format!("tier policy rule {:?}", String::from_utf8_lossy(k.value())),
@@ -173,12 +159,9 @@ impl Store {
             rules.push(rule);
         }
         let rules = RuleSet::new(rules);
-        let tiers = txn.open_table(TIERS).ctx(op)?;
-        let versions = txn.open_table(VERSIONS).ctx(op)?;
         let runtime = Runtime::load(
             self.opts.tiering.config,
-            &tiers,
-            &versions,
+            &r,
             |name| tiering_reconstruct(&rules.resolve(name).reconstruct),
             self.opts.tiering.clock.now(),
         )?;
@@ -211,33 +194,34 @@ impl Store {
     }
 
     /// Opens a read transaction and its tables.
-    pub(crate) fn read(&self) -> Result<ReadTables> {
-        let op = "starting a read";
-        let txn = self.db.begin_read().ctx(op)?;
-        Ok(ReadTables {
-            t: Tables {
-                versions: txn.open_table(VERSIONS).ctx(op)?,
-                segments: txn.open_table(SEGMENTS).ctx(op)?,
-                chunks: txn.open_table(CHUNKS).ctx(op)?,
-                tails: txn.open_table(TAILS).ctx(op)?,
-                tiers: txn.open_table(TIERS).ctx(op)?,
-            },
-            checkpoints: txn.open_table(CHECKPOINTS).ctx(op)?,
-            tags: txn.open_table(TAGS).ctx(op)?,
-        })
+    pub(crate) fn read(&self) -> Result<ReadTxn> {
+        ReadTxn::begin(&self.db)
     }
 
-    /// Runs `f` in a write transaction and commits if it succeeds (dropping it aborts).
-    pub(crate) fn write<T>(&self, f: impl FnOnce(&mut WriteTables<'_>) -> Result<T>) -> Result<T> {
+    /// Runs `f` in a write transaction and commits if it succeeds (dropping it aborts); the
+    /// tier state learns the transaction's changes after the commit.
+    pub(crate) fn write<T>(&self, f: impl FnOnce(&mut WriteTxn<'_>) -> Result<T>) -> Result<T> {
         let txn = self.db.begin_write().ctx("starting a write")?;
         let (out, changes) = {
-            let mut tables = WriteTables::open(&txn)?;
+            let mut tables = WriteTxn::open(&txn)?;
             let out = f(&mut tables)?;
             (out, std::mem::take(&mut tables.tier_changes))
         };
         txn.commit().ctx("committing")?;
-        changes.apply(&mut self.tiers.lock(), self.opts.tiering.clock.now())?;
+        self.tiers
+            .lock()
+            .apply(changes, self.opts.tiering.clock.now())?;
         Ok(out)
+    }
+
+    /// Size of the file on disk.
+    pub(crate) fn file_bytes(&self) -> Result<u64> {
+        std::fs::metadata(&self.path)
+            .map(|m| m.len())
+            .map_err(|source| StoreError::Io {
+                path: self.path.clone(),
+                source,
+            })
     }
 }
 

@@ -1,16 +1,149 @@
-//! The write path shared by `put` and `save_checkpoint`: plan and encode in a read
-//! transaction, then insert everything in one write transaction.
+//! The write API of [`Store`]: `put`, `save_checkpoint`, `delete`, tags. Every write plans and
+//! encodes in a read transaction (in parallel, under the writer lock, so the plan still holds),
+//! then inserts everything in one write transaction.
 
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use strata_tiering::Precision;
+
+use crate::engine::{
+    check_name, delete_version, plan, put_row, store_residual, NewVersion, PlannedVersion,
+    ResidualBytes, View, WriteTxn,
+};
 use crate::error::{DbContext, Result, StoreError};
-use crate::plan::{plan, NewVersion};
-use crate::reader::Fetcher;
-use crate::rebase::{delete_version, load_checkpoint_record};
-use crate::record::checkpoint_key;
-use crate::record::CheckpointRecord;
-use crate::record::Stored;
+use crate::options::PutOptions;
+use crate::record::{CheckpointRecord, Rebuild, TierRow};
 use crate::store::Store;
+use crate::tensor::TensorRef;
+use crate::tiers::policy::TierPolicy;
+use crate::tiers::runtime::{spec_of, tiering_reconstruct};
+
+/// Longest metadata text accepted with a checkpoint, in bytes.
+const MAX_METADATA_BYTES: usize = 64 << 20;
 
 impl Store {
+    /// Writes version `step` of tensor `name`.
+    ///
+    /// # Errors
+    /// [`StoreError::StepExists`] if the version exists (see [`Store::put_with`]),
+    /// [`StoreError::DataLength`], [`StoreError::BadShape`], [`StoreError::InvalidName`].
+    pub fn put(&self, name: &str, step: u64, tensor: &TensorRef<'_>) -> Result<()> {
+        self.put_with(name, step, tensor, &PutOptions::default())
+    }
+
+    /// Writes version `step` of tensor `name` with options (e.g. overwrite).
+    ///
+    /// # Errors
+    /// Those of [`Store::put`].
+    pub fn put_with(
+        &self,
+        name: &str,
+        step: u64,
+        tensor: &TensorRef<'_>,
+        opts: &PutOptions,
+    ) -> Result<()> {
+        let item = NewVersion {
+            name: Arc::from(name),
+            step,
+            tensor: *tensor,
+        };
+        self.write_versions(std::slice::from_ref(&item), opts.overwrite, None)
+    }
+
+    /// Writes every tensor of a checkpoint at `step` in one transaction: after a crash
+    /// either all of them are there or none. `metadata` is stored as given (JSON or any text).
+    ///
+    /// # Errors
+    /// [`StoreError::CheckpointExists`], [`StoreError::DuplicateTensor`],
+    /// [`StoreError::StepExists`] if one of the tensors already has a version at `step`,
+    /// and the input errors of [`Store::put`].
+    pub fn save_checkpoint(
+        &self,
+        step: u64,
+        tensors: &[(&str, TensorRef<'_>)],
+        metadata: &str,
+    ) -> Result<()> {
+        if metadata.len() > MAX_METADATA_BYTES {
+            return Err(StoreError::InvalidOptions {
+                reason: format!(
+                    "checkpoint metadata is {} bytes, over the {MAX_METADATA_BYTES}-byte limit",
+                    metadata.len()
+                ),
+            });
+        }
+        let mut seen = HashSet::with_capacity(tensors.len());
+        let mut items = Vec::with_capacity(tensors.len());
+        for (name, t) in tensors {
+            if !seen.insert(*name) {
+                return Err(StoreError::DuplicateTensor {
+                    step,
+                    tensor: name.to_string(),
+                });
+            }
+            items.push(NewVersion {
+                name: Arc::from(*name),
+                step,
+                tensor: *t,
+            });
+        }
+        let record = CheckpointRecord {
+            metadata: metadata.to_string(),
+            tensors: tensors.iter().map(|(n, _)| n.to_string()).collect(),
+        };
+        self.write_versions(&items, false, Some((step, record)))
+    }
+
+    /// Deletes version `step` of `name`. Versions whose blocks are deltas against it are
+    /// re-encoded in the same transaction; the tensor leaves the checkpoint at `step`, if any
+    /// (an emptied checkpoint is removed with its tags).
+    ///
+    /// # Errors
+    /// [`StoreError::TensorNotFound`], [`StoreError::VersionNotFound`], and block errors
+    /// if a dependent cannot be decoded.
+    pub fn delete(&self, name: &str, step: u64) -> Result<()> {
+        check_name(name)?;
+        let _writer = self.writer.lock();
+        self.write(|wt| delete_version(wt, &self.cache, &self.opts, name, step, true))
+    }
+
+    /// Names the checkpoint at `step` `tag` (moving the tag if it exists).
+    ///
+    /// # Errors
+    /// [`StoreError::CheckpointNotFound`], [`StoreError::InvalidName`] for an empty tag.
+    pub fn tag(&self, tag: &str, step: u64) -> Result<()> {
+        check_name(tag)?;
+        let _writer = self.writer.lock();
+        self.write(|wt| {
+            if wt.checkpoint(step)?.is_none() {
+                return Err(StoreError::CheckpointNotFound { step });
+            }
+            wt.tags.insert(tag.as_bytes(), step).ctx("writing a tag")?;
+            Ok(())
+        })
+    }
+
+    /// Removes a tag.
+    ///
+    /// # Errors
+    /// [`StoreError::TagNotFound`].
+    pub fn untag(&self, tag: &str) -> Result<()> {
+        let _writer = self.writer.lock();
+        self.write(|wt| {
+            if wt
+                .tags
+                .remove(tag.as_bytes())
+                .ctx("removing a tag")?
+                .is_none()
+            {
+                return Err(StoreError::TagNotFound {
+                    tag: tag.to_string(),
+                });
+            }
+            Ok(())
+        })
+    }
+
     /// Writes `items` (and the checkpoint record, if any) atomically.
     pub(crate) fn write_versions(
         &self,
@@ -22,25 +155,12 @@ impl Store {
         let planned = {
             let r = self.read()?;
             if let Some((step, _)) = &checkpoint {
-                if r.checkpoints
-                    .get(*step)
-                    .ctx("reading checkpoints")?
-                    .is_some()
-                {
+                if r.checkpoint(*step)?.is_some() {
                     return Err(StoreError::CheckpointExists { step: *step });
                 }
             }
-            let mut fetcher = Fetcher::new(&r.t, &self.cache);
             let rules = self.rules.read();
-            plan(
-                &mut fetcher,
-                &r.t.versions,
-                &self.cache,
-                &self.opts,
-                items,
-                overwrite,
-                &rules,
-            )?
+            plan(&r, &self.cache, &self.opts, items, overwrite, &rules)?
         };
         self.write(|wt| {
             for v in &planned {
@@ -53,24 +173,54 @@ impl Store {
                 }
                 wt.put_version(&v.name, v.step, &v.record)?;
                 if let Some((policy, residuals)) = &v.tiered {
-                    crate::tiers::write::add_tier_rows(
-                        wt,
-                        v,
-                        policy,
-                        residuals,
-                        self.opts.tiering.clock.now(),
-                    )?;
+                    add_tier_rows(wt, v, policy, residuals, self.opts.tiering.clock.now())?;
                 }
             }
             if let Some((step, cp)) = &checkpoint {
-                if load_checkpoint_record(&wt.checkpoints, *step)?.is_some() {
+                if wt.checkpoint(*step)?.is_some() {
                     return Err(StoreError::CheckpointExists { step: *step });
                 }
-                wt.checkpoints
-                    .insert(*step, cp.to_stored(&checkpoint_key(*step)).as_slice())
-                    .ctx("writing a checkpoint")?;
+                wt.put_checkpoint(*step, cp)?;
             }
             Ok(())
         })
     }
+}
+
+/// Writes the tier rows of a freshly written quantized version and registers its blocks
+/// with the tier state once the transaction commits.
+pub(crate) fn add_tier_rows(
+    wt: &mut WriteTxn<'_>,
+    v: &PlannedVersion,
+    policy: &TierPolicy,
+    residuals: &[Option<ResidualBytes>],
+    now: u64,
+) -> Result<()> {
+    let count = v.record.blocks.len() as u64;
+    let first = wt.take_block_ids(count)?;
+    let tier = policy.policy.write_tier();
+    let vid: (Arc<str>, u64) = (v.name.clone(), v.step);
+    for b in 0..count {
+        let residual = match residuals.get(b as usize).and_then(Option::as_ref) {
+            Some(r) => Some(store_residual(wt, &v.name, v.step, b, r)?),
+            None => None,
+        };
+        let row = TierRow {
+            id: first + b,
+            tier,
+            policy: policy.policy,
+            since: now,
+            precision: Precision::fresh(tier),
+            residual,
+            rebuild: Rebuild::None,
+            stats: None,
+        };
+        put_row(wt, &v.name, v.step, b as u32, &row)?;
+        let values = v.record.block_len(b) as u32;
+        let spec = spec_of(&row, values, tiering_reconstruct(&policy.reconstruct));
+        wt.tier_changes
+            .registered
+            .push((vid.clone(), b as u32, spec));
+    }
+    Ok(())
 }

@@ -18,33 +18,11 @@ use strata_codec::frames::{FrameParams, FramePush, FrameSegment, FrameStreamEnco
 use strata_codec::DType;
 use strata_tiering::{Policy, Precision, Tier};
 
+use crate::engine::{address_of, check_name, put_row, ReadTxn, View};
 use crate::error::{Result, StoreError};
-use crate::plan::{at_or_before, check_name};
-use crate::reader::load_version;
 use crate::record::{BlockRecord, Form, Rebuild, TierRow, VersionRecord};
-use crate::segstore::address_of;
 use crate::store::Store;
-use crate::tiers::rows::put_row;
-use crate::tiers::runtime::{spec_of, tiering_reconstruct};
-
-/// Settings of frame streams.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct FrameOptions {
-    /// Drift tolerance: a frame reuses the epoch's scales while each group's largest
-    /// magnitude is within a factor `1 + drift` of the epoch's (up or down). Default 0.1.
-    pub drift: f32,
-    /// Frames per multi-frame segment. Default 16.
-    pub max_frames: u32,
-}
-
-impl Default for FrameOptions {
-    fn default() -> Self {
-        FrameOptions {
-            drift: 0.1,
-            max_frames: 16,
-        }
-    }
-}
+use crate::tiers::runtime::{spec_of, tiering_reconstruct, Stream};
 
 /// What [`Store::append_frame`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,16 +33,6 @@ pub struct FrameAppend {
     pub new_epoch: bool,
     /// Bytes of the epoch's segment after the append.
     pub segment_bytes: u64,
-}
-
-/// An open frame stream: its encoder and the steps of the open epoch's frames.
-#[derive(Debug)]
-pub(crate) struct Stream {
-    encoder: FrameStreamEncoder,
-    /// Address of the open epoch's segment as last written.
-    address: u128,
-    /// Steps of the frames of the open epoch, in order.
-    steps: Vec<u64>,
 }
 
 /// The tier frames of a tensor with `policy` are stored at.
@@ -119,7 +87,7 @@ impl Store {
         let taken = self.tiers.lock().streams.remove(name);
         let mut stream = {
             let r = self.read()?;
-            let latest = at_or_before(&r.t.versions, name, u64::MAX)?;
+            let latest = r.at_or_before(name, u64::MAX)?;
             if let Some((latest_step, _)) = &latest {
                 if *latest_step == step {
                     return Err(StoreError::StepExists {
@@ -174,7 +142,7 @@ impl Store {
                 |index: u32| BlockRecord::standalone(address, segment.len(), Form::Frame { index });
             // Earlier frames of the open epoch move to the new copy of the segment.
             for &s in &steps {
-                let Some(mut rec) = load_version(&wt.t.versions, name, s)? else {
+                let Some(mut rec) = wt.version(name, s)? else {
                     continue;
                 };
                 let Some(Form::Frame { index }) = rec.blocks.first().map(|b| b.form) else {
@@ -229,7 +197,7 @@ impl Store {
     /// (same frame length and parameters), else a new stream starts.
     fn resume_stream(
         &self,
-        r: &crate::store::ReadTables,
+        r: &ReadTxn,
         name: &str,
         latest: Option<(u64, VersionRecord)>,
         len: usize,
@@ -256,7 +224,7 @@ impl Store {
             [b] if matches!(b.form, Form::Frame { .. }) && rec.elements == len as u64 => *b,
             _ => return fresh(),
         };
-        let bytes = r.t.fetch_segment(name, step, 0, block.address)?;
+        let bytes = r.fetch_segment(name, step, 0, block.address)?;
         let frame_err = |source| StoreError::Frame {
             tensor: name.to_string(),
             step,
@@ -273,10 +241,7 @@ impl Store {
         let encoder = FrameStreamEncoder::resume(&bytes, params.max_frames).map_err(frame_err)?;
         // The epoch's frames: the latest versions that point at this segment.
         let mut steps = Vec::new();
-        for (s, rec) in crate::rebase::versions_of(&r.t.versions, name)?
-            .into_iter()
-            .rev()
-        {
+        for (s, rec) in r.versions_of(name)?.into_iter().rev() {
             match rec.blocks.first() {
                 Some(b) if b.address == block.address => steps.push(s),
                 _ => break,

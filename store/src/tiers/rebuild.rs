@@ -8,12 +8,11 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use crate::cache::Block;
+use crate::engine::{lossy, Block, Job, ReadTxn, View};
 use crate::error::{Result, StoreError};
-use crate::reader::Job;
 use crate::record::{Rebuild, SourceAt, VersionRecord};
-use crate::store::{ReadTables, Store};
-use crate::tiers::{lossy, Fidelity};
+use crate::store::Store;
+use crate::tensor::Fidelity;
 
 /// Largest tensor a low-rank or permuted rebuild reads whole, in elements.
 const MAX_REBUILD_SOURCE: u64 = 1 << 28;
@@ -22,7 +21,7 @@ impl Store {
     /// Rebuilds the Tier 0 block of `job` (a block of `rec`) at rebuild level `depth`.
     pub(crate) fn rebuild_block(
         &self,
-        r: &ReadTables,
+        r: &ReadTxn,
         job: &Job,
         rec: &VersionRecord,
         depth: u8,
@@ -61,7 +60,7 @@ impl Store {
             Rebuild::None => return Ok((Arc::new(vec![0u8; len]), Fidelity::Zeros)),
             Rebuild::Delta { base, address, .. } => {
                 let (mut values, f) = self.source_values(r, base, rec, elems.clone(), level)?;
-                let blob = r.t.fetch_segment(name, step, block, *address)?;
+                let blob = r.fetch_segment(name, step, block, *address)?;
                 lossy::apply_sparse(&blob, &mut values)
                     .map_err(|e| fail(format!("sparse delta: {e}")))?;
                 (values, f)
@@ -77,7 +76,7 @@ impl Store {
                 let (values, f) = match permutation {
                     None => self.source_values(r, source, rec, elems.clone(), level)?,
                     Some((address, _)) => {
-                        let perm = r.t.fetch_segment(name, step, block, *address)?;
+                        let perm = r.fetch_segment(name, step, block, *address)?;
                         self.permuted(r, source, rec, elems.clone(), &perm, level, &fail)?
                     }
                 };
@@ -106,7 +105,7 @@ impl Store {
     /// Elements `elems` of a source with as many elements as `rec`, as f32.
     fn source_values(
         &self,
-        r: &ReadTables,
+        r: &ReadTxn,
         source: &SourceAt,
         rec: &VersionRecord,
         elems: Range<u64>,
@@ -133,7 +132,7 @@ impl Store {
     #[allow(clippy::too_many_arguments)]
     fn low_rank(
         &self,
-        r: &ReadTables,
+        r: &ReadTxn,
         left: &SourceAt,
         right: &SourceAt,
         rec: &VersionRecord,
@@ -193,7 +192,7 @@ impl Store {
     #[allow(clippy::too_many_arguments)]
     fn permuted(
         &self,
-        r: &ReadTables,
+        r: &ReadTxn,
         source: &SourceAt,
         rec: &VersionRecord,
         elems: Range<u64>,

@@ -8,108 +8,22 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use rayon::prelude::*;
-use redb::ReadableTable;
 use strata_codec::segment::{Segment, SegmentError, SegmentHeader};
 use strata_codec::DType;
 
-use crate::buffers::POOL;
-use crate::cache::{Block, BlockCache};
-use crate::error::{DbContext, Result, StoreError};
-use crate::record::Stored;
-use crate::record::{version_key, Form, ResidualRef, TierRow, VersionRecord};
-use crate::segstore::{self, FetchError};
-use crate::tiers::{lossy, Fidelity};
+use super::buffers::POOL;
+use super::cache::{Block, BlockCache};
+use super::quantized;
+use super::txn::View;
+use crate::error::{Result, StoreError};
+use crate::record::{BlockRecord, Form, ResidualRef, TierRow, VersionRecord};
+use crate::tensor::Fidelity;
 
 /// Longest chain a reader follows: above any `max_chain` the store writes (255), so only a
 /// loop in damaged metadata reaches it.
 pub(crate) const MAX_HOPS: usize = 256;
 /// Blocks fetched before decoding them together: bounds the compressed bytes held at once.
 const BATCH: usize = 32;
-
-/// The tables block reads need.
-pub(crate) struct Tables<V, S, C> {
-    pub(crate) versions: V,
-    pub(crate) segments: S,
-    pub(crate) chunks: C,
-    pub(crate) tails: C,
-    /// Tier rows (precision and residuals of quantized blocks).
-    pub(crate) tiers: V,
-}
-
-/// The tables of a read transaction.
-pub(crate) type ReadOnlyTables = Tables<
-    redb::ReadOnlyTable<&'static [u8], &'static [u8]>,
-    redb::ReadOnlyTable<u128, &'static [u8]>,
-    redb::ReadOnlyTable<[u8; 12], &'static [u8]>,
->;
-
-/// The tables of a write transaction.
-pub(crate) type WritableTables<'txn> = Tables<
-    redb::Table<'txn, &'static [u8], &'static [u8]>,
-    redb::Table<'txn, u128, &'static [u8]>,
-    redb::Table<'txn, [u8; 12], &'static [u8]>,
->;
-
-impl<V, S, C> Tables<V, S, C>
-where
-    S: ReadableTable<u128, &'static [u8]>,
-    C: ReadableTable<[u8; 12], &'static [u8]>,
-{
-    /// The bytes stored at `address` (a segment or a blob held for block `block` of
-    /// `(name, step)`), their content hash checked; errors name the block.
-    pub(crate) fn fetch_segment(
-        &self,
-        name: &str,
-        step: u64,
-        block: u64,
-        address: u128,
-    ) -> Result<Vec<u8>> {
-        segstore::fetch(&self.segments, &self.chunks, &self.tails, address)
-            .map_err(|e| fetch_error(e, name, step, block, address))
-    }
-
-    /// The exact bytes of a quantized block from its decoded `lossy` bytes and the exact
-    /// residual stored at `address`.
-    pub(crate) fn apply_exact_residual(
-        &self,
-        name: &str,
-        step: u64,
-        block: u64,
-        address: u128,
-        lossy: &[u8],
-    ) -> Result<Vec<u8>> {
-        let residual = self.fetch_segment(name, step, block, address)?;
-        lossy::apply_exact_residual(lossy, &residual, lossy.len()).map_err(|source| {
-            StoreError::Residual {
-                tensor: name.to_string(),
-                step,
-                block,
-                source: Box::new(source),
-            }
-        })
-    }
-}
-
-/// Reads the record of version `step` of `name`, if any.
-pub(crate) fn load_version(
-    versions: &impl ReadableTable<&'static [u8], &'static [u8]>,
-    name: &str,
-    step: u64,
-) -> Result<Option<VersionRecord>> {
-    let key = version_key(name, step);
-    let Some(v) = versions
-        .get(key.as_slice())
-        .ctx("reading a version record")?
-    else {
-        return Ok(None);
-    };
-    VersionRecord::from_stored(&key, v.value())
-        .map(Some)
-        .map_err(|source| StoreError::Record {
-            what: format!("version record of tensor {name:?} step {step}"),
-            source,
-        })
-}
 
 /// One segment to decode: which block of which version it is.
 #[derive(Debug)]
@@ -145,21 +59,16 @@ pub(crate) struct Job {
 }
 
 /// Fetches chains through a memo of version records.
-pub(crate) struct Fetcher<'a, V, S, C> {
-    tables: &'a Tables<V, S, C>,
+pub(crate) struct Fetcher<'a> {
+    view: &'a dyn View,
     cache: &'a BlockCache,
     records: HashMap<(Arc<str>, u64), Arc<VersionRecord>>,
 }
 
-impl<'a, V, S, C> Fetcher<'a, V, S, C>
-where
-    V: ReadableTable<&'static [u8], &'static [u8]>,
-    S: ReadableTable<u128, &'static [u8]>,
-    C: ReadableTable<[u8; 12], &'static [u8]>,
-{
-    pub(crate) fn new(tables: &'a Tables<V, S, C>, cache: &'a BlockCache) -> Self {
+impl<'a> Fetcher<'a> {
+    pub(crate) fn new(view: &'a dyn View, cache: &'a BlockCache) -> Self {
         Fetcher {
-            tables,
+            view,
             cache,
             records: HashMap::new(),
         }
@@ -175,7 +84,7 @@ where
         if let Some(r) = self.records.get(&key) {
             return Ok(Some(r.clone()));
         }
-        let Some(rec) = load_version(&self.tables.versions, name, step)? else {
+        let Some(rec) = self.view.version(name, step)? else {
             return Ok(None);
         };
         let rec = Arc::new(rec);
@@ -214,7 +123,7 @@ where
                 return Ok(job);
             }
             let bytes = self
-                .tables
+                .view
                 .fetch_segment(name, cur_step, block, cur.address)?;
             job.links.push(Link {
                 step: cur_step,
@@ -251,34 +160,20 @@ where
     }
 }
 
-impl<V, S, C> Fetcher<'_, V, S, C>
-where
-    V: ReadableTable<&'static [u8], &'static [u8]>,
-    S: ReadableTable<u128, &'static [u8]>,
-    C: ReadableTable<[u8; 12], &'static [u8]>,
-{
-    /// The tier row of a quantized or absent block.
-    pub(crate) fn tier_row(&self, name: &str, step: u64, block: u64) -> Result<TierRow> {
-        crate::tiers::rows::load_row(&self.tables.tiers, name, step, block)?.ok_or_else(|| {
-            StoreError::TierRowMissing {
-                tensor: name.to_string(),
-                step,
-                block,
-            }
-        })
-    }
-
+impl Fetcher<'_> {
     /// Gathers a quantized block (its segment and sparse residual) or a Tier 0 block's row.
-    fn fetch_tiered(&mut self, mut job: Job, cur: crate::record::BlockRecord) -> Result<Job> {
-        let row = self.tier_row(&job.name, job.step, job.block)?;
+    fn fetch_tiered(&mut self, mut job: Job, cur: BlockRecord) -> Result<Job> {
+        let row = self
+            .view
+            .required_tier_row(&job.name, job.step, job.block)?;
         job.form = cur.form;
-        job.fidelity = lossy::fidelity_of(row.precision, job.dtype);
+        job.fidelity = quantized::fidelity_of(row.precision, job.dtype);
         if cur.form == Form::Absent {
             job.row = Some(row);
             return Ok(job);
         }
         let fetch = |address| {
-            self.tables
+            self.view
                 .fetch_segment(&job.name, job.step, job.block, address)
         };
         if let Some(ResidualRef::Sparse { address, .. }) = row.residual {
@@ -310,12 +205,7 @@ pub(crate) fn cache_key(address: u128, form: Form) -> u128 {
     }
 }
 
-fn block_record(
-    name: &str,
-    step: u64,
-    rec: &VersionRecord,
-    block: u64,
-) -> Result<crate::record::BlockRecord> {
+fn block_record(name: &str, step: u64, rec: &VersionRecord, block: u64) -> Result<BlockRecord> {
     usize::try_from(block)
         .ok()
         .and_then(|b| rec.blocks.get(b))
@@ -331,27 +221,6 @@ fn block_record(
 /// Decoded bytes of block `block` (bounded by the record checks: at most 1 GiB).
 pub(crate) fn block_bytes(rec: &VersionRecord, block: u64) -> usize {
     (rec.block_len(block) * rec.dtype.size() as u64) as usize
-}
-
-pub(crate) fn fetch_error(
-    e: FetchError,
-    name: &str,
-    step: u64,
-    block: u64,
-    address: u128,
-) -> StoreError {
-    let reason = match e {
-        FetchError::Store(e) => return e,
-        FetchError::Missing => "is not stored".to_string(),
-        FetchError::Damaged(r) => r,
-    };
-    StoreError::SegmentStorage {
-        tensor: name.to_string(),
-        step,
-        block,
-        address,
-        reason,
-    }
 }
 
 impl Job {
@@ -423,7 +292,7 @@ impl Job {
                 })?;
                 let out = match self.form {
                     Form::Frame { index } => {
-                        lossy::decode_frame(self.dtype, &link.bytes, index, self.len).map_err(
+                        quantized::decode_frame(self.dtype, &link.bytes, index, self.len).map_err(
                             |e| StoreError::Frame {
                                 tensor: self.name.to_string(),
                                 step: link.step,
@@ -432,7 +301,7 @@ impl Job {
                             },
                         )?
                     }
-                    _ => lossy::decode(self.dtype, &link.bytes, self.len).map_err(seg_err)?,
+                    _ => quantized::decode(self.dtype, &link.bytes, self.len).map_err(seg_err)?,
                 };
                 let block = Arc::new(out);
                 cache.insert(cache_key(link.address, self.form), block.clone());
@@ -462,14 +331,16 @@ impl Job {
         match &self.sparse {
             None => Ok(block),
             Some(blob) => {
-                let mut values = lossy::to_f32(self.dtype, &block).unwrap_or_default();
-                lossy::apply_sparse(blob, &mut values).map_err(|source| StoreError::Residual {
-                    tensor: self.name.to_string(),
-                    step: self.step,
-                    block: self.block,
-                    source: Box::new(source),
+                let mut values = quantized::to_f32(self.dtype, &block).unwrap_or_default();
+                quantized::apply_sparse(blob, &mut values).map_err(|source| {
+                    StoreError::Residual {
+                        tensor: self.name.to_string(),
+                        step: self.step,
+                        block: self.block,
+                        source: Box::new(source),
+                    }
                 })?;
-                Ok(Arc::new(lossy::from_f32(self.dtype, &values)))
+                Ok(Arc::new(quantized::from_f32(self.dtype, &values)))
             }
         }
     }
@@ -554,8 +425,8 @@ pub(crate) fn decode_all(jobs: Vec<Job>, cache: &BlockCache) -> Vec<Result<Block
 /// Reads blocks `blocks` of one version, fetching and decoding in batches. Tier 0 blocks
 /// go to `rebuild`; `sink` gets each block's bytes and fidelity in block order.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn read_blocks<V, S, C>(
-    fetcher: &mut Fetcher<'_, V, S, C>,
+pub(crate) fn read_blocks(
+    fetcher: &mut Fetcher<'_>,
     cache: &BlockCache,
     name: &Arc<str>,
     step: u64,
@@ -563,12 +434,7 @@ pub(crate) fn read_blocks<V, S, C>(
     blocks: std::ops::Range<u64>,
     mut rebuild: impl FnMut(&Job) -> Result<(Block, Fidelity)>,
     mut sink: impl FnMut(u64, &[u8], Fidelity),
-) -> Result<()>
-where
-    V: ReadableTable<&'static [u8], &'static [u8]>,
-    S: ReadableTable<u128, &'static [u8]>,
-    C: ReadableTable<[u8; 12], &'static [u8]>,
-{
+) -> Result<()> {
     let mut b = blocks.start;
     while b < blocks.end {
         let end = blocks.end.min(b + BATCH as u64);

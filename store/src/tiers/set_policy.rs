@@ -13,13 +13,12 @@ use std::sync::Arc;
 
 use strata_tiering::{AccessStats, Policy, Precision, Tier};
 
+use crate::engine::{check_name, put_row, remove_rows, View, WriteTxn};
 use crate::error::{DbContext, Result, StoreError};
-use crate::plan::check_name;
-use crate::rebase::{versions_of, WriteTables};
-use crate::record::{Rebuild, TierRow};
+use crate::record::{Rebuild, Rule, TierRow};
 use crate::store::Store;
-use crate::tiers::policy::{Rule, RuleSet, TierPolicy};
-use crate::tiers::rows::{load_rows, put_row, remove_rows};
+use crate::tiers::policy::TierPolicy;
+use crate::tiers::rules::RuleSet;
 use crate::tiers::runtime::{spec_of, tiering_reconstruct};
 
 impl Store {
@@ -146,16 +145,16 @@ impl Store {
 
 /// Brings the tier rows of every version of `name` in line with `policy`.
 fn follow_policy(
-    wt: &mut WriteTables<'_>,
+    wt: &mut WriteTxn<'_>,
     name: &str,
     policy: &TierPolicy,
     stats: &HashMap<u64, AccessStats>,
     now: u64,
 ) -> Result<()> {
     let reconstruct = tiering_reconstruct(&policy.reconstruct);
-    for (step, rec) in versions_of(&wt.t.versions, name)? {
+    for (step, rec) in wt.versions_of(name)? {
         let vid: (Arc<str>, u64) = (Arc::from(name), step);
-        let rows = load_rows(&wt.t.tiers, name, step)?;
+        let rows = wt.tier_rows(name, step)?;
         if rows.is_empty() {
             // A lossless version.
             if policy.is_lossy() && rec.dtype.is_float() {

@@ -1,52 +1,30 @@
-//! The tensor API of [`Store`]: put, get, partial reads, history, delete.
+//! The read API of [`Store`]: tensors (`get`, `get_at`, partial reads, `get_exact`, version
+//! lists) and checkpoints (`load_checkpoint`, lists, tags). Every call reads one committed
+//! snapshot.
 
 use std::ops::Range;
 use std::sync::Arc;
 
-use crate::error::{DbContext, Result, StoreError};
-use crate::options::PutOptions;
-use crate::plan::{at_or_before, check_name, NewVersion};
-use crate::reader::{read_blocks, Fetcher};
-use crate::rebase::{delete_version, versions_of};
-use crate::record::{decode_version_key, VersionRecord};
-use crate::store::{ReadTables, Store};
-use crate::tensor::{BlockEncoding, Tensor, TensorRef, TensorSlice, VersionInfo};
-use crate::tiers::Fidelity;
 use strata_tiering::Tier;
+
+use crate::engine::{
+    block_bytes, checkpoint_steps, decode_all, lossy, read_blocks, tag_list, tensor_names, Fetcher,
+    Job, ReadTxn, View,
+};
+use crate::error::{Result, StoreError};
+use crate::record::{Form, ResidualRef, VersionRecord, CHECKSUM_LEN};
+use crate::store::Store;
+use crate::tensor::{
+    BlockEncoding, Checkpoint, CheckpointInfo, Fidelity, Tensor, TensorSlice, VersionInfo,
+};
 
 /// Bytes reserved up front for a read; larger tensors grow as their blocks decode, so a
 /// damaged record cannot make the store reserve memory its data does not fill.
 const RESERVE_LIMIT: u64 = 64 << 20;
+/// Decoded bytes of one parallel batch of [`Store::load_checkpoint`].
+const BATCH_BYTES: usize = 64 << 20;
 
 impl Store {
-    /// Writes version `step` of tensor `name`.
-    ///
-    /// # Errors
-    /// [`StoreError::StepExists`] if the version exists (see [`Store::put_with`]),
-    /// [`StoreError::DataLength`], [`StoreError::BadShape`], [`StoreError::InvalidName`].
-    pub fn put(&self, name: &str, step: u64, tensor: &TensorRef<'_>) -> Result<()> {
-        self.put_with(name, step, tensor, &PutOptions::default())
-    }
-
-    /// Writes version `step` of tensor `name` with options (e.g. overwrite).
-    ///
-    /// # Errors
-    /// Those of [`Store::put`].
-    pub fn put_with(
-        &self,
-        name: &str,
-        step: u64,
-        tensor: &TensorRef<'_>,
-        opts: &PutOptions,
-    ) -> Result<()> {
-        let item = NewVersion {
-            name: Arc::from(name),
-            step,
-            tensor: *tensor,
-        };
-        self.write_versions(std::slice::from_ref(&item), opts.overwrite, None)
-    }
-
     /// Reads version `step` of tensor `name`, bit-exact.
     ///
     /// # Errors
@@ -74,28 +52,21 @@ impl Store {
         let size = rec.dtype.size() as u64;
         for (b, block) in rec.blocks.iter().enumerate() {
             let b = b as u64;
-            if block.form == crate::record::Form::Lossless {
+            if block.form == Form::Lossless {
                 continue;
             }
-            let row = crate::tiers::rows::load_row(&r.t.tiers, name, step, b)?.ok_or(
-                StoreError::TierRowMissing {
-                    tensor: name.to_string(),
-                    step,
-                    block: b,
-                },
-            )?;
-            let Some(crate::record::ResidualRef::Exact { address, .. }) = row.residual else {
+            let row = r.required_tier_row(name, step, b)?;
+            let Some(ResidualRef::Exact { address, .. }) = row.residual else {
                 return Err(StoreError::NotExact {
                     tensor: name.to_string(),
                     step,
                     block: b,
-                    fidelity: crate::tiers::lossy::fidelity_of(row.precision, rec.dtype),
+                    fidelity: lossy::fidelity_of(row.precision, rec.dtype),
                 });
             };
             let lo = (b * rec.block_elems * size) as usize;
             let hi = lo + (rec.block_len(b) * size) as usize;
-            let exact =
-                r.t.apply_exact_residual(name, step, b, address, &t.data[lo..hi])?;
+            let exact = r.apply_exact_residual(name, step, b, address, &t.data[lo..hi])?;
             t.data[lo..hi].copy_from_slice(&exact);
         }
         t.fidelity = Fidelity::Exact;
@@ -109,7 +80,7 @@ impl Store {
     /// block errors of [`Store::get`].
     pub fn get_at(&self, name: &str, step: u64) -> Result<(u64, Tensor)> {
         let r = self.read()?;
-        let Some((s, rec)) = at_or_before(&r.t.versions, name, step)? else {
+        let Some((s, rec)) = r.at_or_before(name, step)? else {
             return Err(self.missing(
                 &r,
                 name,
@@ -171,7 +142,7 @@ impl Store {
     /// [`StoreError::TensorNotFound`].
     pub fn versions(&self, name: &str) -> Result<Vec<VersionInfo>> {
         let r = self.read()?;
-        let all = versions_of(&r.t.versions, name)?;
+        let all = r.versions_of(name)?;
         if all.is_empty() {
             return Err(StoreError::TensorNotFound {
                 tensor: name.to_string(),
@@ -179,12 +150,7 @@ impl Store {
         }
         all.into_iter()
             .map(|(step, rec)| {
-                let rows = crate::tiers::rows::load_rows_by_block(
-                    &r.t.tiers,
-                    name,
-                    step,
-                    rec.blocks.len(),
-                )?;
+                let rows = r.tier_rows_by_block(name, step, rec.blocks.len())?;
                 let tiers: Vec<Tier> = rows
                     .iter()
                     .map(|row| row.as_ref().map_or(Tier::Exact, |row| row.tier))
@@ -199,57 +165,121 @@ impl Store {
     /// # Errors
     /// Database errors only.
     pub fn tensors(&self) -> Result<Vec<String>> {
-        let r = self.read()?;
-        let mut names = Vec::new();
-        let mut from: Vec<u8> = Vec::new();
-        loop {
-            let mut iter =
-                r.t.versions
-                    .range::<&[u8]>((
-                        std::ops::Bound::Excluded(from.as_slice()),
-                        std::ops::Bound::Unbounded,
-                    ))
-                    .ctx("listing tensors")?;
-            let Some(entry) = iter.next() else { break };
-            let (k, _) = entry.ctx("listing tensors")?;
-            let Some((name, _)) = decode_version_key(k.value()) else {
-                return Err(StoreError::Record {
-                    what: "a version key".into(),
-                    source: crate::record::RecordError::BadValue {
-                        field: "version key",
-                        value: k.value().len() as u64,
-                    },
-                });
-            };
-            names.push(name.to_string());
-            // Skip the rest of this tensor's versions.
-            from = crate::record::version_key(name, u64::MAX);
-        }
+        let mut names = tensor_names(&self.read()?.versions)?;
         names.sort();
         Ok(names)
     }
 
-    /// Deletes version `step` of `name`. Versions whose blocks are deltas against it are
-    /// re-encoded in the same transaction; the tensor leaves the checkpoint at `step`, if any
-    /// (an emptied checkpoint is removed with its tags).
+    /// Reads back every tensor of the checkpoint at `step`, all from one snapshot.
     ///
     /// # Errors
-    /// [`StoreError::TensorNotFound`], [`StoreError::VersionNotFound`], and block errors
-    /// if a dependent cannot be decoded.
-    pub fn delete(&self, name: &str, step: u64) -> Result<()> {
-        check_name(name)?;
-        let _writer = self.writer.lock();
-        self.write(|wt| delete_version(wt, &self.cache, &self.opts, name, step, true))
+    /// [`StoreError::CheckpointNotFound`], and the errors of [`Store::get`].
+    pub fn load_checkpoint(&self, step: u64) -> Result<Checkpoint> {
+        let r = self.read()?;
+        let cp = r
+            .checkpoint(step)?
+            .ok_or(StoreError::CheckpointNotFound { step })?;
+        let mut fetcher = Fetcher::new(&r, &self.cache);
+        let mut tensors: Vec<(String, Tensor)> = Vec::with_capacity(cp.tensors.len());
+        // Fetch the blocks of many tensors, then decode them together in parallel; a batch
+        // holds at most BATCH_BYTES of decoded data.
+        let mut batch: Vec<(usize, Job)> = Vec::new();
+        let mut batch_bytes = 0usize;
+        for name in &cp.tensors {
+            let rec = self.version_record(&r, name, step)?;
+            if rec.blocks.iter().any(|b| b.form != Form::Lossless) {
+                // Quantized or Tier 0 blocks: read on their own (fidelity, rebuilds).
+                let t = self.read_tensor(&r, name, step, &rec)?;
+                tensors.push((name.clone(), t));
+                continue;
+            }
+            let index = tensors.len();
+            tensors.push((
+                name.clone(),
+                Tensor {
+                    dtype: rec.dtype,
+                    shape: rec.shape.clone(),
+                    data: Vec::with_capacity(rec.raw_bytes().min(BATCH_BYTES as u64) as usize),
+                    fidelity: Fidelity::Exact,
+                },
+            ));
+            let name_arc: Arc<str> = Arc::from(name.as_str());
+            for b in 0..rec.blocks.len() as u64 {
+                batch.push((index, fetcher.fetch(&name_arc, step, &rec, b)?));
+                batch_bytes += block_bytes(&rec, b);
+                if batch_bytes >= BATCH_BYTES {
+                    self.flush(&mut batch, &mut tensors)?;
+                    batch_bytes = 0;
+                }
+            }
+        }
+        self.flush(&mut batch, &mut tensors)?;
+        Ok(Checkpoint {
+            step,
+            tensors,
+            metadata: cp.metadata,
+        })
+    }
+
+    /// Decodes a batch of blocks and appends each to its tensor (jobs are in block order).
+    fn flush(&self, batch: &mut Vec<(usize, Job)>, tensors: &mut [(String, Tensor)]) -> Result<()> {
+        let (owners, jobs): (Vec<usize>, Vec<Job>) = batch.drain(..).unzip();
+        for (i, block) in owners.into_iter().zip(decode_all(jobs, &self.cache)) {
+            tensors[i].1.data.extend_from_slice(&block?);
+        }
+        Ok(())
+    }
+
+    /// Steps of every checkpoint, ascending.
+    ///
+    /// # Errors
+    /// Database errors only.
+    pub fn checkpoints(&self) -> Result<Vec<u64>> {
+        checkpoint_steps(&self.read()?.checkpoints)
+    }
+
+    /// The metadata text of the checkpoint at `step`.
+    ///
+    /// # Errors
+    /// [`StoreError::CheckpointNotFound`].
+    pub fn checkpoint_metadata(&self, step: u64) -> Result<String> {
+        self.read()?
+            .checkpoint(step)?
+            .map(|cp| cp.metadata)
+            .ok_or(StoreError::CheckpointNotFound { step })
+    }
+
+    /// The tensor names and metadata of the checkpoint at `step`, without reading its data.
+    ///
+    /// # Errors
+    /// [`StoreError::CheckpointNotFound`].
+    pub fn checkpoint_info(&self, step: u64) -> Result<CheckpointInfo> {
+        self.read()?
+            .checkpoint(step)?
+            .map(|cp| CheckpointInfo {
+                step,
+                tensors: cp.tensors,
+                metadata: cp.metadata,
+            })
+            .ok_or(StoreError::CheckpointNotFound { step })
+    }
+
+    /// Every tag and the checkpoint step it names, sorted by tag.
+    ///
+    /// # Errors
+    /// Database errors; a tag name that is not UTF-8 is a [`StoreError::Record`].
+    pub fn tags(&self) -> Result<Vec<(String, u64)>> {
+        tag_list(&self.read()?.tags)
     }
 
     /// The record of a version, or the right not-found error.
     pub(crate) fn version_record(
         &self,
-        r: &ReadTables,
+        r: &ReadTxn,
         name: &str,
         step: u64,
     ) -> Result<VersionRecord> {
-        match crate::reader::load_version(&r.t.versions, name, step)? {
+        match r.version(name, step)? {
             Some(rec) => Ok(rec),
             None => Err(self.missing(
                 r,
@@ -263,15 +293,8 @@ impl Store {
     }
 
     /// `TensorNotFound` if `name` has no version at all, else `otherwise`.
-    fn missing(&self, r: &ReadTables, name: &str, otherwise: StoreError) -> Result<StoreError> {
-        let range = crate::record::version_key_range(name, 0..=u64::MAX);
-        let any =
-            r.t.versions
-                .range(range.start().as_slice()..=range.end().as_slice())
-                .ctx("looking up a tensor")?
-                .next()
-                .is_some();
-        Ok(if any {
+    fn missing(&self, r: &ReadTxn, name: &str, otherwise: StoreError) -> Result<StoreError> {
+        Ok(if r.has_versions(name)? {
             otherwise
         } else {
             StoreError::TensorNotFound {
@@ -283,7 +306,7 @@ impl Store {
     /// Decodes every block of a version.
     pub(crate) fn read_tensor(
         &self,
-        r: &ReadTables,
+        r: &ReadTxn,
         name: &str,
         step: u64,
         rec: &VersionRecord,
@@ -302,7 +325,7 @@ impl Store {
     /// counts the Tier 0 rebuilds this read is part of.
     pub(crate) fn read_elems(
         &self,
-        r: &ReadTables,
+        r: &ReadTxn,
         name: &str,
         step: u64,
         rec: &VersionRecord,
@@ -319,7 +342,7 @@ impl Store {
         let first = elems.start / rec.block_elems;
         let last = (elems.end - 1) / rec.block_elems;
         let name_arc: Arc<str> = Arc::from(name);
-        let mut fetcher = Fetcher::new(&r.t, &self.cache);
+        let mut fetcher = Fetcher::new(r, &self.cache);
         read_blocks(
             &mut fetcher,
             &self.cache,
@@ -366,7 +389,7 @@ pub(crate) fn version_info(step: u64, rec: &VersionRecord, tiers: &[Tier]) -> Ve
             },
         })
         .collect();
-    let record_bytes = (rec.encode().len() + crate::record::CHECKSUM_LEN) as u64;
+    let record_bytes = (rec.encode().len() + CHECKSUM_LEN) as u64;
     VersionInfo {
         step,
         dtype: rec.dtype,

@@ -5,24 +5,20 @@
 use std::sync::Arc;
 
 use rayon::prelude::*;
-use redb::ReadableTable;
 use strata_codec::segment;
 
-use crate::cache::BlockCache;
-use crate::error::{DbContext, Result, StoreError};
+use super::blocks::{Fetcher, Job};
+use super::cache::BlockCache;
+use super::quantized::{self, ResidualBytes};
+use super::segments::address_of;
+use super::txn::View;
+use super::versions::check_name;
+use crate::error::{Result, StoreError};
 use crate::options::{DeltaPolicy, Options};
-use crate::reader::{Fetcher, Job};
-use crate::record::Stored;
-use crate::record::{
-    decode_version_key, version_key_range, BlockRecord, Form, VersionRecord, MAX_DIMS,
-};
-use crate::segstore::address_of;
+use crate::record::{BlockRecord, Form, VersionRecord, MAX_DIMS};
 use crate::tensor::TensorRef;
-use crate::tiers::lossy::{self, ResidualBytes};
-use crate::tiers::policy::{Residual, RuleSet, TierPolicy};
-
-/// Longest tensor name accepted, in bytes.
-pub(crate) const MAX_NAME_BYTES: usize = 4096;
+use crate::tiers::policy::{Residual, TierPolicy};
+use crate::tiers::rules::RuleSet;
 
 /// A tensor to write at a step.
 #[derive(Debug)]
@@ -44,21 +40,6 @@ pub(crate) struct PlannedVersion {
     pub(crate) replaces: bool,
     /// The tier policy of a version stored quantized, and per block its residual.
     pub(crate) tiered: Option<(TierPolicy, Vec<Option<ResidualBytes>>)>,
-}
-
-/// Checks a name.
-pub(crate) fn check_name(name: &str) -> Result<()> {
-    let reason = if name.is_empty() {
-        "empty"
-    } else if name.len() > MAX_NAME_BYTES {
-        "longer than 4096 bytes"
-    } else {
-        return Ok(());
-    };
-    Err(StoreError::InvalidName {
-        name: name.chars().take(64).collect(),
-        reason,
-    })
 }
 
 /// Checks a tensor's shape and data length; returns its element count.
@@ -91,47 +72,6 @@ pub(crate) fn check_tensor(name: &str, step: u64, t: &TensorRef<'_>) -> Result<u
     Ok(elements)
 }
 
-/// The latest version of `name` strictly before `step`.
-pub(crate) fn predecessor(
-    versions: &impl ReadableTable<&'static [u8], &'static [u8]>,
-    name: &str,
-    step: u64,
-) -> Result<Option<(u64, VersionRecord)>> {
-    let Some(before) = step.checked_sub(1) else {
-        return Ok(None);
-    };
-    at_or_before(versions, name, before)
-}
-
-/// The latest version of `name` at or before `step`.
-pub(crate) fn at_or_before(
-    versions: &impl ReadableTable<&'static [u8], &'static [u8]>,
-    name: &str,
-    step: u64,
-) -> Result<Option<(u64, VersionRecord)>> {
-    let range = version_key_range(name, 0..=step);
-    let mut iter = versions
-        .range(range.start().as_slice()..=range.end().as_slice())
-        .ctx("looking up versions")?;
-    let Some(entry) = iter.next_back() else {
-        return Ok(None);
-    };
-    let (k, v) = entry.ctx("looking up versions")?;
-    let (_, s) = decode_version_key(k.value()).ok_or_else(|| StoreError::Record {
-        what: format!("a version key of tensor {name:?}"),
-        source: crate::record::RecordError::BadValue {
-            field: "version key",
-            value: k.value().len() as u64,
-        },
-    })?;
-    let rec =
-        VersionRecord::from_stored(k.value(), v.value()).map_err(|source| StoreError::Record {
-            what: format!("version record of tensor {name:?} step {s}"),
-            source,
-        })?;
-    Ok(Some((s, rec)))
-}
-
 /// What one block of a new version will be compared and encoded against.
 struct Task<'d> {
     version: usize,
@@ -162,20 +102,15 @@ struct Done {
 }
 
 /// Plans `items` against the versions visible through `fetcher`.
-pub(crate) fn plan<V, S, C>(
-    fetcher: &mut Fetcher<'_, V, S, C>,
-    versions: &V,
+pub(crate) fn plan(
+    view: &dyn View,
     cache: &BlockCache,
     opts: &Options,
     items: &[NewVersion<'_>],
     overwrite: bool,
     rules: &RuleSet,
-) -> Result<Vec<PlannedVersion>>
-where
-    V: ReadableTable<&'static [u8], &'static [u8]>,
-    S: ReadableTable<u128, &'static [u8]>,
-    C: ReadableTable<[u8; 12], &'static [u8]>,
-{
+) -> Result<Vec<PlannedVersion>> {
+    let mut fetcher = Fetcher::new(view, cache);
     let mut planned = Vec::with_capacity(items.len());
     let mut tasks = Vec::new();
     for (vi, item) in items.iter().enumerate() {
@@ -193,7 +128,8 @@ where
             .then(|| (policy.policy.write_tier(), policy.residual));
         let pred = match lossy {
             Some(_) => None,
-            None => predecessor(versions, &item.name, item.step)?
+            None => view
+                .predecessor(&item.name, item.step)?
                 .filter(|(_, p)| p.dtype == t.dtype && p.shape == t.shape),
         };
         let block_elems = match &pred {
@@ -226,7 +162,7 @@ where
                 lossy,
             };
             if let Some((pstep, prec)) = &pred {
-                choose_base(fetcher, opts, &item.name, *pstep, prec, b, &mut task)?;
+                choose_base(&mut fetcher, opts, &item.name, *pstep, prec, b, &mut task)?;
             }
             tasks.push(task);
         }
@@ -257,20 +193,15 @@ where
 }
 
 /// Fills in the predecessor block and the base of `task` by the policy.
-fn choose_base<V, S, C>(
-    fetcher: &mut Fetcher<'_, V, S, C>,
+fn choose_base(
+    fetcher: &mut Fetcher<'_>,
     opts: &Options,
     name: &Arc<str>,
     pstep: u64,
     prec: &VersionRecord,
     b: u64,
     task: &mut Task<'_>,
-) -> Result<()>
-where
-    V: ReadableTable<&'static [u8], &'static [u8]>,
-    S: ReadableTable<u128, &'static [u8]>,
-    C: ReadableTable<[u8; 12], &'static [u8]>,
-{
+) -> Result<()> {
     let p = prec.blocks[b as usize];
     if p.form != Form::Lossless {
         // A quantized or Tier 0 block is no base: a keyframe.
@@ -326,19 +257,14 @@ where
 /// The keyframe a block's chain starts from: follows base steps from the predecessor's
 /// block down to depth 1, at most `u8::MAX` records. `None` if a record on the way is
 /// missing or laid out differently (the caller writes a keyframe then).
-fn lineage_root<V, S, C>(
-    fetcher: &mut Fetcher<'_, V, S, C>,
+fn lineage_root(
+    fetcher: &mut Fetcher<'_>,
     name: &Arc<str>,
     pstep: u64,
     p: BlockRecord,
     prec: &VersionRecord,
     b: u64,
-) -> Result<Option<(u64, BlockRecord)>>
-where
-    V: ReadableTable<&'static [u8], &'static [u8]>,
-    S: ReadableTable<u128, &'static [u8]>,
-    C: ReadableTable<[u8; 12], &'static [u8]>,
-{
+) -> Result<Option<(u64, BlockRecord)>> {
     let (mut step, mut block) = (pstep, p);
     for _ in 0..u8::MAX {
         let Some(base_step) = block.base else {
@@ -460,8 +386,8 @@ fn encode_lossy(
 ) -> std::result::Result<Done, Box<dyn std::error::Error + Send + Sync>> {
     let not_float = strata_codec::segment::SegmentError::NotFloat { dtype: task.dtype };
     let bits = tier.quant_bits().ok_or(not_float.clone())?;
-    let values = lossy::to_f32(task.dtype, task.data).ok_or(not_float)?;
-    let block = lossy::encode(
+    let values = quantized::to_f32(task.dtype, task.data).ok_or(not_float)?;
+    let block = quantized::encode(
         task.dtype,
         &values,
         bits,
