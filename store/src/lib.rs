@@ -13,6 +13,30 @@
 //! # Ok::<(), strata_store::StoreError>(())
 //! ```
 //!
+//! ## Layers
+//!
+//! ```text
+//!  Store API   store.rs (open, transactions)   read.rs  write.rs  retain.rs  stats.rs
+//!              verify.rs  safetensors_io.rs    tiers/ (set_policy, maintain, rebuild, frames)
+//!                 |            uses                                  |
+//!  tier state  tiers/runtime.rs (scores, read recording)   tiers/rules.rs (pattern -> policy)
+//!                 |
+//!  engine      engine/: txn (ReadTxn, WriteTxn, View) . versions (lookups) . blocks (read a
+//!              chain) . encode (plan a write) . rebase (delete) . segments (content-addressed
+//!              pieces) . quantized . tier_rows . cache
+//!                 |
+//!  records     record/: byte layouts of every table value, each sealed with a checksum
+//!                 |
+//!  values      tensor.rs (Tensor, Fidelity) . options.rs . error.rs . tiers/policy.rs
+//!                 |
+//!  below       strata-codec (segments, lossless and quantized codecs), strata-tiering
+//!              (scores and tier decisions), redb (one file, transactions)
+//! ```
+//!
+//! Each layer imports only from the layers under it (`tests/layout.rs` checks that
+//! `store/src` has no import loop); the engine's modules are private and hand out named
+//! internals through one `pub(crate) use` list.
+//!
 //! ## Model
 //!
 //! A tensor is a name with versions at steps (`u64`). Each version is cut into blocks of
@@ -49,7 +73,7 @@
 //! tier row, policy rule) ends with a u64 xxh3-64 of its key and value, checked on every
 //! read: redb does not checksum its pages, so a changed byte of metadata is an error, never
 //! wrong data or a wrong precision claim. Format 1 stores (no checksums, no tiers, codec
-//! segments of segment format 1) are refused with [`StoreError::UnsupportedFormat`]: the
+//! segments of segment format 1) are refused with [`crate::OpenError::UnsupportedFormat`]: the
 //! format changed before any release (ADR 0007).
 //!
 //! | table | key | value |
@@ -107,7 +131,7 @@ mod tiers;
 mod verify;
 mod write;
 
-pub use error::{Result, StoreError};
+pub use error::{Corruption, InvalidInput, NotFound, OpenError, Result, StoreError, TierFailure};
 pub use npy::{
     npy_descr, npy_header, parse_npy_header, save_npy, write_npy, NpyError, NpyHeader, NPY_MAGIC,
 };

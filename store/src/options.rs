@@ -7,7 +7,7 @@ use std::sync::Arc;
 use strata_codec::lossless::LosslessOptions;
 use strata_tiering::{Budget, Tick, TierConfig};
 
-use crate::error::{Result, StoreError};
+use crate::error::{InvalidInput, Result, StoreError};
 use crate::record::MAX_BLOCK_BYTES;
 
 /// How a new version chooses the base its blocks are XORed against.
@@ -62,7 +62,7 @@ impl Default for Options {
 
 impl Options {
     pub(crate) fn validate(&self) -> Result<()> {
-        let fail = |reason: String| Err(StoreError::InvalidOptions { reason });
+        let fail = |reason: String| Err(StoreError::Invalid(InvalidInput::Options { reason }));
         if self.block_bytes == 0 || self.block_bytes > MAX_BLOCK_BYTES {
             return fail(format!(
                 "block_bytes {} must be in 1..={MAX_BLOCK_BYTES}",
@@ -88,7 +88,7 @@ impl Options {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PutOptions {
     /// Replace the version if the step exists (versions based on it are re-based in the same
-    /// transaction). Default `false`: an existing step is [`StoreError::StepExists`].
+    /// transaction). Default `false`: an existing step is [`crate::InvalidInput::StepExists`].
     pub overwrite: bool,
 }
 
@@ -142,7 +142,7 @@ pub struct TierOptions {
     /// The clock reads are recorded with.
     pub clock: ReadClock,
     /// Reads of a Tier 0 block without a reconstruct policy fail with
-    /// [`crate::StoreError::TierZeroNoPolicy`] instead of returning zeros.
+    /// [`crate::TierFailure::ZeroNoPolicy`] instead of returning zeros.
     pub fail_fast: bool,
     /// Frame streams ([`crate::Store::append_frame`]).
     pub frames: FrameOptions,

@@ -11,7 +11,7 @@ use crate::engine::{
     block_bytes, checkpoint_steps, decode_all, lossy, read_blocks, tag_list, tensor_names, Fetcher,
     Job, ReadTxn, View,
 };
-use crate::error::{Result, StoreError};
+use crate::error::{InvalidInput, NotFound, Result, StoreError, TierFailure};
 use crate::record::{Form, ResidualRef, VersionRecord, CHECKSUM_LEN};
 use crate::store::Store;
 use crate::tensor::{
@@ -28,8 +28,8 @@ impl Store {
     /// Reads version `step` of tensor `name`, bit-exact.
     ///
     /// # Errors
-    /// [`StoreError::TensorNotFound`], [`StoreError::VersionNotFound`], and for a damaged
-    /// store [`StoreError::Segment`] and the other block errors, naming the block.
+    /// [`crate::NotFound::Tensor`], [`crate::NotFound::Version`], and for a damaged
+    /// store [`crate::Corruption::Segment`] and the other block errors, naming the block.
     pub fn get(&self, name: &str, step: u64) -> Result<Tensor> {
         let r = self.read()?;
         let rec = self.version_record(&r, name, step)?;
@@ -40,7 +40,7 @@ impl Store {
     /// through their exact residual ([`crate::Residual::Exact`]).
     ///
     /// # Errors
-    /// [`StoreError::NotExact`] naming the first block that holds only lossy (or no) data,
+    /// [`crate::TierFailure::NotExact`] naming the first block that holds only lossy (or no) data,
     /// and the errors of [`Store::get`].
     pub fn get_exact(&self, name: &str, step: u64) -> Result<Tensor> {
         let r = self.read()?;
@@ -57,12 +57,12 @@ impl Store {
             }
             let row = r.required_tier_row(name, step, b)?;
             let Some(ResidualRef::Exact { address, .. }) = row.residual else {
-                return Err(StoreError::NotExact {
+                return Err(StoreError::Tier(TierFailure::NotExact {
                     tensor: name.to_string(),
                     step,
                     block: b,
                     fidelity: lossy::fidelity_of(row.precision, rec.dtype),
-                });
+                }));
             };
             let lo = (b * rec.block_elems * size) as usize;
             let hi = lo + (rec.block_len(b) * size) as usize;
@@ -76,7 +76,7 @@ impl Store {
     /// Reads the latest version of `name` at or before `step`; returns its step too.
     ///
     /// # Errors
-    /// [`StoreError::NoVersionAtOrBefore`] (or [`StoreError::TensorNotFound`]), and the
+    /// [`crate::NotFound::AtOrBefore`] (or [`crate::NotFound::Tensor`]), and the
     /// block errors of [`Store::get`].
     pub fn get_at(&self, name: &str, step: u64) -> Result<(u64, Tensor)> {
         let r = self.read()?;
@@ -84,10 +84,10 @@ impl Store {
             return Err(self.missing(
                 &r,
                 name,
-                StoreError::NoVersionAtOrBefore {
+                StoreError::NotFound(NotFound::AtOrBefore {
                     tensor: name.to_string(),
                     step,
-                },
+                }),
             )?);
         };
         Ok((s, self.read_tensor(&r, name, s, &rec)?))
@@ -96,10 +96,12 @@ impl Store {
     /// Reads the latest version of `name`; returns its step too.
     ///
     /// # Errors
-    /// [`StoreError::TensorNotFound`], and the block errors of [`Store::get`].
+    /// [`crate::NotFound::Tensor`], and the block errors of [`Store::get`].
     pub fn latest(&self, name: &str) -> Result<(u64, Tensor)> {
         self.get_at(name, u64::MAX).map_err(|e| match e {
-            StoreError::NoVersionAtOrBefore { tensor, .. } => StoreError::TensorNotFound { tensor },
+            StoreError::NotFound(NotFound::AtOrBefore { tensor, .. }) => {
+                StoreError::NotFound(NotFound::Tensor { tensor })
+            }
             e => e,
         })
     }
@@ -108,18 +110,18 @@ impl Store {
     /// that overlap them.
     ///
     /// # Errors
-    /// [`StoreError::RangeOutOfBounds`], and those of [`Store::get`].
+    /// [`crate::InvalidInput::Range`], and those of [`Store::get`].
     pub fn get_range(&self, name: &str, step: u64, elems: Range<u64>) -> Result<TensorSlice> {
         let r = self.read()?;
         let rec = self.version_record(&r, name, step)?;
         if elems.start > elems.end || elems.end > rec.elements {
-            return Err(StoreError::RangeOutOfBounds {
+            return Err(StoreError::Invalid(InvalidInput::Range {
                 tensor: name.to_string(),
                 step,
                 start: elems.start,
                 end: elems.end,
                 elements: rec.elements,
-            });
+            }));
         }
         let (data, fidelity) = self.read_elems(&r, name, step, &rec, elems.clone(), 0)?;
         if elems.start < elems.end {
@@ -139,14 +141,14 @@ impl Store {
     /// Every version of `name`, in step order.
     ///
     /// # Errors
-    /// [`StoreError::TensorNotFound`].
+    /// [`crate::NotFound::Tensor`].
     pub fn versions(&self, name: &str) -> Result<Vec<VersionInfo>> {
         let r = self.read()?;
         let all = r.versions_of(name)?;
         if all.is_empty() {
-            return Err(StoreError::TensorNotFound {
+            return Err(StoreError::NotFound(NotFound::Tensor {
                 tensor: name.to_string(),
-            });
+            }));
         }
         all.into_iter()
             .map(|(step, rec)| {
@@ -173,12 +175,12 @@ impl Store {
     /// Reads back every tensor of the checkpoint at `step`, all from one snapshot.
     ///
     /// # Errors
-    /// [`StoreError::CheckpointNotFound`], and the errors of [`Store::get`].
+    /// [`crate::NotFound::Checkpoint`], and the errors of [`Store::get`].
     pub fn load_checkpoint(&self, step: u64) -> Result<Checkpoint> {
         let r = self.read()?;
         let cp = r
             .checkpoint(step)?
-            .ok_or(StoreError::CheckpointNotFound { step })?;
+            .ok_or(StoreError::NotFound(NotFound::Checkpoint { step }))?;
         let mut fetcher = Fetcher::new(&r, &self.cache);
         let mut tensors: Vec<(String, Tensor)> = Vec::with_capacity(cp.tensors.len());
         // Fetch the blocks of many tensors, then decode them together in parallel; a batch
@@ -241,18 +243,18 @@ impl Store {
     /// The metadata text of the checkpoint at `step`.
     ///
     /// # Errors
-    /// [`StoreError::CheckpointNotFound`].
+    /// [`crate::NotFound::Checkpoint`].
     pub fn checkpoint_metadata(&self, step: u64) -> Result<String> {
         self.read()?
             .checkpoint(step)?
             .map(|cp| cp.metadata)
-            .ok_or(StoreError::CheckpointNotFound { step })
+            .ok_or(StoreError::NotFound(NotFound::Checkpoint { step }))
     }
 
     /// The tensor names and metadata of the checkpoint at `step`, without reading its data.
     ///
     /// # Errors
-    /// [`StoreError::CheckpointNotFound`].
+    /// [`crate::NotFound::Checkpoint`].
     pub fn checkpoint_info(&self, step: u64) -> Result<CheckpointInfo> {
         self.read()?
             .checkpoint(step)?
@@ -261,13 +263,13 @@ impl Store {
                 tensors: cp.tensors,
                 metadata: cp.metadata,
             })
-            .ok_or(StoreError::CheckpointNotFound { step })
+            .ok_or(StoreError::NotFound(NotFound::Checkpoint { step }))
     }
 
     /// Every tag and the checkpoint step it names, sorted by tag.
     ///
     /// # Errors
-    /// Database errors; a tag name that is not UTF-8 is a [`StoreError::Record`].
+    /// Database errors; a tag name that is not UTF-8 is a [`crate::Corruption::Record`].
     pub fn tags(&self) -> Result<Vec<(String, u64)>> {
         tag_list(&self.read()?.tags)
     }
@@ -284,10 +286,10 @@ impl Store {
             None => Err(self.missing(
                 r,
                 name,
-                StoreError::VersionNotFound {
+                StoreError::NotFound(NotFound::Version {
                     tensor: name.to_string(),
                     step,
-                },
+                }),
             )?),
         }
     }
@@ -297,9 +299,9 @@ impl Store {
         Ok(if r.has_versions(name)? {
             otherwise
         } else {
-            StoreError::TensorNotFound {
+            StoreError::NotFound(NotFound::Tensor {
                 tensor: name.to_string(),
-            }
+            })
         })
     }
 

@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use crate::engine::{delete_version, View};
-use crate::error::{Result, StoreError};
+use crate::error::{InvalidInput, Result, StoreError};
 use crate::store::Store;
 
 /// Which checkpoints [`Store::retain`] keeps: the union of its rules.
@@ -47,14 +47,14 @@ impl RetainPolicy {
 
     fn validate(&self) -> Result<()> {
         if self.keep_last.is_none() && self.keep_every.is_none() {
-            return Err(StoreError::InvalidOptions {
+            return Err(StoreError::Invalid(InvalidInput::Options {
                 reason: "a retention policy needs keep_last or keep_every".into(),
-            });
+            }));
         }
         if self.keep_every == Some(0) {
-            return Err(StoreError::InvalidOptions {
+            return Err(StoreError::Invalid(InvalidInput::Options {
                 reason: "keep_every must be at least 1".into(),
-            });
+            }));
         }
         Ok(())
     }
@@ -82,7 +82,7 @@ impl Store {
     /// [`Store::put`] outside any checkpoint are left alone.
     ///
     /// # Errors
-    /// [`StoreError::InvalidOptions`] for a policy with neither `keep_last` nor `keep_every`
+    /// [`crate::InvalidInput::Options`] for a policy with neither `keep_last` nor `keep_every`
     /// (it would delete everything untagged) or with `keep_every` 0; the errors of
     /// [`Store::delete`] (nothing is deleted then); [`StoreError::Compaction`].
     pub fn retain(&mut self, policy: &RetainPolicy) -> Result<RetainReport> {

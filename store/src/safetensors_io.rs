@@ -10,7 +10,7 @@
 //!   a file restores it as it was).
 //!
 //! Every Strata dtype maps to a safetensors dtype and back; a file tensor of another dtype
-//! (fp8) is a [`StoreError::UnsupportedDType`] naming it. A file with a bad header or bad
+//! (fp8) is a [`crate::InvalidInput::UnsupportedDType`] naming it. A file with a bad header or bad
 //! offsets is a [`StoreError::SafeTensors`] naming the file.
 
 use std::borrow::Cow;
@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use safetensors::tensor::TensorInfo;
 use safetensors::{Dtype, SafeTensorError, SafeTensors, View};
 
-use crate::error::{Result, StoreError};
+use crate::error::{InvalidInput, Result, StoreError};
 use crate::store::Store;
 use crate::tensor::TensorRef;
 use crate::DType;
@@ -142,11 +142,11 @@ fn parse<'a>(bytes: &'a [u8], path: &Path) -> Result<Parsed<'a>> {
                 return Err(st_err(SafeTensorError::InvalidOffset(name)));
             }
             let Some(dtype) = dtype_from_safetensors(info.dtype) else {
-                return Err(StoreError::UnsupportedDType {
+                return Err(StoreError::Invalid(InvalidInput::UnsupportedDType {
                     path: path.to_path_buf(),
                     tensor: name,
                     dtype: format!("{:?}", info.dtype),
-                });
+                }));
             };
             let shape = info.shape.iter().map(|&d| d as u64).collect();
             tensors.push((name, dtype, shape, &bytes[start + s..start + e]));
@@ -190,8 +190,8 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError::Io`] reading the file, [`StoreError::SafeTensors`] for a bad header or
-    /// offsets, [`StoreError::UnsupportedDType`] naming the tensor, and those of
-    /// [`Store::save_checkpoint`] (e.g. [`StoreError::CheckpointExists`]).
+    /// offsets, [`crate::InvalidInput::UnsupportedDType`] naming the tensor, and those of
+    /// [`Store::save_checkpoint`] (e.g. [`crate::InvalidInput::CheckpointExists`]).
     pub fn import_safetensors(&self, path: impl AsRef<Path>, step: u64) -> Result<ImportReport> {
         let path = path.as_ref();
         let bytes = std::fs::read(path).map_err(|source| StoreError::Io {
@@ -239,8 +239,8 @@ impl Store {
     /// file beside it, renamed into place, so a failed export leaves no partial file).
     ///
     /// # Errors
-    /// [`StoreError::CheckpointNotFound`], the read errors of [`Store::load_checkpoint`],
-    /// [`StoreError::InvalidName`] for a tensor named `__metadata__`, and
+    /// [`crate::NotFound::Checkpoint`], the read errors of [`Store::load_checkpoint`],
+    /// [`crate::InvalidInput::Name`] for a tensor named `__metadata__`, and
     /// [`StoreError::SafeTensors`] or [`StoreError::Io`] writing the file.
     pub fn export_safetensors(&self, step: u64, path: impl AsRef<Path>) -> Result<ExportReport> {
         let path = path.as_ref();
@@ -250,27 +250,29 @@ impl Store {
         let mut raw_bytes = 0u64;
         for (name, t) in cp.tensors {
             if name == "__metadata__" {
-                return Err(StoreError::InvalidName {
+                return Err(StoreError::Invalid(InvalidInput::Name {
                     name,
                     reason: "reserved by the safetensors format",
-                });
+                }));
             }
             let shape = t
                 .shape
                 .iter()
                 .map(|&d| usize::try_from(d))
                 .collect::<std::result::Result<Vec<usize>, _>>()
-                .map_err(|_| StoreError::BadShape {
-                    tensor: name.clone(),
-                    step,
-                    shape: t.shape.clone(),
+                .map_err(|_| {
+                    StoreError::Invalid(InvalidInput::Shape {
+                        tensor: name.clone(),
+                        step,
+                        shape: t.shape.clone(),
+                    })
                 })?;
             let Some(dtype) = dtype_to_safetensors(t.dtype) else {
-                return Err(StoreError::UnsupportedDType {
+                return Err(StoreError::Invalid(InvalidInput::UnsupportedDType {
                     path: path.to_path_buf(),
                     tensor: name,
                     dtype: t.dtype.to_string(),
-                });
+                }));
             };
             raw_bytes += t.data.len() as u64;
             outs.push((

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use redb::{ReadableTable, ReadableTableMetadata};
 
 use crate::engine::{row_blobs, View};
-use crate::error::{DbContext, Result, StoreError};
+use crate::error::{Corruption, DbContext, Result, StoreError};
 use crate::record::{decode_version_key, segment_key, SegmentInfo, Stored, VersionRecord};
 use crate::store::Store;
 use strata_tiering::Tier;
@@ -79,10 +79,10 @@ impl Store {
             metadata_bytes += 16 + v.value().len() as u64;
             let info =
                 SegmentInfo::from_stored(&segment_key(k.value()), v.value()).map_err(|source| {
-                    StoreError::Record {
+                    StoreError::Corrupt(Corruption::Record {
                         what: format!("segment index entry {:032x}", k.value()),
                         source,
-                    }
+                    })
                 })?;
             segment_bytes += info.len;
             seg_len.insert(k.value(), info.len);
@@ -95,10 +95,10 @@ impl Store {
             let (k, v) = e.ctx("reading versions")?;
             let (name, step) = decode_version_key(k.value()).unwrap_or(("?", 0));
             let rec = VersionRecord::from_stored(k.value(), v.value()).map_err(|source| {
-                StoreError::Record {
+                StoreError::Corrupt(Corruption::Record {
                     what: format!("version record of tensor {name:?} step {step}"),
                     source,
-                }
+                })
             })?;
             let record_bytes = (k.value().len() + v.value().len()) as u64;
             metadata_bytes += record_bytes;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use redb::ReadableTable;
 
 use crate::engine::{decode_all, row_blobs, BlockCache, Fetcher, ReadTxn};
-use crate::error::{DbContext, Result, StoreError};
+use crate::error::{Corruption, DbContext, Result, StoreError};
 use crate::record::Stored;
 use crate::record::{decode_version_key, CheckpointRecord, SegmentInfo, VersionRecord};
 use crate::store::Store;
@@ -133,13 +133,13 @@ impl Store {
                 report.issues.push(Issue::Version {
                     tensor: String::from_utf8_lossy(&key).into_owned(),
                     step: 0,
-                    error: StoreError::Record {
+                    error: StoreError::Corrupt(Corruption::Record {
                         what: "a version key".into(),
                         source: crate::record::RecordError::BadValue {
                             field: "version key",
                             value: key.len() as u64,
                         },
-                    },
+                    }),
                 });
                 continue;
             };
@@ -150,10 +150,10 @@ impl Store {
                     report.issues.push(Issue::Version {
                         tensor: name.to_string(),
                         step,
-                        error: StoreError::Record {
+                        error: StoreError::Corrupt(Corruption::Record {
                             what: format!("version record of tensor {name:?} step {step}"),
                             source,
-                        },
+                        }),
                     });
                     continue;
                 }

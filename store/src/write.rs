@@ -11,7 +11,7 @@ use crate::engine::{
     check_name, delete_version, plan, put_row, store_residual, NewVersion, PlannedVersion,
     ResidualBytes, View, WriteTxn,
 };
-use crate::error::{DbContext, Result, StoreError};
+use crate::error::{DbContext, InvalidInput, NotFound, Result, StoreError};
 use crate::options::PutOptions;
 use crate::record::{CheckpointRecord, Rebuild, TierRow};
 use crate::store::Store;
@@ -26,8 +26,8 @@ impl Store {
     /// Writes version `step` of tensor `name`.
     ///
     /// # Errors
-    /// [`StoreError::StepExists`] if the version exists (see [`Store::put_with`]),
-    /// [`StoreError::DataLength`], [`StoreError::BadShape`], [`StoreError::InvalidName`].
+    /// [`crate::InvalidInput::StepExists`] if the version exists (see [`Store::put_with`]),
+    /// [`crate::InvalidInput::DataLength`], [`crate::InvalidInput::Shape`], [`crate::InvalidInput::Name`].
     pub fn put(&self, name: &str, step: u64, tensor: &TensorRef<'_>) -> Result<()> {
         self.put_with(name, step, tensor, &PutOptions::default())
     }
@@ -55,8 +55,8 @@ impl Store {
     /// either all of them are there or none. `metadata` is stored as given (JSON or any text).
     ///
     /// # Errors
-    /// [`StoreError::CheckpointExists`], [`StoreError::DuplicateTensor`],
-    /// [`StoreError::StepExists`] if one of the tensors already has a version at `step`,
+    /// [`crate::InvalidInput::CheckpointExists`], [`crate::InvalidInput::DuplicateTensor`],
+    /// [`crate::InvalidInput::StepExists`] if one of the tensors already has a version at `step`,
     /// and the input errors of [`Store::put`].
     pub fn save_checkpoint(
         &self,
@@ -65,21 +65,21 @@ impl Store {
         metadata: &str,
     ) -> Result<()> {
         if metadata.len() > MAX_METADATA_BYTES {
-            return Err(StoreError::InvalidOptions {
+            return Err(StoreError::Invalid(InvalidInput::Options {
                 reason: format!(
                     "checkpoint metadata is {} bytes, over the {MAX_METADATA_BYTES}-byte limit",
                     metadata.len()
                 ),
-            });
+            }));
         }
         let mut seen = HashSet::with_capacity(tensors.len());
         let mut items = Vec::with_capacity(tensors.len());
         for (name, t) in tensors {
             if !seen.insert(*name) {
-                return Err(StoreError::DuplicateTensor {
+                return Err(StoreError::Invalid(InvalidInput::DuplicateTensor {
                     step,
                     tensor: name.to_string(),
-                });
+                }));
             }
             items.push(NewVersion {
                 name: Arc::from(*name),
@@ -99,7 +99,7 @@ impl Store {
     /// (an emptied checkpoint is removed with its tags).
     ///
     /// # Errors
-    /// [`StoreError::TensorNotFound`], [`StoreError::VersionNotFound`], and block errors
+    /// [`crate::NotFound::Tensor`], [`crate::NotFound::Version`], and block errors
     /// if a dependent cannot be decoded.
     pub fn delete(&self, name: &str, step: u64) -> Result<()> {
         check_name(name)?;
@@ -110,13 +110,13 @@ impl Store {
     /// Names the checkpoint at `step` `tag` (moving the tag if it exists).
     ///
     /// # Errors
-    /// [`StoreError::CheckpointNotFound`], [`StoreError::InvalidName`] for an empty tag.
+    /// [`crate::NotFound::Checkpoint`], [`crate::InvalidInput::Name`] for an empty tag.
     pub fn tag(&self, tag: &str, step: u64) -> Result<()> {
         check_name(tag)?;
         let _writer = self.writer.lock();
         self.write(|wt| {
             if wt.checkpoint(step)?.is_none() {
-                return Err(StoreError::CheckpointNotFound { step });
+                return Err(StoreError::NotFound(NotFound::Checkpoint { step }));
             }
             wt.tags.insert(tag.as_bytes(), step).ctx("writing a tag")?;
             Ok(())
@@ -126,7 +126,7 @@ impl Store {
     /// Removes a tag.
     ///
     /// # Errors
-    /// [`StoreError::TagNotFound`].
+    /// [`crate::NotFound::Tag`].
     pub fn untag(&self, tag: &str) -> Result<()> {
         let _writer = self.writer.lock();
         self.write(|wt| {
@@ -136,9 +136,9 @@ impl Store {
                 .ctx("removing a tag")?
                 .is_none()
             {
-                return Err(StoreError::TagNotFound {
+                return Err(StoreError::NotFound(NotFound::Tag {
                     tag: tag.to_string(),
-                });
+                }));
             }
             Ok(())
         })
@@ -156,7 +156,9 @@ impl Store {
             let r = self.read()?;
             if let Some((step, _)) = &checkpoint {
                 if r.checkpoint(*step)?.is_some() {
-                    return Err(StoreError::CheckpointExists { step: *step });
+                    return Err(StoreError::Invalid(InvalidInput::CheckpointExists {
+                        step: *step,
+                    }));
                 }
             }
             let rules = self.rules.read();
@@ -178,7 +180,9 @@ impl Store {
             }
             if let Some((step, cp)) = &checkpoint {
                 if wt.checkpoint(*step)?.is_some() {
-                    return Err(StoreError::CheckpointExists { step: *step });
+                    return Err(StoreError::Invalid(InvalidInput::CheckpointExists {
+                        step: *step,
+                    }));
                 }
                 wt.put_checkpoint(*step, cp)?;
             }

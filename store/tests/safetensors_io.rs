@@ -9,7 +9,8 @@ use common::temp_store;
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
 use strata_store::{
-    dtype_from_safetensors, dtype_to_safetensors, DType, Store, StoreError, METADATA_KEY,
+    dtype_from_safetensors, dtype_to_safetensors, DType, InvalidInput, Store, StoreError,
+    METADATA_KEY,
 };
 
 /// Bytes of `n` elements of `size` bytes, deterministic per seed.
@@ -167,7 +168,7 @@ fn unsupported_dtype_names_the_tensor() {
         .import_safetensors_bytes(&file, 1, "model.safetensors")
         .expect_err("fp8 must be refused");
     match &err {
-        StoreError::UnsupportedDType { tensor, path, .. } => {
+        StoreError::Invalid(InvalidInput::UnsupportedDType { tensor, path, .. }) => {
             assert_eq!(tensor, "fp8");
             assert_eq!(path.to_str(), Some("model.safetensors"));
         }

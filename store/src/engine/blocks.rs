@@ -15,7 +15,7 @@ use super::buffers::POOL;
 use super::cache::{Block, BlockCache};
 use super::quantized;
 use super::txn::View;
-use crate::error::{Result, StoreError};
+use crate::error::{Corruption, Result, StoreError, TierFailure};
 use crate::record::{BlockRecord, Form, ResidualRef, TierRow, VersionRecord};
 use crate::tensor::Fidelity;
 
@@ -134,19 +134,21 @@ impl<'a> Fetcher<'a> {
                 return Ok(job);
             };
             if job.links.len() >= MAX_HOPS {
-                return Err(StoreError::ChainTooLong {
+                return Err(StoreError::Corrupt(Corruption::ChainTooLong {
                     tensor: name.to_string(),
                     step,
                     block,
                     limit: MAX_HOPS,
-                });
+                }));
             }
-            let bad_base = |reason| StoreError::BadBase {
-                tensor: name.to_string(),
-                step: cur_step,
-                block,
-                base: base_step,
-                reason,
+            let bad_base = |reason| {
+                StoreError::Corrupt(Corruption::BadBase {
+                    tensor: name.to_string(),
+                    step: cur_step,
+                    block,
+                    base: base_step,
+                    reason,
+                })
             };
             let base_rec = self
                 .record(name, base_step)?
@@ -210,11 +212,13 @@ fn block_record(name: &str, step: u64, rec: &VersionRecord, block: u64) -> Resul
         .ok()
         .and_then(|b| rec.blocks.get(b))
         .copied()
-        .ok_or_else(|| StoreError::BlockMismatch {
-            tensor: name.to_string(),
-            step,
-            block,
-            reason: format!("the version has only {} blocks", rec.blocks.len()),
+        .ok_or_else(|| {
+            StoreError::Corrupt(Corruption::BlockMismatch {
+                tensor: name.to_string(),
+                step,
+                block,
+                reason: format!("the version has only {} blocks", rec.blocks.len()),
+            })
         })
 }
 
@@ -239,23 +243,23 @@ impl Job {
         match self.form {
             Form::Lossless => self.decode_lossless(cache),
             Form::Quantized | Form::Frame { .. } => self.decode_quantized(cache),
-            Form::Absent => Err(StoreError::Reconstruct {
+            Form::Absent => Err(StoreError::Tier(TierFailure::Reconstruct {
                 tensor: self.name.to_string(),
                 step: self.step,
                 block: self.block,
                 reason: "a Tier 0 block has no segment to decode".into(),
-            }),
+            })),
         }
     }
 
     fn segment_error(&self, link: &Link, source: SegmentError) -> StoreError {
-        StoreError::Segment {
+        StoreError::Corrupt(Corruption::Segment {
             tensor: self.name.to_string(),
             step: link.step,
             block: self.block,
             address: link.address,
             source: Box::new(source),
-        }
+        })
     }
 
     /// Parses a link's segment and checks its dtype, and its size with `size_ok`.
@@ -267,7 +271,7 @@ impl Job {
         let seg = Segment::parse(&link.bytes).map_err(|e| self.segment_error(link, e))?;
         let h = seg.header();
         if h.dtype != self.dtype || !size_ok(h) {
-            return Err(StoreError::BlockMismatch {
+            return Err(StoreError::Corrupt(Corruption::BlockMismatch {
                 tensor: self.name.to_string(),
                 step: link.step,
                 block: self.block,
@@ -275,7 +279,7 @@ impl Job {
                     "segment holds {} elements of {}, the record expects {} bytes of {}",
                     h.elements, h.dtype, self.len, self.dtype
                 ),
-            });
+            }));
         }
         Ok(seg)
     }
@@ -293,11 +297,13 @@ impl Job {
                 let out = match self.form {
                     Form::Frame { index } => {
                         quantized::decode_frame(self.dtype, &link.bytes, index, self.len).map_err(
-                            |e| StoreError::Frame {
-                                tensor: self.name.to_string(),
-                                step: link.step,
-                                address: link.address,
-                                source: Box::new(e),
+                            |e| {
+                                StoreError::Tier(TierFailure::Frame {
+                                    tensor: self.name.to_string(),
+                                    step: link.step,
+                                    address: link.address,
+                                    source: Box::new(e),
+                                })
                             },
                         )?
                     }
@@ -308,16 +314,16 @@ impl Job {
                 block
             }
             (None, None) => {
-                return Err(StoreError::BlockMismatch {
+                return Err(StoreError::Corrupt(Corruption::BlockMismatch {
                     tensor: self.name.to_string(),
                     step: self.step,
                     block: self.block,
                     reason: "a quantized block without its segment".into(),
-                })
+                }))
             }
         };
         if block.len() != self.len {
-            return Err(StoreError::BlockMismatch {
+            return Err(StoreError::Corrupt(Corruption::BlockMismatch {
                 tensor: self.name.to_string(),
                 step: self.step,
                 block: self.block,
@@ -326,19 +332,19 @@ impl Job {
                     block.len(),
                     self.len
                 ),
-            });
+            }));
         }
         match &self.sparse {
             None => Ok(block),
             Some(blob) => {
                 let mut values = quantized::to_f32(self.dtype, &block).unwrap_or_default();
                 quantized::apply_sparse(blob, &mut values).map_err(|source| {
-                    StoreError::Residual {
+                    StoreError::Corrupt(Corruption::Residual {
                         tensor: self.name.to_string(),
                         step: self.step,
                         block: self.block,
                         source: Box::new(source),
-                    }
+                    })
                 })?;
                 Ok(Arc::new(quantized::from_f32(self.dtype, &values)))
             }
@@ -363,7 +369,7 @@ impl Job {
         }
         match base {
             Some(block) if block.len() == self.len => Ok(block),
-            other => Err(StoreError::BlockMismatch {
+            other => Err(StoreError::Corrupt(Corruption::BlockMismatch {
                 tensor: self.name.to_string(),
                 step: self.step,
                 block: self.block,
@@ -372,7 +378,7 @@ impl Job {
                     other.map_or(0, |b| b.len()),
                     self.len
                 ),
-            }),
+            })),
         }
     }
 }
@@ -404,12 +410,12 @@ impl Job {
         match (prev, cached) {
             (Some(block), _) => Ok(Arc::new(block)),
             (None, Some(block)) if block.len() == self.len => Ok(block),
-            _ => Err(StoreError::BlockMismatch {
+            _ => Err(StoreError::Corrupt(Corruption::BlockMismatch {
                 tensor: self.name.to_string(),
                 step: self.step,
                 block: self.block,
                 reason: "the block has no segment to decode".into(),
-            }),
+            })),
         }
     }
 }
@@ -463,11 +469,13 @@ pub(crate) fn read_blocks(
                     block
                 }
                 None => {
-                    let block = decoded.next().ok_or_else(|| StoreError::BlockMismatch {
-                        tensor: name.to_string(),
-                        step,
-                        block: i,
-                        reason: "a block was not decoded".into(),
+                    let block = decoded.next().ok_or_else(|| {
+                        StoreError::Corrupt(Corruption::BlockMismatch {
+                            tensor: name.to_string(),
+                            step,
+                            block: i,
+                            reason: "a block was not decoded".into(),
+                        })
                     })??;
                     sink(i, &block, f);
                     block

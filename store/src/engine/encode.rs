@@ -13,7 +13,7 @@ use super::quantized::{self, ResidualBytes};
 use super::segments::address_of;
 use super::txn::View;
 use super::versions::check_name;
-use crate::error::{Result, StoreError};
+use crate::error::{Corruption, InvalidInput, Result, StoreError};
 use crate::options::{DeltaPolicy, Options};
 use crate::record::{BlockRecord, Form, VersionRecord, MAX_DIMS};
 use crate::tensor::TensorRef;
@@ -45,10 +45,12 @@ pub(crate) struct PlannedVersion {
 /// Checks a tensor's shape and data length; returns its element count.
 pub(crate) fn check_tensor(name: &str, step: u64, t: &TensorRef<'_>) -> Result<u64> {
     check_name(name)?;
-    let bad_shape = || StoreError::BadShape {
-        tensor: name.to_string(),
-        step,
-        shape: t.shape.iter().take(MAX_DIMS + 1).copied().collect(),
+    let bad_shape = || {
+        StoreError::Invalid(InvalidInput::Shape {
+            tensor: name.to_string(),
+            step,
+            shape: t.shape.iter().take(MAX_DIMS + 1).copied().collect(),
+        })
     };
     if t.shape.len() > MAX_DIMS {
         return Err(bad_shape());
@@ -62,12 +64,12 @@ pub(crate) fn check_tensor(name: &str, step: u64, t: &TensorRef<'_>) -> Result<u
         .checked_mul(t.dtype.size() as u64)
         .ok_or_else(bad_shape)?;
     if expected != t.bytes.len() as u64 {
-        return Err(StoreError::DataLength {
+        return Err(StoreError::Invalid(InvalidInput::DataLength {
             tensor: name.to_string(),
             step,
             expected,
             actual: t.bytes.len() as u64,
-        });
+        }));
     }
     Ok(elements)
 }
@@ -118,10 +120,10 @@ pub(crate) fn plan(
         let elements = check_tensor(&item.name, item.step, t)?;
         let replaces = fetcher.record(&item.name, item.step)?.is_some();
         if replaces && !overwrite {
-            return Err(StoreError::StepExists {
+            return Err(StoreError::Invalid(InvalidInput::StepExists {
                 tensor: item.name.to_string(),
                 step: item.step,
-            });
+            }));
         }
         let policy = rules.resolve(&item.name);
         let lossy = (policy.is_lossy() && t.dtype.is_float())
@@ -326,13 +328,13 @@ fn encode_task(
                 (Some(job), _) => job.decode(cache)?,
                 (None, Some(p)) => p,
                 (None, None) => {
-                    return Err(StoreError::BadBase {
+                    return Err(StoreError::Corrupt(Corruption::BadBase {
                         tensor: item.name.to_string(),
                         step: item.step,
                         block: task.block,
                         base: base_step,
                         reason: "was not read",
-                    })
+                    }))
                 }
             };
             if base_bytes.as_slice() == task.data {

@@ -21,7 +21,7 @@ use super::cache::{Block, BlockCache};
 use super::segments::address_of;
 use super::tier_rows::remove_rows;
 use super::txn::{View, WriteTxn};
-use crate::error::{DbContext, Result, StoreError};
+use crate::error::{Corruption, DbContext, NotFound, Result, StoreError};
 use crate::options::Options;
 use crate::record::{version_key, BlockRecord, Form, VersionRecord};
 
@@ -45,14 +45,14 @@ pub(crate) fn delete_version(
 ) -> Result<()> {
     let Some(doomed) = wt.version(name, step)? else {
         return Err(if !wt.has_versions(name)? {
-            StoreError::TensorNotFound {
+            StoreError::NotFound(NotFound::Tensor {
                 tensor: name.to_string(),
-            }
+            })
         } else {
-            StoreError::VersionNotFound {
+            StoreError::NotFound(NotFound::Version {
                 tensor: name.to_string(),
                 step,
-            }
+            })
         });
     };
     rebase_dependents(wt, cache, opts, name, step, &doomed)?;
@@ -153,24 +153,23 @@ fn plan_rebase(
             let d = doomed.blocks[b as usize];
             let candidate = match d.base {
                 Some(c) => {
-                    let crec =
-                        fetcher
-                            .record(&name_arc, c)?
-                            .ok_or_else(|| StoreError::BadBase {
-                                tensor: name.to_string(),
-                                step,
-                                block: b,
-                                base: c,
-                                reason: "does not exist",
-                            })?;
+                    let crec = fetcher.record(&name_arc, c)?.ok_or_else(|| {
+                        StoreError::Corrupt(Corruption::BadBase {
+                            tensor: name.to_string(),
+                            step,
+                            block: b,
+                            base: c,
+                            reason: "does not exist",
+                        })
+                    })?;
                     if !crec.same_layout(doomed) {
-                        return Err(StoreError::BadBase {
+                        return Err(StoreError::Corrupt(Corruption::BadBase {
                             tensor: name.to_string(),
                             step,
                             block: b,
                             base: c,
                             reason: "has another dtype, shape or block size",
-                        });
+                        }));
                     }
                     Some((c, crec.blocks[b as usize], Some(crec)))
                 }
@@ -178,19 +177,18 @@ fn plan_rebase(
             };
             let rebased = match candidate {
                 Some((c, c_block, crec)) => {
-                    let crec =
-                        match crec {
-                            Some(r) => r,
-                            None => fetcher.record(&name_arc, c)?.ok_or_else(|| {
-                                StoreError::BadBase {
-                                    tensor: name.to_string(),
-                                    step: *vstep,
-                                    block: b,
-                                    base: c,
-                                    reason: "does not exist",
-                                }
-                            })?,
-                        };
+                    let crec = match crec {
+                        Some(r) => r,
+                        None => fetcher.record(&name_arc, c)?.ok_or_else(|| {
+                            StoreError::Corrupt(Corruption::BadBase {
+                                tensor: name.to_string(),
+                                step: *vstep,
+                                block: b,
+                                base: c,
+                                reason: "does not exist",
+                            })
+                        })?,
+                    };
                     let base = decode_with(&mut fetcher, cache, &name_arc, c, &crec, b, c_block)?;
                     if base.as_slice() == data.as_slice() {
                         Rebased {

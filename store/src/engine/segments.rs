@@ -18,7 +18,7 @@ use xxhash_rust::xxh3::xxh3_128;
 
 use super::buffers::POOL;
 use super::tables::NEXT_SEGMENT_ID_KEY;
-use crate::error::{DbContext, Result, StoreError};
+use crate::error::{Corruption, DbContext, Result, StoreError};
 use crate::record::{piece_key, segment_key, SegmentInfo, Stored};
 
 /// redb's page size (the default; redb does not let applications change it).
@@ -97,13 +97,13 @@ pub(crate) fn fetch_error(
         FetchError::Missing => "is not stored".to_string(),
         FetchError::Damaged(r) => r,
     };
-    StoreError::SegmentStorage {
+    StoreError::Corrupt(Corruption::SegmentStorage {
         tensor: name.to_string(),
         step,
         block,
         address,
         reason,
-    }
+    })
 }
 
 /// Reads the index entry of a segment.

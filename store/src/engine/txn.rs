@@ -13,7 +13,7 @@ use super::tables::{
     CHECKPOINTS, CHUNKS, META, NEXT_BLOCK_ID_KEY, POLICIES, SEGMENTS, TAGS, TAILS, TIERS, VERSIONS,
 };
 use super::versions;
-use crate::error::{DbContext, Result, StoreError};
+use crate::error::{Corruption, DbContext, Result, StoreError};
 use crate::record::{version_key, CheckpointRecord, RecordError, Stored, TierRow, VersionRecord};
 
 /// A version: tensor name and step.
@@ -97,12 +97,14 @@ impl<'txn> WriteTxn<'txn> {
     /// Takes `count` new tier block ids; returns the first.
     pub(crate) fn take_block_ids(&mut self, count: u64) -> Result<u64> {
         let op = "allocating tier block ids";
-        let bad = |value| StoreError::Record {
-            what: "next tier block id".into(),
-            source: RecordError::BadValue {
-                field: "next_block_id",
-                value,
-            },
+        let bad = |value| {
+            StoreError::Corrupt(Corruption::Record {
+                what: "next tier block id".into(),
+                source: RecordError::BadValue {
+                    field: "next_block_id",
+                    value,
+                },
+            })
         };
         let next = match self.meta.get(NEXT_BLOCK_ID_KEY).ctx(op)? {
             Some(v) => {
@@ -235,12 +237,13 @@ pub(crate) trait View {
 
     /// The tier row of a quantized or Tier 0 block, which must exist.
     fn required_tier_row(&self, name: &str, step: u64, block: u64) -> Result<TierRow> {
-        self.tier_row(name, step, block)?
-            .ok_or_else(|| StoreError::TierRowMissing {
+        self.tier_row(name, step, block)?.ok_or_else(|| {
+            StoreError::Corrupt(Corruption::TierRowMissing {
                 tensor: name.to_string(),
                 step,
                 block,
             })
+        })
     }
 
     /// The bytes stored at `address` (a segment or a blob held for block `block` of
@@ -262,12 +265,12 @@ pub(crate) trait View {
     ) -> Result<Vec<u8>> {
         let residual = self.fetch_segment(name, step, block, address)?;
         quantized::apply_exact_residual(lossy, &residual, lossy.len()).map_err(|source| {
-            StoreError::Residual {
+            StoreError::Corrupt(Corruption::Residual {
                 tensor: name.to_string(),
                 step,
                 block,
                 source: Box::new(source),
-            }
+            })
         })
     }
 }

@@ -6,7 +6,7 @@
 
 use redb::ReadableTable;
 
-use crate::error::{DbContext, Result, StoreError};
+use crate::error::{Corruption, DbContext, InvalidInput, Result, StoreError};
 use crate::record::{
     checkpoint_key, decode_version_key, split_tier_key, tier_key, version_key, version_key_range,
     CheckpointRecord, RecordError, Stored, TierRow, VersionRecord,
@@ -28,27 +28,27 @@ pub(crate) fn check_name(name: &str) -> Result<()> {
     } else {
         return Ok(());
     };
-    Err(StoreError::InvalidName {
+    Err(StoreError::Invalid(InvalidInput::Name {
         name: name.chars().take(64).collect(),
         reason,
-    })
+    }))
 }
 
 fn version_error(name: &str, step: u64, source: RecordError) -> StoreError {
-    StoreError::Record {
+    StoreError::Corrupt(Corruption::Record {
         what: format!("version record of tensor {name:?} step {step}"),
         source,
-    }
+    })
 }
 
 fn bad_version_key(name: &str, key: &[u8]) -> StoreError {
-    StoreError::Record {
+    StoreError::Corrupt(Corruption::Record {
         what: format!("a version key of tensor {name:?}"),
         source: RecordError::BadValue {
             field: "version key",
             value: key.len() as u64,
         },
-    }
+    })
 }
 
 /// The record of version `step` of `name`, if any.
@@ -153,9 +153,11 @@ pub(crate) fn load_checkpoint(
     };
     CheckpointRecord::from_stored(&checkpoint_key(step), v.value())
         .map(Some)
-        .map_err(|source| StoreError::Record {
-            what: format!("checkpoint record of step {step}"),
-            source,
+        .map_err(|source| {
+            StoreError::Corrupt(Corruption::Record {
+                what: format!("checkpoint record of step {step}"),
+                source,
+            })
         })
 }
 
@@ -177,9 +179,11 @@ pub(crate) fn tag_list(
     let mut out = Vec::new();
     for e in tags.iter().ctx("listing tags")? {
         let (k, v) = e.ctx("listing tags")?;
-        let name = std::str::from_utf8(k.value()).map_err(|_| StoreError::Record {
-            what: "a tag name".into(),
-            source: RecordError::Utf8 { field: "tag name" },
+        let name = std::str::from_utf8(k.value()).map_err(|_| {
+            StoreError::Corrupt(Corruption::Record {
+                what: "a tag name".into(),
+                source: RecordError::Utf8 { field: "tag name" },
+            })
         })?;
         out.push((name.to_string(), v.value()));
     }
@@ -187,10 +191,10 @@ pub(crate) fn tag_list(
 }
 
 fn row_error(name: &str, step: u64, block: u64, source: RecordError) -> StoreError {
-    StoreError::Record {
+    StoreError::Corrupt(Corruption::Record {
         what: format!("tier row of tensor {name:?} step {step} block {block}"),
         source,
-    }
+    })
 }
 
 /// The tier row of block `block` of a version, if any.

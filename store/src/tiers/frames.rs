@@ -19,7 +19,7 @@ use strata_codec::DType;
 use strata_tiering::{Policy, Precision, Tier};
 
 use crate::engine::{address_of, check_name, put_row, ReadTxn, View};
-use crate::error::{Result, StoreError};
+use crate::error::{InvalidInput, Result, StoreError, TierFailure};
 use crate::record::{BlockRecord, Form, Rebuild, TierRow, VersionRecord};
 use crate::store::Store;
 use crate::tiers::runtime::{spec_of, tiering_reconstruct, Stream};
@@ -62,16 +62,18 @@ impl Store {
     /// ```
     ///
     /// # Errors
-    /// [`StoreError::StepExists`], [`StoreError::StepNotAfter`], [`StoreError::Frame`] for
-    /// NaN or infinite values or an empty frame, [`StoreError::InvalidName`].
+    /// [`crate::InvalidInput::StepExists`], [`crate::InvalidInput::StepNotAfter`], [`crate::TierFailure::Frame`] for
+    /// NaN or infinite values or an empty frame, [`crate::InvalidInput::Name`].
     pub fn append_frame(&self, name: &str, step: u64, values: &[f32]) -> Result<FrameAppend> {
         check_name(name)?;
         let _writer = self.writer.lock();
-        let frame_err = |source| StoreError::Frame {
-            tensor: name.to_string(),
-            step,
-            address: 0,
-            source: Box::new(source),
+        let frame_err = |source| {
+            StoreError::Tier(TierFailure::Frame {
+                tensor: name.to_string(),
+                step,
+                address: 0,
+                source: Box::new(source),
+            })
         };
         let policy = self.rules.read().resolve(name);
         let tier = frame_tier(policy.policy);
@@ -90,17 +92,17 @@ impl Store {
             let latest = r.at_or_before(name, u64::MAX)?;
             if let Some((latest_step, _)) = &latest {
                 if *latest_step == step {
-                    return Err(StoreError::StepExists {
+                    return Err(StoreError::Invalid(InvalidInput::StepExists {
                         tensor: name.to_string(),
                         step,
-                    });
+                    }));
                 }
                 if *latest_step > step {
-                    return Err(StoreError::StepNotAfter {
+                    return Err(StoreError::Invalid(InvalidInput::StepNotAfter {
                         tensor: name.to_string(),
                         step,
                         latest: *latest_step,
-                    });
+                    }));
                 }
             }
             match taken {
@@ -206,12 +208,12 @@ impl Store {
         let fresh = || -> Result<Stream> {
             Ok(Stream {
                 encoder: FrameStreamEncoder::new(DType::F32, len, params).map_err(|source| {
-                    StoreError::Frame {
+                    StoreError::Tier(TierFailure::Frame {
                         tensor: name.to_string(),
                         step: 0,
                         address: 0,
                         source: Box::new(source),
-                    }
+                    })
                 })?,
                 address: 0,
                 steps: Vec::new(),
@@ -225,11 +227,13 @@ impl Store {
             _ => return fresh(),
         };
         let bytes = r.fetch_segment(name, step, 0, block.address)?;
-        let frame_err = |source| StoreError::Frame {
-            tensor: name.to_string(),
-            step,
-            address: block.address,
-            source: Box::new(source),
+        let frame_err = |source| {
+            StoreError::Tier(TierFailure::Frame {
+                tensor: name.to_string(),
+                step,
+                address: block.address,
+                source: Box::new(source),
+            })
         };
         let seg = FrameSegment::parse(&bytes).map_err(frame_err)?;
         if seg.bits() != params.bits

@@ -70,7 +70,7 @@ impl Source {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub enum Reconstruct {
     /// No way back: reads return zeros ([`crate::Fidelity::Zeros`]), or
-    /// [`crate::StoreError::TierZeroNoPolicy`] with [`crate::TierOptions::fail_fast`].
+    /// [`crate::TierFailure::ZeroNoPolicy`] with [`crate::TierOptions::fail_fast`].
     /// Such blocks go to Tier 0 only with `TierConfig::allow_zero_fill`.
     #[default]
     None,

@@ -3,13 +3,13 @@
 //!
 //! A rebuild reads other versions through the same snapshot; if one of them is at Tier 0
 //! too, its rebuild counts one more level. More than `TierConfig::max_reconstruct_depth`
-//! levels is [`StoreError::ReconstructionDepthExceeded`].
+//! levels is [`crate::TierFailure::DepthExceeded`].
 
 use std::ops::Range;
 use std::sync::Arc;
 
 use crate::engine::{lossy, Block, Job, ReadTxn, View};
-use crate::error::{Result, StoreError};
+use crate::error::{Result, StoreError, TierFailure};
 use crate::record::{Rebuild, SourceAt, VersionRecord};
 use crate::store::Store;
 use crate::tensor::Fidelity;
@@ -27,11 +27,13 @@ impl Store {
         depth: u8,
     ) -> Result<(Block, Fidelity)> {
         let (name, step, block) = job.at();
-        let fail = |reason: String| StoreError::Reconstruct {
-            tensor: name.to_string(),
-            step,
-            block,
-            reason,
+        let fail = |reason: String| {
+            StoreError::Tier(TierFailure::Reconstruct {
+                tensor: name.to_string(),
+                step,
+                block,
+                reason,
+            })
         };
         let row = job
             .row
@@ -43,19 +45,19 @@ impl Store {
         let limit = self.opts.tiering.config.max_reconstruct_depth;
         let level = depth.saturating_add(1);
         if level > limit && !matches!(row.rebuild, Rebuild::None) {
-            return Err(StoreError::ReconstructionDepthExceeded {
+            return Err(StoreError::Tier(TierFailure::DepthExceeded {
                 tensor: name.to_string(),
                 step,
                 limit,
-            });
+            }));
         }
         let (values, inner) = match &row.rebuild {
             Rebuild::None if self.opts.tiering.fail_fast => {
-                return Err(StoreError::TierZeroNoPolicy {
+                return Err(StoreError::Tier(TierFailure::ZeroNoPolicy {
                     tensor: name.to_string(),
                     step,
                     block,
-                })
+                }))
             }
             Rebuild::None => return Ok((Arc::new(vec![0u8; len]), Fidelity::Zeros)),
             Rebuild::Delta { base, address, .. } => {
@@ -113,7 +115,7 @@ impl Store {
     ) -> Result<(Vec<f32>, Fidelity)> {
         let srec = self.version_record(r, &source.tensor, source.step)?;
         if srec.elements != rec.elements || !srec.dtype.is_float() {
-            return Err(StoreError::Reconstruct {
+            return Err(StoreError::Tier(TierFailure::Reconstruct {
                 tensor: source.tensor.clone(),
                 step: source.step,
                 block: 0,
@@ -121,7 +123,7 @@ impl Store {
                     "a source of {} {} elements cannot rebuild a tensor of {} elements",
                     srec.elements, srec.dtype, rec.elements
                 ),
-            });
+            }));
         }
         let (bytes, f) = self.read_elems(r, &source.tensor, source.step, &srec, elems, level)?;
         let values = lossy::to_f32(srec.dtype, &bytes).unwrap_or_default();

@@ -17,7 +17,7 @@ use strata_tiering::{
 };
 
 use crate::engine::{ReadTxn, TierChanges, VersionId, View};
-use crate::error::{DbContext, Result, StoreError};
+use crate::error::{Corruption, DbContext, Result, StoreError, TierFailure};
 use crate::record::{
     decode_version_key, split_tier_key, RecordError, ResidualRef, Stored, TierRow, VersionRecord,
 };
@@ -100,30 +100,32 @@ impl Runtime {
         let mut current: Option<(VersionId, Arc<VersionRecord>)> = None;
         for entry in r.tiers.iter().ctx("loading tier rows")? {
             let (k, v) = entry.ctx("loading tier rows")?;
-            let bad_key = || StoreError::Record {
-                what: "a tier row key".into(),
-                source: RecordError::BadValue {
-                    field: "tier key",
-                    value: k.value().len() as u64,
-                },
+            let bad_key = || {
+                StoreError::Corrupt(Corruption::Record {
+                    what: "a tier row key".into(),
+                    source: RecordError::BadValue {
+                        field: "tier key",
+                        value: k.value().len() as u64,
+                    },
+                })
             };
             let (vkey, block) = split_tier_key(k.value()).ok_or_else(bad_key)?;
             let (name, step) = decode_version_key(vkey).ok_or_else(bad_key)?;
             let row = TierRow::from_stored(k.value(), v.value()).map_err(|source| {
-                StoreError::Record {
+                StoreError::Corrupt(Corruption::Record {
                     what: format!("tier row of tensor {name:?} step {step} block {block}"),
                     source,
-                }
+                })
             })?;
             let same = matches!(&current, Some(((n, s), _)) if &**n == name && *s == step);
             if !same {
-                let rec = r
-                    .version(name, step)?
-                    .ok_or_else(|| StoreError::TierRowOrphan {
+                let rec = r.version(name, step)?.ok_or_else(|| {
+                    StoreError::Corrupt(Corruption::TierRowOrphan {
                         tensor: name.to_string(),
                         step,
                         block: u64::from(block),
-                    })?;
+                    })
+                })?;
                 current = Some(((Arc::from(name), step), Arc::new(rec)));
             }
             let Some((vid, rec)) = &current else {
@@ -134,10 +136,12 @@ impl Runtime {
                 continue;
             }
             let values = rec.block_len(u64::from(block));
-            let values = u32::try_from(values).map_err(|_| StoreError::TierRowOrphan {
-                tensor: name.to_string(),
-                step,
-                block: u64::from(block),
+            let values = u32::try_from(values).map_err(|_| {
+                StoreError::Corrupt(Corruption::TierRowOrphan {
+                    tensor: name.to_string(),
+                    step,
+                    block: u64::from(block),
+                })
             })?;
             let spec = spec_of(&row, values, reconstruct_of(name));
             // Residency and idle time go on from the row's last write or move.
@@ -226,9 +230,9 @@ impl Runtime {
 }
 
 pub(crate) fn tier_error(e: TierError) -> StoreError {
-    StoreError::Tiering {
+    StoreError::Tier(TierFailure::Policy {
         source: Box::new(e),
-    }
+    })
 }
 
 impl Runtime {

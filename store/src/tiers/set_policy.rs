@@ -14,7 +14,7 @@ use std::sync::Arc;
 use strata_tiering::{AccessStats, Policy, Precision, Tier};
 
 use crate::engine::{check_name, put_row, remove_rows, View, WriteTxn};
-use crate::error::{DbContext, Result, StoreError};
+use crate::error::{DbContext, InvalidInput, NotFound, Result, StoreError};
 use crate::record::{Rebuild, Rule, TierRow};
 use crate::store::Store;
 use crate::tiers::policy::TierPolicy;
@@ -36,7 +36,7 @@ impl Store {
     /// ```
     ///
     /// # Errors
-    /// [`StoreError::InvalidPolicy`], [`StoreError::InvalidName`] for an empty pattern.
+    /// [`crate::InvalidInput::Policy`], [`crate::InvalidInput::Name`] for an empty pattern.
     pub fn set_policy(&self, pattern: &str, policy: TierPolicy) -> Result<()> {
         self.change_rule(pattern, Some((false, policy)))
     }
@@ -53,7 +53,7 @@ impl Store {
     /// Removes the rule with this exact pattern.
     ///
     /// # Errors
-    /// [`StoreError::PolicyNotFound`].
+    /// [`crate::NotFound::Policy`].
     pub fn remove_policy(&self, pattern: &str) -> Result<()> {
         self.change_rule(pattern, None)
     }
@@ -75,9 +75,11 @@ impl Store {
     fn change_rule(&self, pattern: &str, change: Option<(bool, TierPolicy)>) -> Result<()> {
         check_name(pattern)?;
         if let Some((_, p)) = &change {
-            p.validate().map_err(|reason| StoreError::InvalidPolicy {
-                pattern: pattern.to_string(),
-                reason,
+            p.validate().map_err(|reason| {
+                StoreError::Invalid(InvalidInput::Policy {
+                    pattern: pattern.to_string(),
+                    reason,
+                })
             })?;
         }
         let _writer = self.writer.lock();
@@ -94,9 +96,9 @@ impl Store {
                 policy: policy.clone(),
             }),
             None if new.len() == old.len() => {
-                return Err(StoreError::PolicyNotFound {
+                return Err(StoreError::NotFound(NotFound::Policy {
                     pattern: pattern.to_string(),
-                })
+                }))
             }
             None => {}
         }
@@ -117,8 +119,10 @@ impl Store {
                     let rule = new_set
                         .rules()
                         .find(|r| r.pattern == pattern)
-                        .ok_or_else(|| StoreError::PolicyNotFound {
-                            pattern: pattern.to_string(),
+                        .ok_or_else(|| {
+                            StoreError::NotFound(NotFound::Policy {
+                                pattern: pattern.to_string(),
+                            })
                         })?;
                     wt.policies
                         .insert(pattern.as_bytes(), rule.encode_value().as_slice())
