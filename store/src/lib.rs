@@ -116,6 +116,8 @@
 //! its address), then decoding upward with the codec, which checks the segment checksum and
 //! that each delta gets the base it was made against.
 
+#![forbid(unsafe_code)]
+
 mod engine;
 mod error;
 mod npy;

@@ -58,7 +58,22 @@ pub struct ExportReport {
 
 /// The Strata dtype of a safetensors dtype, or `None` for one Strata does not store (fp8).
 pub fn dtype_from_safetensors(d: Dtype) -> Option<DType> {
-    DType::from_safetensors_name(&format!("{d:?}"))
+    Some(match d {
+        Dtype::F32 => DType::F32,
+        Dtype::F16 => DType::F16,
+        Dtype::BF16 => DType::BF16,
+        Dtype::F64 => DType::F64,
+        Dtype::I8 => DType::I8,
+        Dtype::U8 => DType::U8,
+        Dtype::I16 => DType::I16,
+        Dtype::U16 => DType::U16,
+        Dtype::I32 => DType::I32,
+        Dtype::U32 => DType::U32,
+        Dtype::I64 => DType::I64,
+        Dtype::U64 => DType::U64,
+        Dtype::BOOL => DType::Bool,
+        _ => return None,
+    })
 }
 
 /// The safetensors dtype of a Strata dtype (every dtype of this version has one).
@@ -320,4 +335,19 @@ fn temp_path(path: &Path) -> PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
     name.push(format!(".tmp-{}", std::process::id()));
     path.with_file_name(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dtype_mapping_round_trips_and_refuses_fp8() {
+        for d in DType::ALL {
+            let st = dtype_to_safetensors(d).expect("every Strata dtype has a safetensors name");
+            assert_eq!(dtype_from_safetensors(st), Some(d));
+            assert_eq!(format!("{st:?}"), d.safetensors_name());
+        }
+        assert_eq!(dtype_from_safetensors(Dtype::F8_E4M3), None);
+    }
 }
