@@ -123,6 +123,7 @@ mod error;
 mod npy;
 mod options;
 mod read;
+mod reader;
 mod record;
 mod retain;
 mod safetensors_io;
@@ -132,12 +133,14 @@ mod tensor;
 mod tiers;
 mod verify;
 mod write;
+mod writer;
 
 pub use error::{Corruption, InvalidInput, NotFound, OpenError, Result, StoreError, TierFailure};
 pub use npy::{
     npy_descr, npy_header, parse_npy_header, save_npy, write_npy, NpyError, NpyHeader, NPY_MAGIC,
 };
 pub use options::{DeltaPolicy, FrameOptions, Options, PutOptions, ReadClock, TierOptions};
+pub use reader::{BlockRead, CheckpointReader};
 pub use record::RecordError;
 pub use retain::{RetainPolicy, RetainReport};
 /// The safetensors crate, whose types appear in [`StoreError::SafeTensors`] and
@@ -161,3 +164,4 @@ pub use tiers::frames::FrameAppend;
 pub use tiers::policy::{Reconstruct, Residual, Source, SourceStep, TierPolicy, MAX_PERMUTATION};
 pub use tiers::{MaintainReport, TierStats};
 pub use verify::{Issue, VerifyReport};
+pub use writer::CheckpointWriter;

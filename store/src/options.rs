@@ -40,8 +40,14 @@ pub struct Options {
     pub cache_bytes: usize,
     /// Settings of the lossless codec.
     pub lossless: LosslessOptions,
-    /// Bytes of redb's own page cache. Default 64 MiB.
+    /// Bytes of redb's own page cache. Default 64 MiB. redb keeps at most half of it in dirty
+    /// pages of a write; the rest goes to the file before the commit.
     pub db_cache_bytes: usize,
+    /// Raw bytes of tensor data a write encodes at once (ADR 0014): a checkpoint, an import or
+    /// a single tensor larger than this is read, encoded and inserted a window at a time, so a
+    /// write holds about three windows (data, bases, segments) whatever its size. Tensors of at
+    /// most an eighth of this are gathered into one window. Default 128 MiB.
+    pub window_bytes: u64,
     /// Tiering: the tier policy's settings, the maintenance budget, the read clock.
     pub tiering: TierOptions,
 }
@@ -55,6 +61,7 @@ impl Default for Options {
             cache_bytes: 256 << 20,
             lossless: LosslessOptions::default(),
             db_cache_bytes: 64 << 20,
+            window_bytes: 128 << 20,
             tiering: TierOptions::default(),
         }
     }
@@ -68,6 +75,9 @@ impl Options {
                 "block_bytes {} must be in 1..={MAX_BLOCK_BYTES}",
                 self.block_bytes
             ));
+        }
+        if self.window_bytes == 0 {
+            return fail("window_bytes must be at least 1".into());
         }
         if self.max_chain == 0 {
             return fail("max_chain must be at least 1".into());

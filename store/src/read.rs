@@ -8,21 +8,16 @@ use std::sync::Arc;
 use strata_tiering::Tier;
 
 use crate::engine::{
-    block_bytes, checkpoint_steps, decode_all, lossy, read_blocks, tag_list, tensor_names, Fetcher,
-    Job, ReadTxn, View,
+    checkpoint_steps, lossy, read_blocks, tag_list, tensor_names, Fetcher, ReadTxn, Span, View,
 };
 use crate::error::{InvalidInput, NotFound, Result, StoreError, TierFailure};
 use crate::record::{Form, ResidualRef, VersionRecord, CHECKSUM_LEN};
 use crate::store::Store;
-use crate::tensor::{
-    BlockEncoding, Checkpoint, CheckpointInfo, Fidelity, Tensor, TensorSlice, VersionInfo,
-};
+use crate::tensor::{BlockEncoding, CheckpointInfo, Fidelity, Tensor, TensorSlice, VersionInfo};
 
 /// Bytes reserved up front for a read; larger tensors grow as their blocks decode, so a
 /// damaged record cannot make the store reserve memory its data does not fill.
-const RESERVE_LIMIT: u64 = 64 << 20;
-/// Decoded bytes of one parallel batch of [`Store::load_checkpoint`].
-const BATCH_BYTES: usize = 64 << 20;
+pub(crate) const RESERVE_LIMIT: u64 = 64 << 20;
 
 impl Store {
     /// Reads version `step` of tensor `name`, bit-exact.
@@ -172,66 +167,6 @@ impl Store {
         Ok(names)
     }
 
-    /// Reads back every tensor of the checkpoint at `step`, all from one snapshot.
-    ///
-    /// # Errors
-    /// [`crate::NotFound::Checkpoint`], and the errors of [`Store::get`].
-    pub fn load_checkpoint(&self, step: u64) -> Result<Checkpoint> {
-        let r = self.read()?;
-        let cp = r
-            .checkpoint(step)?
-            .ok_or(StoreError::NotFound(NotFound::Checkpoint { step }))?;
-        let mut fetcher = Fetcher::new(&r, &self.cache);
-        let mut tensors: Vec<(String, Tensor)> = Vec::with_capacity(cp.tensors.len());
-        // Fetch the blocks of many tensors, then decode them together in parallel; a batch
-        // holds at most BATCH_BYTES of decoded data.
-        let mut batch: Vec<(usize, Job)> = Vec::new();
-        let mut batch_bytes = 0usize;
-        for name in &cp.tensors {
-            let rec = self.version_record(&r, name, step)?;
-            if rec.blocks.iter().any(|b| b.form != Form::Lossless) {
-                // Quantized or Tier 0 blocks: read on their own (fidelity, rebuilds).
-                let t = self.read_tensor(&r, name, step, &rec)?;
-                tensors.push((name.clone(), t));
-                continue;
-            }
-            let index = tensors.len();
-            tensors.push((
-                name.clone(),
-                Tensor {
-                    dtype: rec.dtype,
-                    shape: rec.shape.clone(),
-                    data: Vec::with_capacity(rec.raw_bytes().min(BATCH_BYTES as u64) as usize),
-                    fidelity: Fidelity::Exact,
-                },
-            ));
-            let name_arc: Arc<str> = Arc::from(name.as_str());
-            for b in 0..rec.blocks.len() as u64 {
-                batch.push((index, fetcher.fetch(&name_arc, step, &rec, b)?));
-                batch_bytes += block_bytes(&rec, b);
-                if batch_bytes >= BATCH_BYTES {
-                    self.flush(&mut batch, &mut tensors)?;
-                    batch_bytes = 0;
-                }
-            }
-        }
-        self.flush(&mut batch, &mut tensors)?;
-        Ok(Checkpoint {
-            step,
-            tensors,
-            metadata: cp.metadata,
-        })
-    }
-
-    /// Decodes a batch of blocks and appends each to its tensor (jobs are in block order).
-    fn flush(&self, batch: &mut Vec<(usize, Job)>, tensors: &mut [(String, Tensor)]) -> Result<()> {
-        let (owners, jobs): (Vec<usize>, Vec<Job>) = batch.drain(..).unzip();
-        for (i, block) in owners.into_iter().zip(decode_all(jobs, &self.cache)) {
-            tensors[i].1.data.extend_from_slice(&block?);
-        }
-        Ok(())
-    }
-
     /// Steps of every checkpoint, ascending.
     ///
     /// # Errors
@@ -343,22 +278,25 @@ impl Store {
         }
         let first = elems.start / rec.block_elems;
         let last = (elems.end - 1) / rec.block_elems;
-        let name_arc: Arc<str> = Arc::from(name);
+        let span = Span {
+            name: Arc::from(name),
+            step,
+            rec,
+            blocks: first..last + 1,
+        };
         let mut fetcher = Fetcher::new(r, &self.cache);
         read_blocks(
             &mut fetcher,
             &self.cache,
-            &name_arc,
-            step,
-            rec,
-            first..last + 1,
-            |job| self.rebuild_block(r, job, rec, depth),
-            |b, bytes, f| {
+            std::slice::from_ref(&span),
+            |_, job| self.rebuild_block(r, job, rec, depth),
+            |_, b, bytes, f| {
                 let block_start = b * rec.block_elems;
                 let lo = elems.start.max(block_start) - block_start;
                 let hi = elems.end.min(block_start + rec.block_len(b)) - block_start;
                 data.extend_from_slice(&bytes[(lo * size) as usize..(hi * size) as usize]);
                 fidelity = fidelity.worst(f);
+                Ok(())
             },
         )?;
         Ok((data, fidelity))

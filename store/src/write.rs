@@ -1,26 +1,13 @@
-//! The write API of [`Store`]: `put`, `save_checkpoint`, `delete`, tags. Every write plans and
-//! encodes in a read transaction (in parallel, under the writer lock, so the plan still holds),
-//! then inserts everything in one write transaction.
+//! The write API of [`Store`]: `put`, `save_checkpoint`, `delete`, tags. Versions are
+//! written through a streaming write session (`writer.rs`): encoded a window at a time inside
+//! one write transaction.
 
-use std::collections::HashSet;
-use std::sync::Arc;
-
-use strata_tiering::Precision;
-
-use crate::engine::{
-    check_name, delete_version, plan, put_row, store_residual, NewVersion, PlannedVersion,
-    ResidualBytes, View, WriteTxn,
-};
-use crate::error::{DbContext, InvalidInput, NotFound, Result, StoreError};
+use crate::engine::{check_name, delete_version, View};
+use crate::error::{DbContext, NotFound, Result, StoreError};
 use crate::options::PutOptions;
-use crate::record::{CheckpointRecord, Rebuild, TierRow};
 use crate::store::Store;
 use crate::tensor::TensorRef;
-use crate::tiers::policy::TierPolicy;
-use crate::tiers::runtime::{spec_of, tiering_reconstruct};
-
-/// Longest metadata text accepted with a checkpoint, in bytes.
-const MAX_METADATA_BYTES: usize = 64 << 20;
+use crate::writer::Session;
 
 impl Store {
     /// Writes version `step` of tensor `name`.
@@ -43,16 +30,15 @@ impl Store {
         tensor: &TensorRef<'_>,
         opts: &PutOptions,
     ) -> Result<()> {
-        let item = NewVersion {
-            name: Arc::from(name),
-            step,
-            tensor: *tensor,
-        };
-        self.write_versions(std::slice::from_ref(&item), opts.overwrite, None)
+        let mut session = Session::begin(self, opts.overwrite)?;
+        session.put(step, name, tensor)?;
+        session.commit(step, |_| Ok(()))
     }
 
     /// Writes every tensor of a checkpoint at `step` in one transaction: after a crash
     /// either all of them are there or none. `metadata` is stored as given (JSON or any text).
+    /// Memory stays bounded by [`crate::Options::write_window_bytes`] beyond the caller's
+    /// tensors (it is [`Store::begin_checkpoint`], a `put` per tensor, and `commit`).
     ///
     /// # Errors
     /// [`crate::InvalidInput::CheckpointExists`], [`crate::InvalidInput::DuplicateTensor`],
@@ -64,34 +50,11 @@ impl Store {
         tensors: &[(&str, TensorRef<'_>)],
         metadata: &str,
     ) -> Result<()> {
-        if metadata.len() > MAX_METADATA_BYTES {
-            return Err(StoreError::Invalid(InvalidInput::Options {
-                reason: format!(
-                    "checkpoint metadata is {} bytes, over the {MAX_METADATA_BYTES}-byte limit",
-                    metadata.len()
-                ),
-            }));
-        }
-        let mut seen = HashSet::with_capacity(tensors.len());
-        let mut items = Vec::with_capacity(tensors.len());
+        let mut writer = self.begin_checkpoint(step, metadata)?;
         for (name, t) in tensors {
-            if !seen.insert(*name) {
-                return Err(StoreError::Invalid(InvalidInput::DuplicateTensor {
-                    step,
-                    tensor: name.to_string(),
-                }));
-            }
-            items.push(NewVersion {
-                name: Arc::from(*name),
-                step,
-                tensor: *t,
-            });
+            writer.put(name, t)?;
         }
-        let record = CheckpointRecord {
-            metadata: metadata.to_string(),
-            tensors: tensors.iter().map(|(n, _)| n.to_string()).collect(),
-        };
-        self.write_versions(&items, false, Some((step, record)))
+        writer.commit()
     }
 
     /// Deletes version `step` of `name`. Versions whose blocks are deltas against it are
@@ -143,88 +106,4 @@ impl Store {
             Ok(())
         })
     }
-
-    /// Writes `items` (and the checkpoint record, if any) atomically.
-    pub(crate) fn write_versions(
-        &self,
-        items: &[NewVersion<'_>],
-        overwrite: bool,
-        checkpoint: Option<(u64, CheckpointRecord)>,
-    ) -> Result<()> {
-        let _writer = self.writer.lock();
-        let planned = {
-            let r = self.read()?;
-            if let Some((step, _)) = &checkpoint {
-                if r.checkpoint(*step)?.is_some() {
-                    return Err(StoreError::Invalid(InvalidInput::CheckpointExists {
-                        step: *step,
-                    }));
-                }
-            }
-            let rules = self.rules.read();
-            plan(&r, &self.cache, &self.opts, items, overwrite, &rules)?
-        };
-        self.write(|wt| {
-            for v in &planned {
-                if v.replaces {
-                    delete_version(wt, &self.cache, &self.opts, &v.name, v.step, false)?;
-                }
-                for (b, seg) in v.segments.iter().enumerate() {
-                    let block = v.record.blocks[b];
-                    wt.add_ref(&v.name, v.step, b as u64, block.address, seg.as_deref())?;
-                }
-                wt.put_version(&v.name, v.step, &v.record)?;
-                if let Some((policy, residuals)) = &v.tiered {
-                    add_tier_rows(wt, v, policy, residuals, self.opts.tiering.clock.now())?;
-                }
-            }
-            if let Some((step, cp)) = &checkpoint {
-                if wt.checkpoint(*step)?.is_some() {
-                    return Err(StoreError::Invalid(InvalidInput::CheckpointExists {
-                        step: *step,
-                    }));
-                }
-                wt.put_checkpoint(*step, cp)?;
-            }
-            Ok(())
-        })
-    }
-}
-
-/// Writes the tier rows of a freshly written quantized version and registers its blocks
-/// with the tier state once the transaction commits.
-pub(crate) fn add_tier_rows(
-    wt: &mut WriteTxn<'_>,
-    v: &PlannedVersion,
-    policy: &TierPolicy,
-    residuals: &[Option<ResidualBytes>],
-    now: u64,
-) -> Result<()> {
-    let count = v.record.blocks.len() as u64;
-    let first = wt.take_block_ids(count)?;
-    let tier = policy.policy.write_tier();
-    let vid: (Arc<str>, u64) = (v.name.clone(), v.step);
-    for b in 0..count {
-        let residual = match residuals.get(b as usize).and_then(Option::as_ref) {
-            Some(r) => Some(store_residual(wt, &v.name, v.step, b, r)?),
-            None => None,
-        };
-        let row = TierRow {
-            id: first + b,
-            tier,
-            policy: policy.policy,
-            since: now,
-            precision: Precision::fresh(tier),
-            residual,
-            rebuild: Rebuild::None,
-            stats: None,
-        };
-        put_row(wt, &v.name, v.step, b as u32, &row)?;
-        let values = v.record.block_len(b) as u32;
-        let spec = spec_of(&row, values, tiering_reconstruct(&policy.reconstruct));
-        wt.tier_changes
-            .registered
-            .push((vid.clone(), b as u32, spec));
-    }
-    Ok(())
 }

@@ -68,8 +68,8 @@ fn cli_round_trip_on_dev_ft_bf16() {
             .expect("read source");
         let a = SafeTensors::deserialize(&exported).expect("parse export");
         let b = SafeTensors::deserialize(&original).expect("parse source");
-        let mut names_a: Vec<_> = a.names().into_iter().cloned().collect();
-        let mut names_b: Vec<_> = b.names().into_iter().cloned().collect();
+        let mut names_a: Vec<_> = a.names().into_iter().map(str::to_string).collect();
+        let mut names_b: Vec<_> = b.names().into_iter().map(str::to_string).collect();
         names_a.sort();
         names_b.sort();
         assert_eq!(names_a, names_b, "step {}", c.step);

@@ -38,7 +38,7 @@ fn file_with(
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
     });
-    safetensors::serialize(views, &meta).expect("serialize")
+    safetensors::serialize(views, meta).expect("serialize")
 }
 
 #[test]
@@ -61,7 +61,7 @@ fn every_dtype_round_trips_bit_exact() {
     let mut tensors = Vec::new();
     for (i, d) in dtypes.iter().enumerate() {
         let shape = vec![3, i + 1];
-        let mut data = bytes(3 * (i + 1), d.size(), i as u8);
+        let mut data = bytes(3 * (i + 1), d.bitsize() / 8, i as u8);
         if *d == Dtype::BOOL {
             data.iter_mut().for_each(|b| *b &= 1);
         }

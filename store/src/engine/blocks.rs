@@ -22,8 +22,10 @@ use crate::tensor::Fidelity;
 /// Longest chain a reader follows: above any `max_chain` the store writes (255), so only a
 /// loop in damaged metadata reaches it.
 pub(crate) const MAX_HOPS: usize = 256;
-/// Blocks fetched before decoding them together: bounds the compressed bytes held at once.
-const BATCH: usize = 32;
+/// Decoded bytes of one batch of [`read_blocks`]: bounds what a read holds at once.
+pub(crate) const BATCH_BYTES: usize = 64 << 20;
+/// Blocks of one batch of [`read_blocks`], however small.
+const BATCH_JOBS: usize = 4096;
 
 /// One segment to decode: which block of which version it is.
 #[derive(Debug)]
@@ -428,56 +430,79 @@ pub(crate) fn decode_all(jobs: Vec<Job>, cache: &BlockCache) -> Vec<Result<Block
     jobs.into_par_iter().map(|j| j.decode(cache)).collect()
 }
 
-/// Reads blocks `blocks` of one version, fetching and decoding in batches. Tier 0 blocks
-/// go to `rebuild`; `sink` gets each block's bytes and fidelity in block order.
-#[allow(clippy::too_many_arguments)]
+/// Blocks of one version to read, for [`read_blocks`].
+pub(crate) struct Span<'r> {
+    pub(crate) name: Arc<str>,
+    pub(crate) step: u64,
+    pub(crate) rec: &'r VersionRecord,
+    pub(crate) blocks: std::ops::Range<u64>,
+}
+
+/// Reads the blocks of `spans` in order, fetching them a batch at a time (at most
+/// [`BATCH_BYTES`] of decoded data, or [`BATCH_JOBS`] blocks) and decoding each batch in
+/// parallel, so many small tensors decode together and a large one in bounded memory. Tier 0
+/// blocks go to `rebuild`; `sink` gets each block's bytes and fidelity (span index, block
+/// index) in order.
 pub(crate) fn read_blocks(
     fetcher: &mut Fetcher<'_>,
     cache: &BlockCache,
-    name: &Arc<str>,
-    step: u64,
-    rec: &VersionRecord,
-    blocks: std::ops::Range<u64>,
-    mut rebuild: impl FnMut(&Job) -> Result<(Block, Fidelity)>,
-    mut sink: impl FnMut(u64, &[u8], Fidelity),
+    spans: &[Span<'_>],
+    mut rebuild: impl FnMut(usize, &Job) -> Result<(Block, Fidelity)>,
+    mut sink: impl FnMut(usize, u64, &[u8], Fidelity) -> Result<()>,
 ) -> Result<()> {
-    let mut b = blocks.start;
-    while b < blocks.end {
-        let end = blocks.end.min(b + BATCH as u64);
-        let jobs = (b..end)
-            .map(|i| fetcher.fetch(name, step, rec, i))
+    let mut todo = spans
+        .iter()
+        .enumerate()
+        .flat_map(|(si, s)| s.blocks.clone().map(move |b| (si, b)))
+        .peekable();
+    while todo.peek().is_some() {
+        let mut batch: Vec<(usize, u64)> = Vec::new();
+        let mut bytes = 0usize;
+        while let Some(&(si, b)) = todo.peek() {
+            let len = block_bytes(spans[si].rec, b);
+            if !batch.is_empty() && (bytes + len > BATCH_BYTES || batch.len() >= BATCH_JOBS) {
+                break;
+            }
+            bytes += len;
+            batch.push((si, b));
+            todo.next();
+        }
+        let jobs = batch
+            .iter()
+            .map(|&(si, b)| {
+                let s = &spans[si];
+                fetcher.fetch(&s.name, s.step, s.rec, b)
+            })
             .collect::<Result<Vec<_>>>()?;
-        let mut rebuilt = Vec::new();
+        let mut rebuilt = Vec::with_capacity(jobs.len());
         let mut decodable = Vec::with_capacity(jobs.len());
         let mut fidelity = Vec::with_capacity(jobs.len());
-        for job in jobs {
+        for (job, &(si, _)) in jobs.into_iter().zip(&batch) {
             fidelity.push(job.fidelity);
             if job.is_absent() {
-                rebuilt.push(Some(rebuild(&job)?));
-                decodable.push(None);
+                rebuilt.push(Some(rebuild(si, &job)?));
             } else {
                 rebuilt.push(None);
-                decodable.push(Some(job));
+                decodable.push(job);
             }
         }
-        let jobs: Vec<Job> = decodable.iter_mut().filter_map(Option::take).collect();
-        let mut decoded = decode_all(jobs, cache).into_iter();
-        for (i, (done, f)) in (b..end).zip(rebuilt.into_iter().zip(fidelity)) {
+        let mut decoded = decode_all(decodable, cache).into_iter();
+        for ((&(si, b), done), f) in batch.iter().zip(rebuilt).zip(fidelity) {
             let block = match done {
                 Some((block, f)) => {
-                    sink(i, &block, f);
+                    sink(si, b, &block, f)?;
                     block
                 }
                 None => {
                     let block = decoded.next().ok_or_else(|| {
                         StoreError::Corrupt(Corruption::BlockMismatch {
-                            tensor: name.to_string(),
-                            step,
-                            block: i,
+                            tensor: spans[si].name.to_string(),
+                            step: spans[si].step,
+                            block: b,
                             reason: "a block was not decoded".into(),
                         })
                     })??;
-                    sink(i, &block, f);
+                    sink(si, b, &block, f)?;
                     block
                 }
             };
@@ -486,7 +511,6 @@ pub(crate) fn read_blocks(
                 POOL.give(buf);
             }
         }
-        b = end;
     }
     Ok(())
 }

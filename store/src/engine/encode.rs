@@ -1,6 +1,8 @@
-//! Planning writes: pick each block's base by the [`DeltaPolicy`], decode the bases, and
-//! encode the new segments, all in a read transaction and in parallel, so the write
-//! transaction only inserts.
+//! Planning and encoding writes: a [`VersionPlan`] per version (checked, its predecessor and
+//! tier policy resolved), then its blocks encoded window by window ([`encode_window`]): each
+//! block's base picked by the [`DeltaPolicy`], bases decoded, segments encoded in parallel.
+//! The caller inserts each window's segments before encoding the next, so memory is bounded
+//! by the window, not by the tensor or the checkpoint.
 
 use std::sync::Arc;
 
@@ -16,67 +18,203 @@ use super::versions::check_name;
 use crate::error::{Corruption, InvalidInput, Result, StoreError};
 use crate::options::{DeltaPolicy, Options};
 use crate::record::{BlockRecord, Form, VersionRecord, MAX_DIMS};
-use crate::tensor::TensorRef;
 use crate::tiers::policy::{Residual, TierPolicy};
 use crate::tiers::rules::RuleSet;
+use crate::DType;
 
-/// A tensor to write at a step.
+/// A version being written: checked, its predecessor and tier policy resolved; its block
+/// records are filled in as windows are encoded and inserted.
 #[derive(Debug)]
-pub(crate) struct NewVersion<'a> {
+pub(crate) struct VersionPlan {
     pub(crate) name: Arc<str>,
     pub(crate) step: u64,
-    pub(crate) tensor: TensorRef<'a>,
-}
-
-/// A version ready to insert: its record and the bytes of its new segments.
-#[derive(Debug)]
-pub(crate) struct PlannedVersion {
-    pub(crate) name: Arc<str>,
-    pub(crate) step: u64,
+    /// The record, its `blocks` pushed in block order by the caller.
     pub(crate) record: VersionRecord,
-    /// Per block: the segment bytes when the block is not a reference.
-    pub(crate) segments: Vec<Option<Vec<u8>>>,
     /// A version exists at this step and is being overwritten.
     pub(crate) replaces: bool,
-    /// The tier policy of a version stored quantized, and per block its residual.
-    pub(crate) tiered: Option<(TierPolicy, Vec<Option<ResidualBytes>>)>,
+    /// The tier policy of a version stored quantized.
+    pub(crate) tiered: Option<TierPolicy>,
+    /// The latest earlier version with the same dtype and shape: the base of deltas.
+    pred: Option<(u64, Arc<VersionRecord>)>,
+    /// Quantize instead: the start tier and residual.
+    lossy: Option<(strata_tiering::Tier, Residual)>,
+    /// Blocks of the version.
+    pub(crate) blocks: u64,
 }
 
-/// Checks a tensor's shape and data length; returns its element count.
-pub(crate) fn check_tensor(name: &str, step: u64, t: &TensorRef<'_>) -> Result<u64> {
+impl VersionPlan {
+    /// Byte range of block `b` in the tensor's data.
+    pub(crate) fn block_range(&self, b: u64) -> std::ops::Range<u64> {
+        let size = self.record.dtype.size() as u64;
+        let start = b * self.record.block_elems * size;
+        start..start + self.record.block_len(b) * size
+    }
+}
+
+/// Checks a tensor's name, shape and data length; returns its element count.
+pub(crate) fn check_shape(
+    name: &str,
+    step: u64,
+    dtype: DType,
+    shape: &[u64],
+    data_len: u64,
+) -> Result<u64> {
     check_name(name)?;
     let bad_shape = || {
         StoreError::Invalid(InvalidInput::Shape {
             tensor: name.to_string(),
             step,
-            shape: t.shape.iter().take(MAX_DIMS + 1).copied().collect(),
+            shape: shape.iter().take(MAX_DIMS + 1).copied().collect(),
         })
     };
-    if t.shape.len() > MAX_DIMS {
+    if shape.len() > MAX_DIMS {
         return Err(bad_shape());
     }
-    let elements = t
-        .shape
+    let elements = shape
         .iter()
         .try_fold(1u64, |acc, &d| acc.checked_mul(d))
         .ok_or_else(bad_shape)?;
     let expected = elements
-        .checked_mul(t.dtype.size() as u64)
+        .checked_mul(dtype.size() as u64)
         .ok_or_else(bad_shape)?;
-    if expected != t.bytes.len() as u64 {
+    if expected != data_len {
         return Err(StoreError::Invalid(InvalidInput::DataLength {
             tensor: name.to_string(),
             step,
             expected,
-            actual: t.bytes.len() as u64,
+            actual: data_len,
         }));
     }
     Ok(elements)
 }
 
+/// Plans version `step` of `name` against the versions visible through `view`. `elements`
+/// comes from [`check_shape`].
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn plan_version(
+    view: &dyn View,
+    opts: &Options,
+    rules: &RuleSet,
+    name: Arc<str>,
+    step: u64,
+    dtype: DType,
+    shape: &[u64],
+    elements: u64,
+    overwrite: bool,
+) -> Result<VersionPlan> {
+    let replaces = view.version(&name, step)?.is_some();
+    if replaces && !overwrite {
+        return Err(StoreError::Invalid(InvalidInput::StepExists {
+            tensor: name.to_string(),
+            step,
+        }));
+    }
+    let policy = rules.resolve(&name);
+    let lossy = (policy.is_lossy() && dtype.is_float())
+        .then(|| (policy.policy.write_tier(), policy.residual));
+    let pred = match lossy {
+        Some(_) => None,
+        None => view
+            .predecessor(&name, step)?
+            .filter(|(_, p)| p.dtype == dtype && p.shape == shape)
+            .map(|(s, p)| (s, Arc::new(p))),
+    };
+    let block_elems = match &pred {
+        Some((_, p)) => p.block_elems,
+        None => opts.block_elems(dtype.size()),
+    };
+    let blocks = VersionRecord::block_count(elements, block_elems);
+    Ok(VersionPlan {
+        record: VersionRecord {
+            dtype,
+            shape: shape.to_vec(),
+            elements,
+            block_elems,
+            blocks: Vec::with_capacity(blocks.min(1 << 20) as usize),
+        },
+        name,
+        step,
+        replaces,
+        tiered: lossy.map(|_| policy.clone()),
+        pred,
+        lossy,
+        blocks,
+    })
+}
+
+/// One block to encode: its version's plan, its index, its bytes.
+pub(crate) struct BlockWork<'p, 'd> {
+    pub(crate) plan: &'p VersionPlan,
+    pub(crate) block: u64,
+    pub(crate) data: &'d [u8],
+}
+
+/// An encoded block, ready to insert.
+#[derive(Debug)]
+pub(crate) struct Encoded {
+    /// The block's record (its address names the segment, new or referenced).
+    pub(crate) record: BlockRecord,
+    /// The segment bytes, unless the block is a reference to a stored segment.
+    pub(crate) segment: Option<Vec<u8>>,
+    /// What a quantized block keeps of its quantization error.
+    pub(crate) residual: Option<ResidualBytes>,
+}
+
+/// Encodes a window of blocks (of one or more versions) in parallel; results in input order.
+/// Bases are fetched through `view` first, in order.
+pub(crate) fn encode_window(
+    view: &dyn View,
+    cache: &BlockCache,
+    opts: &Options,
+    work: &[BlockWork<'_, '_>],
+) -> Result<Vec<Encoded>> {
+    let mut fetcher = Fetcher::new(view, cache);
+    let mut tasks = Vec::with_capacity(work.len());
+    for w in work {
+        let plan = w.plan;
+        let mut task = Task {
+            name: &plan.name,
+            step: plan.step,
+            block: w.block,
+            data: w.data,
+            dtype: plan.record.dtype,
+            pred: None,
+            base: None,
+            depth: 1,
+            run: 1,
+            anchor: false,
+            lossy: plan.lossy,
+        };
+        if let Some((pstep, prec)) = &plan.pred {
+            choose_base(
+                &mut fetcher,
+                opts,
+                &plan.name,
+                *pstep,
+                prec,
+                w.block,
+                &mut task,
+            )?;
+        }
+        tasks.push(task);
+    }
+    drop(fetcher);
+    if tasks.len() <= 1 {
+        return tasks
+            .into_iter()
+            .map(|t| encode_task(t, cache, opts))
+            .collect();
+    }
+    tasks
+        .into_par_iter()
+        .map(|t| encode_task(t, cache, opts))
+        .collect()
+}
+
 /// What one block of a new version will be compared and encoded against.
 struct Task<'d> {
-    version: usize,
+    name: &'d Arc<str>,
+    step: u64,
     block: u64,
     data: &'d [u8],
     dtype: strata_codec::DType,
@@ -92,106 +230,6 @@ struct Task<'d> {
     anchor: bool,
     /// Quantize instead: the tier policy's start tier and residual.
     lossy: Option<(strata_tiering::Tier, Residual)>,
-}
-
-/// The encoded block.
-struct Done {
-    version: usize,
-    block: u64,
-    record: BlockRecord,
-    segment: Option<Vec<u8>>,
-    residual: Option<ResidualBytes>,
-}
-
-/// Plans `items` against the versions visible through `fetcher`.
-pub(crate) fn plan(
-    view: &dyn View,
-    cache: &BlockCache,
-    opts: &Options,
-    items: &[NewVersion<'_>],
-    overwrite: bool,
-    rules: &RuleSet,
-) -> Result<Vec<PlannedVersion>> {
-    let mut fetcher = Fetcher::new(view, cache);
-    let mut planned = Vec::with_capacity(items.len());
-    let mut tasks = Vec::new();
-    for (vi, item) in items.iter().enumerate() {
-        let t = &item.tensor;
-        let elements = check_tensor(&item.name, item.step, t)?;
-        let replaces = fetcher.record(&item.name, item.step)?.is_some();
-        if replaces && !overwrite {
-            return Err(StoreError::Invalid(InvalidInput::StepExists {
-                tensor: item.name.to_string(),
-                step: item.step,
-            }));
-        }
-        let policy = rules.resolve(&item.name);
-        let lossy = (policy.is_lossy() && t.dtype.is_float())
-            .then(|| (policy.policy.write_tier(), policy.residual));
-        let pred = match lossy {
-            Some(_) => None,
-            None => view
-                .predecessor(&item.name, item.step)?
-                .filter(|(_, p)| p.dtype == t.dtype && p.shape == t.shape),
-        };
-        let block_elems = match &pred {
-            Some((_, p)) => p.block_elems,
-            None => opts.block_elems(t.dtype.size()),
-        };
-        let count = VersionRecord::block_count(elements, block_elems);
-        let record = VersionRecord {
-            dtype: t.dtype,
-            shape: t.shape.to_vec(),
-            elements,
-            block_elems,
-            blocks: Vec::with_capacity(count as usize),
-        };
-        let size = t.dtype.size() as u64;
-        for b in 0..count {
-            let start = (b * block_elems * size) as usize;
-            let end = ((b * block_elems + record.block_len(b)) * size) as usize;
-            let data = &t.bytes[start..end];
-            let mut task = Task {
-                version: vi,
-                block: b,
-                data,
-                dtype: t.dtype,
-                pred: None,
-                base: None,
-                depth: 1,
-                run: 1,
-                anchor: false,
-                lossy,
-            };
-            if let Some((pstep, prec)) = &pred {
-                choose_base(&mut fetcher, opts, &item.name, *pstep, prec, b, &mut task)?;
-            }
-            tasks.push(task);
-        }
-        planned.push(PlannedVersion {
-            name: item.name.clone(),
-            step: item.step,
-            record,
-            segments: vec![None; count as usize],
-            replaces,
-            tiered: lossy.map(|_| (policy.clone(), (0..count).map(|_| None).collect())),
-        });
-    }
-
-    let done: Vec<Result<Done>> = tasks
-        .into_par_iter()
-        .map(|task| encode_task(task, items, cache, opts))
-        .collect();
-    for d in done {
-        let d = d?;
-        let v = &mut planned[d.version];
-        v.record.blocks.push(d.record);
-        v.segments[d.block as usize] = d.segment;
-        if let Some((_, residuals)) = &mut v.tiered {
-            residuals[d.block as usize] = d.residual;
-        }
-    }
-    Ok(planned)
 }
 
 /// Fills in the predecessor block and the base of `task` by the policy.
@@ -283,30 +321,22 @@ fn lineage_root(
     Ok(None)
 }
 
-fn encode_task(
-    task: Task<'_>,
-    items: &[NewVersion<'_>],
-    cache: &BlockCache,
-    opts: &Options,
-) -> Result<Done> {
-    let item = &items[task.version];
+fn encode_task(task: Task<'_>, cache: &BlockCache, opts: &Options) -> Result<Encoded> {
     let encode_err = |source| StoreError::Encode {
-        tensor: item.name.to_string(),
-        step: item.step,
+        tensor: task.name.to_string(),
+        step: task.step,
         block: task.block,
         source: Box::new(source),
     };
     if let Some((tier, residual)) = task.lossy {
         return encode_lossy(&task, tier, residual, opts).map_err(|source| StoreError::Encode {
-            tensor: item.name.to_string(),
-            step: item.step,
+            tensor: task.name.to_string(),
+            step: task.step,
             block: task.block,
             source,
         });
     }
-    let reference = |r: BlockRecord| Done {
-        version: task.version,
-        block: task.block,
+    let reference = |r: BlockRecord| Encoded {
         record: BlockRecord {
             reference: true,
             ..r
@@ -329,8 +359,8 @@ fn encode_task(
                 (None, Some(p)) => p,
                 (None, None) => {
                     return Err(StoreError::Corrupt(Corruption::BadBase {
-                        tensor: item.name.to_string(),
-                        step: item.step,
+                        tensor: task.name.to_string(),
+                        step: task.step,
                         block: task.block,
                         base: base_step,
                         reason: "was not read",
@@ -362,9 +392,7 @@ fn encode_task(
         // The next version of this tensor will read this block as its base.
         cache.insert(address, Arc::new(task.data.to_vec()));
     }
-    Ok(Done {
-        version: task.version,
-        block: task.block,
+    Ok(Encoded {
         record: BlockRecord {
             address,
             base,
@@ -385,7 +413,7 @@ fn encode_lossy(
     tier: strata_tiering::Tier,
     residual: Residual,
     opts: &Options,
-) -> std::result::Result<Done, Box<dyn std::error::Error + Send + Sync>> {
+) -> std::result::Result<Encoded, Box<dyn std::error::Error + Send + Sync>> {
     let not_float = strata_codec::segment::SegmentError::NotFloat { dtype: task.dtype };
     let bits = tier.quant_bits().ok_or(not_float.clone())?;
     let values = quantized::to_f32(task.dtype, task.data).ok_or(not_float)?;
@@ -398,9 +426,7 @@ fn encode_lossy(
         residual,
         &opts.lossless,
     )?;
-    Ok(Done {
-        version: task.version,
-        block: task.block,
+    Ok(Encoded {
         record: BlockRecord::standalone(
             address_of(&block.segment),
             block.segment.len(),

@@ -29,9 +29,11 @@ mod tier_rows;
 mod txn;
 mod versions;
 
-pub(crate) use blocks::{block_bytes, decode_all, read_blocks, Fetcher, Job};
+pub(crate) use blocks::{decode_all, read_blocks, Fetcher, Job, Span};
 pub(crate) use cache::{Block, BlockCache};
-pub(crate) use encode::{plan, NewVersion, PlannedVersion};
+pub(crate) use encode::{
+    check_shape, encode_window, plan_version, BlockWork, Encoded, VersionPlan,
+};
 pub(crate) use quantized::ResidualBytes;
 pub(crate) use rebase::{delete_version, rebase_dependents};
 pub(crate) use segments::address_of;

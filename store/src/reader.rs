@@ -1,0 +1,289 @@
+//! Streaming reads: a checkpoint tensor by tensor ([`CheckpointReader`]), and one tensor of
+//! any size block by block ([`Store::get_blocks`], [`Store::get_into`]). Blocks decode in
+//! parallel batches of bounded size; many small tensors decode together.
+
+use std::collections::VecDeque;
+use std::ops::Range;
+use std::sync::Arc;
+
+use crate::engine::{read_blocks, Fetcher, ReadTxn, Span, View};
+use crate::error::{InvalidInput, NotFound, Result, StoreError};
+use crate::read::RESERVE_LIMIT;
+use crate::record::VersionRecord;
+use crate::store::Store;
+use crate::tensor::{Checkpoint, Fidelity, Tensor};
+use crate::DType;
+
+/// Reads the checkpoint at one step tensor by tensor, in the order they were saved, all from
+/// one snapshot (a checkpoint committed meanwhile, or a retention pass, does not change what
+/// it reads). From [`Store::read_checkpoint`].
+///
+/// It decodes ahead at most [`crate::Options::window_bytes`] of small tensors at once, so
+/// memory holds about one window plus the tensor handed out, whatever the checkpoint's size.
+///
+/// ```no_run
+/// let store = strata_store::Store::open("run.strata")?;
+/// let mut reader = store.read_checkpoint(1000)?;
+/// println!("metadata: {}", reader.metadata());
+/// for item in &mut reader {
+///     let (name, tensor) = item?;
+///     println!("{name}: {:?} {}", tensor.shape, tensor.dtype);
+/// }
+/// # Ok::<(), strata_store::StoreError>(())
+/// ```
+pub struct CheckpointReader<'s> {
+    store: &'s Store,
+    r: ReadTxn,
+    step: u64,
+    metadata: String,
+    todo: VecDeque<String>,
+    ready: VecDeque<(String, Tensor)>,
+    /// An error was returned: the iteration ends.
+    done: bool,
+}
+
+impl std::fmt::Debug for CheckpointReader<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CheckpointReader")
+            .field("step", &self.step)
+            .field("left", &(self.todo.len() + self.ready.len()))
+            .finish_non_exhaustive()
+    }
+}
+
+impl CheckpointReader<'_> {
+    /// The checkpoint's step.
+    pub fn step(&self) -> u64 {
+        self.step
+    }
+
+    /// The metadata text saved with the checkpoint.
+    pub fn metadata(&self) -> &str {
+        &self.metadata
+    }
+
+    /// Tensors not handed out yet.
+    pub fn remaining(&self) -> usize {
+        self.todo.len() + self.ready.len()
+    }
+
+    /// Decodes the next tensors: the first one left, and more while they fit in a window.
+    fn fill(&mut self) -> Result<()> {
+        let store = self.store;
+        let window = store.opts.window_bytes;
+        let mut names = Vec::new();
+        let mut recs: Vec<VersionRecord> = Vec::new();
+        let mut bytes = 0u64;
+        while let Some(name) = self.todo.front() {
+            let rec = store.version_record(&self.r, name, self.step)?;
+            if !names.is_empty() && bytes + rec.raw_bytes() > window {
+                break;
+            }
+            bytes += rec.raw_bytes();
+            recs.push(rec);
+            names.extend(self.todo.pop_front());
+        }
+        let spans: Vec<Span<'_>> = names
+            .iter()
+            .zip(&recs)
+            .map(|(name, rec)| Span {
+                name: Arc::from(name.as_str()),
+                step: self.step,
+                rec,
+                blocks: 0..rec.blocks.len() as u64,
+            })
+            .collect();
+        let mut out: Vec<(Vec<u8>, Fidelity)> = recs
+            .iter()
+            .map(|rec| {
+                let cap = rec.raw_bytes().min(RESERVE_LIMIT) as usize;
+                (Vec::with_capacity(cap), Fidelity::Exact)
+            })
+            .collect();
+        let mut fetcher = Fetcher::new(&self.r, &store.cache);
+        let r = &self.r;
+        read_blocks(
+            &mut fetcher,
+            &store.cache,
+            &spans,
+            |si, job| store.rebuild_block(r, job, spans[si].rec, 0),
+            |si, _, block, f| {
+                let (data, fidelity) = &mut out[si];
+                data.extend_from_slice(block);
+                *fidelity = fidelity.worst(f);
+                Ok(())
+            },
+        )?;
+        for ((name, rec), (data, fidelity)) in names.into_iter().zip(&recs).zip(out) {
+            store.record_read(&name, self.step, 0..rec.blocks.len() as u64);
+            self.ready.push_back((
+                name,
+                Tensor {
+                    dtype: rec.dtype,
+                    shape: rec.shape.clone(),
+                    data,
+                    fidelity,
+                },
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Iterator for CheckpointReader<'_> {
+    type Item = Result<(String, Tensor)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        if self.ready.is_empty() && !self.todo.is_empty() {
+            if let Err(e) = self.fill() {
+                self.done = true;
+                return Some(Err(e));
+            }
+        }
+        self.ready.pop_front().map(Ok)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = if self.done { 0 } else { self.remaining() };
+        (n, Some(n))
+    }
+}
+
+/// The type, shape and worth of a tensor read block by block ([`Store::get_blocks`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BlockRead {
+    /// Element type.
+    pub dtype: DType,
+    /// Dimensions.
+    pub shape: Vec<u64>,
+    /// What the data is worth (the worst block's).
+    pub fidelity: Fidelity,
+}
+
+impl Store {
+    /// Opens the checkpoint at `step` for reading tensor by tensor ([`CheckpointReader`]).
+    ///
+    /// # Errors
+    /// [`crate::NotFound::Checkpoint`] and database errors; the reader returns the block
+    /// errors of [`Store::get`].
+    pub fn read_checkpoint(&self, step: u64) -> Result<CheckpointReader<'_>> {
+        let r = self.read()?;
+        let cp = r
+            .checkpoint(step)?
+            .ok_or(StoreError::NotFound(NotFound::Checkpoint { step }))?;
+        Ok(CheckpointReader {
+            store: self,
+            r,
+            step,
+            metadata: cp.metadata,
+            todo: cp.tensors.into(),
+            ready: VecDeque::new(),
+            done: false,
+        })
+    }
+
+    /// Reads back every tensor of the checkpoint at `step`, all from one snapshot (the
+    /// [`CheckpointReader`] collected).
+    ///
+    /// # Errors
+    /// [`crate::NotFound::Checkpoint`], and the errors of [`Store::get`].
+    pub fn load_checkpoint(&self, step: u64) -> Result<Checkpoint> {
+        let reader = self.read_checkpoint(step)?;
+        let metadata = reader.metadata.clone();
+        let tensors = reader.collect::<Result<Vec<_>>>()?;
+        Ok(Checkpoint {
+            step,
+            tensors,
+            metadata,
+        })
+    }
+
+    /// Reads version `step` of `name` block by block, in order, handing `sink` each block's
+    /// element range and bytes: a tensor of any size in bounded memory (the blocks of one
+    /// batch, at most 64 MiB). A `sink` error stops the read and is returned.
+    ///
+    /// # Errors
+    /// Those of [`Store::get`], and the `sink`'s.
+    pub fn get_blocks(
+        &self,
+        name: &str,
+        step: u64,
+        mut sink: impl FnMut(Range<u64>, &[u8]) -> Result<()>,
+    ) -> Result<BlockRead> {
+        let r = self.read()?;
+        let rec = self.version_record(&r, name, step)?;
+        let span = Span {
+            name: Arc::from(name),
+            step,
+            rec: &rec,
+            blocks: 0..rec.blocks.len() as u64,
+        };
+        let mut fidelity = Fidelity::Exact;
+        let mut fetcher = Fetcher::new(&r, &self.cache);
+        read_blocks(
+            &mut fetcher,
+            &self.cache,
+            std::slice::from_ref(&span),
+            |_, job| self.rebuild_block(&r, job, &rec, 0),
+            |_, b, bytes, f| {
+                fidelity = fidelity.worst(f);
+                let start = b * rec.block_elems;
+                sink(start..start + rec.block_len(b), bytes)
+            },
+        )?;
+        self.record_read(name, step, 0..rec.blocks.len() as u64);
+        Ok(BlockRead {
+            dtype: rec.dtype,
+            shape: rec.shape.clone(),
+            fidelity,
+        })
+    }
+
+    /// Reads version `step` of `name` into `out`, which must be exactly its size
+    /// (`elements x dtype size` bytes): no allocation of the tensor's size by the store.
+    ///
+    /// # Errors
+    /// [`InvalidInput::DataLength`] if `out` has another length, and those of [`Store::get`].
+    pub fn get_into(&self, name: &str, step: u64, out: &mut [u8]) -> Result<BlockRead> {
+        {
+            let r = self.read()?;
+            let rec = self.version_record(&r, name, step)?;
+            if rec.raw_bytes() != out.len() as u64 {
+                return Err(StoreError::Invalid(InvalidInput::DataLength {
+                    tensor: name.to_string(),
+                    step,
+                    expected: rec.raw_bytes(),
+                    actual: out.len() as u64,
+                }));
+            }
+        }
+        let mut at = 0usize;
+        let read = self.get_blocks(name, step, |_, bytes| {
+            let end = at + bytes.len();
+            let dst = out.get_mut(at..end).ok_or_else(|| {
+                StoreError::Invalid(InvalidInput::DataLength {
+                    tensor: name.to_string(),
+                    step,
+                    expected: end as u64,
+                    actual: at as u64,
+                })
+            })?;
+            dst.copy_from_slice(bytes);
+            at = end;
+            Ok(())
+        })?;
+        if at != out.len() {
+            // The version was replaced by one of another size between the two snapshots.
+            return Err(StoreError::Invalid(InvalidInput::DataLength {
+                tensor: name.to_string(),
+                step,
+                expected: at as u64,
+                actual: out.len() as u64,
+            }));
+        }
+        Ok(read)
+    }
+}
