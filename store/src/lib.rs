@@ -29,17 +29,12 @@
 //!   `__metadata__` as the checkpoint's JSON metadata); [`Store::export_safetensors`] writes
 //!   one back, bit-exact (see [`ImportReport`] and the dtype mapping
 //!   [`dtype_from_safetensors`]).
-//! - **NumPy**: [`save_npy`] writes one tensor as a `.npy` v1.0 file; bf16, which NumPy
-//!   lacks, is written as `'<u2'` raw bits ([`npy_descr`]).
 //! - **Retention**: [`Store::retain`] keeps the last N checkpoints, every K-th and the
 //!   tagged ones, deletes the rest in one transaction (re-basing what depended on them), and
 //!   compacts the file.
 //! - **Tiers** (ADR 0007): [`Store::set_policy`] and [`Store::pin`] by name pattern,
 //!   quantized and Tier 0 blocks, [`Store::maintain`], [`Tensor::fidelity`] on every read,
 //!   residuals, Tier 0 rebuilds, frame streams ([`Store::append_frame`]).
-//! - **The `strata` tool** (feature `cli`, on by default): import, export, get, log, stats,
-//!   verify, retain, tag, policy, maintain, demo.
-//!   `cargo run --release -p strata-store --bin strata -- demo`.
 //!
 //! ## File format (store format 2)
 //!
@@ -96,7 +91,6 @@ mod buffers;
 mod cache;
 mod checkpoints;
 mod error;
-mod npy;
 mod options;
 mod plan;
 mod reader;
@@ -116,9 +110,6 @@ mod verify;
 mod write;
 
 pub use error::{Result, StoreError};
-pub use npy::{
-    npy_descr, npy_header, parse_npy_header, save_npy, write_npy, NpyError, NpyHeader, NPY_MAGIC,
-};
 pub use options::{DeltaPolicy, Options, PutOptions};
 pub use record::RecordError;
 pub use retain::{RetainPolicy, RetainReport};

@@ -3,6 +3,11 @@
 //!
 //! Exit status: 0 on success, 1 on a failure (or a corrupt store for `verify`), 2 on a usage
 //! error.
+//!
+//! A crate of its own, beside the library (ADR 0009): programs that embed `strata-store` do
+//! not build clap, indicatif or mimalloc. `cargo install --path cli` installs `strata`.
+
+#![forbid(unsafe_code)]
 
 /// mimalloc keeps freed pages for reuse: importing a checkpoint allocates and frees about
 /// three times its size in block buffers, and the system allocator's fresh pages cost a page
@@ -23,6 +28,7 @@ mod fmt;
 mod import;
 mod inspect;
 mod maintain;
+mod npy;
 mod progress;
 mod read;
 mod synth;

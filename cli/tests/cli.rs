@@ -3,13 +3,18 @@
 //! tag, retain, and exit statuses.
 
 mod common;
+// The tool's own .npy module, for its header parser (the binary exports no library).
+#[allow(dead_code)]
+#[path = "../src/npy.rs"]
+mod npy;
 
 use std::path::Path;
 use std::process::{Command, Output};
 
 use common::{load_series, series_root};
+use npy::parse_npy_header;
 use safetensors::SafeTensors;
-use strata_store::{parse_npy_header, Store};
+use strata_store::Store;
 
 fn strata(args: &[&str]) -> Output {
     let out = Command::new(env!("CARGO_BIN_EXE_strata"))

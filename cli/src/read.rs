@@ -3,11 +3,12 @@
 use std::path::Path;
 use std::time::Instant;
 
-use strata_store::{save_npy, DType, Store};
+use strata_store::{DType, Store};
 
 use crate::fmt::{mb, mb_s, ms, shape};
+use crate::npy::save_npy;
 use crate::progress::Output;
-use crate::CliResult;
+use crate::{CliError, CliResult};
 
 /// `strata export`.
 pub(crate) fn export(out: &Output, store: &Path, step: u64, output: &Path) -> CliResult {
@@ -53,7 +54,10 @@ pub(crate) fn get(
     );
     match output {
         Some(path) => {
-            save_npy(path, &data)?;
+            save_npy(path, &data).map_err(|source| CliError::Io {
+                path: path.to_path_buf(),
+                source,
+            })?;
             say!("wrote {}: {what}", path.display());
             if data.dtype == DType::BF16 {
                 say!(
