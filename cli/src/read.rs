@@ -5,10 +5,13 @@ use std::time::Instant;
 
 use strata_store::{DType, Store};
 
-use crate::fmt::{mb, mb_s, ms, shape};
+use crate::fmt::{fidelity, fidelity_json, mb, mb_s, ms, shape};
 use crate::npy::save_npy;
 use crate::progress::Output;
 use crate::{CliError, CliResult};
+
+/// Values `strata get` prints when it writes no file.
+const HEAD: usize = 8;
 
 /// `strata export`.
 pub(crate) fn export(out: &Output, store: &Path, step: u64, output: &Path) -> CliResult {
@@ -35,6 +38,7 @@ pub(crate) fn get(
     tensor: &str,
     step: u64,
     at: bool,
+    json: bool,
     output: Option<&Path>,
 ) -> CliResult {
     let store = Store::open(store)?;
@@ -45,6 +49,32 @@ pub(crate) fn get(
         (step, store.get(tensor, step)?)
     };
     let dt = t.elapsed();
+    if let Some(path) = output {
+        save_npy(path, &data).map_err(|source| CliError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    }
+    // The first values, when no file takes them.
+    let head: Vec<f64> = match output {
+        Some(_) => Vec::new(),
+        None => data.to_f64().into_iter().take(HEAD + 1).collect(),
+    };
+    if json {
+        let doc = serde_json::json!({
+            "tensor": tensor,
+            "step": found,
+            "dtype": data.dtype.to_string(),
+            "shape": data.shape,
+            "bytes": data.data.len(),
+            "fidelity": fidelity_json(&data.fidelity),
+            "read_ms": dt.as_secs_f64() * 1e3,
+            "output": output.map(|p| p.display().to_string()),
+            "head": output.is_none().then(|| &head[..head.len().min(HEAD)]),
+        });
+        say!("{doc:#}");
+        return Ok(());
+    }
     let what = format!(
         "{tensor} step {found}: {} {}, {} bytes, read in {}",
         data.dtype,
@@ -53,25 +83,20 @@ pub(crate) fn get(
         ms(dt)
     );
     match output {
-        Some(path) => {
-            save_npy(path, &data).map_err(|source| CliError::Io {
-                path: path.to_path_buf(),
-                source,
-            })?;
-            say!("wrote {}: {what}", path.display());
-            if data.dtype == DType::BF16 {
-                say!(
-                    "note: numpy has no bfloat16; the file holds the raw bf16 bits as '<u2' \
-                     (to f32: (a.astype(np.uint32) << 16).view(np.float32))"
-                );
-            }
-        }
+        Some(path) => say!("wrote {}: {what}", path.display()),
+        None => say!("{what}"),
+    }
+    say!("fidelity: {}", fidelity(&data.fidelity));
+    match output {
+        Some(_) if data.dtype == DType::BF16 => say!(
+            "note: numpy has no bfloat16; the file holds the raw bf16 bits as '<u2' \
+             (to f32: (a.astype(np.uint32) << 16).view(np.float32))"
+        ),
+        Some(_) => {}
         None => {
-            say!("{what}");
-            let values = data.to_f64();
-            let head: Vec<String> = values.iter().take(8).map(|v| format!("{v:.6}")).collect();
-            let more = if values.len() > 8 { ", ..." } else { "" };
-            say!("[{}{more}]", head.join(", "));
+            let shown: Vec<String> = head.iter().take(HEAD).map(|v| format!("{v:.6}")).collect();
+            let more = if head.len() > HEAD { ", ..." } else { "" };
+            say!("[{}{more}]", shown.join(", "));
         }
     }
     Ok(())
