@@ -53,17 +53,12 @@
 //!   `__metadata__` as the checkpoint's JSON metadata); [`Store::export_safetensors`] writes
 //!   one back, bit-exact (see [`ImportReport`] and the dtype mapping
 //!   [`dtype_from_safetensors`]).
-//! - **NumPy**: [`save_npy`] writes one tensor as a `.npy` v1.0 file; bf16, which NumPy
-//!   lacks, is written as `'<u2'` raw bits ([`npy_descr`]).
 //! - **Retention**: [`Store::retain`] keeps the last N checkpoints, every K-th and the
 //!   tagged ones, deletes the rest in one transaction (re-basing what depended on them), and
 //!   compacts the file.
 //! - **Tiers** (ADR 0007): [`Store::set_policy`] and [`Store::pin`] by name pattern,
 //!   quantized and Tier 0 blocks, [`Store::maintain`], [`Tensor::fidelity`] on every read,
 //!   residuals, Tier 0 rebuilds, frame streams ([`Store::append_frame`]).
-//! - **The `strata` tool** (feature `cli`, on by default): import, export, get, log, stats,
-//!   verify, retain, tag, policy, maintain, demo.
-//!   `cargo run --release -p strata-store --bin strata -- demo`.
 //!
 //! ## File format (store format 2)
 //!
@@ -120,7 +115,6 @@
 
 mod engine;
 mod error;
-mod npy;
 mod options;
 mod read;
 mod reader;
@@ -136,9 +130,6 @@ mod write;
 mod writer;
 
 pub use error::{Corruption, InvalidInput, NotFound, OpenError, Result, StoreError, TierFailure};
-pub use npy::{
-    npy_descr, npy_header, parse_npy_header, save_npy, write_npy, NpyError, NpyHeader, NPY_MAGIC,
-};
 pub use options::{DeltaPolicy, FrameOptions, Options, PutOptions, ReadClock, TierOptions};
 pub use reader::{BlockRead, CheckpointReader};
 pub use record::RecordError;
