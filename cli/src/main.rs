@@ -108,6 +108,26 @@ enum Command {
         #[arg(short, long)]
         output: Option<PathBuf>,
     },
+    /// Values of elements of one tensor across its versions (one decode per block per
+    /// version).
+    History {
+        /// The store file.
+        store: PathBuf,
+        /// Tensor name.
+        tensor: String,
+        /// Flat element index `I`, or range `I..J` (J excluded).
+        #[arg(long)]
+        index: String,
+        /// First step (default: the first version).
+        #[arg(long)]
+        from: Option<u64>,
+        /// Last step, included (default: the last version).
+        #[arg(long)]
+        to: Option<u64>,
+        /// Print JSON: one object per version.
+        #[arg(long)]
+        json: bool,
+    },
     /// List checkpoints, or the versions of one tensor with their encoding.
     Log {
         /// The store file.
@@ -255,6 +275,14 @@ fn main() -> ExitCode {
             json,
             output,
         } => read::get(&store, &tensor, step, at, json, output.as_deref()),
+        Command::History {
+            store,
+            tensor,
+            index,
+            from,
+            to,
+            json,
+        } => read::history(&store, &tensor, &index, from, to, json),
         Command::Log { store, tensor } => inspect::log(&store, tensor.as_deref()),
         Command::Stats { store, json } => inspect::stats(&store, json),
         Command::Verify { store } => maintain::verify(&out, &store),

@@ -11,10 +11,8 @@
 //! The tool only writes `.npy` files; the header parser is built for tests (see `parser`).
 
 use std::borrow::Cow;
-use std::io::Write;
-use std::path::Path;
 
-use strata_store::{DType, Tensor};
+use strata_store::DType;
 
 /// The `.npy` magic.
 pub(crate) const NPY_MAGIC: &[u8; 6] = b"\x93NUMPY";
@@ -81,25 +79,6 @@ pub(crate) fn npy_header(dtype: DType, shape: &[u64]) -> Vec<u8> {
     out.resize(total - 1, b' ');
     out.push(b'\n');
     out
-}
-
-/// Writes a tensor as `.npy` to `w`.
-///
-/// # Errors
-/// Those of `w`.
-pub(crate) fn write_npy(w: &mut impl Write, tensor: &Tensor) -> std::io::Result<()> {
-    w.write_all(&npy_header(tensor.dtype, &tensor.shape))?;
-    w.write_all(&tensor.data)
-}
-
-/// Writes a tensor to a `.npy` file at `path`.
-///
-/// # Errors
-/// Those of creating and writing the file (the caller names the file).
-pub(crate) fn save_npy(path: &Path, tensor: &Tensor) -> std::io::Result<()> {
-    let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
-    write_npy(&mut f, tensor)?;
-    f.flush()
 }
 
 #[cfg(test)]

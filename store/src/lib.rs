@@ -115,6 +115,7 @@
 
 mod engine;
 mod error;
+mod history;
 mod options;
 mod read;
 mod reader;

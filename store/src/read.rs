@@ -88,6 +88,25 @@ impl Store {
         Ok((s, self.read_tensor(&r, name, s, &rec)?))
     }
 
+    /// The step of the latest version of `name` at or before `step`, without reading it.
+    ///
+    /// # Errors
+    /// Those of [`Store::get_at`] but block errors.
+    pub fn step_at_or_before(&self, name: &str, step: u64) -> Result<u64> {
+        let r = self.read()?;
+        match r.at_or_before(name, step)? {
+            Some((s, _)) => Ok(s),
+            None => Err(self.missing(
+                &r,
+                name,
+                StoreError::NotFound(NotFound::AtOrBefore {
+                    tensor: name.to_string(),
+                    step,
+                }),
+            )?),
+        }
+    }
+
     /// Reads the latest version of `name`; returns its step too.
     ///
     /// # Errors
@@ -131,6 +150,21 @@ impl Store {
             data,
             fidelity,
         })
+    }
+
+    /// Version `step` of `name` without its data: dtype, shape, sizes, block encodings.
+    ///
+    /// # Errors
+    /// [`crate::NotFound::Tensor`], [`crate::NotFound::Version`].
+    pub fn version_info(&self, name: &str, step: u64) -> Result<VersionInfo> {
+        let r = self.read()?;
+        let rec = self.version_record(&r, name, step)?;
+        let rows = r.tier_rows_by_block(name, step, rec.blocks.len())?;
+        let tiers: Vec<Tier> = rows
+            .iter()
+            .map(|row| row.as_ref().map_or(Tier::Exact, |row| row.tier))
+            .collect();
+        Ok(version_info(step, &rec, &tiers))
     }
 
     /// Every version of `name`, in step order.

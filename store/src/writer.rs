@@ -464,8 +464,10 @@ impl<'s> CheckpointWriter<'s> {
     /// version at this step, the input errors of [`Store::put`], and database errors. After
     /// an error the checkpoint cannot be committed; drop the writer.
     pub fn put(&mut self, name: &str, tensor: &TensorRef<'_>) -> Result<()> {
-        self.claim(name)?;
-        self.session.put(self.step, name, tensor)
+        self.check_new(name)?;
+        self.session.put(self.step, name, tensor)?;
+        self.claim(name);
+        Ok(())
     }
 
     /// Adds a tensor of `len` bytes that `read(offset, buf)` fills in pieces (e.g. from a
@@ -478,20 +480,27 @@ impl<'s> CheckpointWriter<'s> {
         len: u64,
         read: &mut dyn FnMut(u64, &mut [u8]) -> Result<()>,
     ) -> Result<()> {
-        self.claim(name)?;
+        self.check_new(name)?;
         self.session
-            .put_read(self.step, name, dtype, shape, len, read)
+            .put_read(self.step, name, dtype, shape, len, read)?;
+        self.claim(name);
+        Ok(())
     }
 
-    fn claim(&mut self, name: &str) -> Result<()> {
-        if !self.seen.insert(name.to_string()) {
+    fn check_new(&self, name: &str) -> Result<()> {
+        if self.seen.contains(name) {
             return Err(StoreError::Invalid(InvalidInput::DuplicateTensor {
                 step: self.step,
                 tensor: name.to_string(),
             }));
         }
-        self.names.push(name.to_string());
         Ok(())
+    }
+
+    /// Records a tensor added (after its `put` succeeded).
+    fn claim(&mut self, name: &str) {
+        self.seen.insert(name.to_string());
+        self.names.push(name.to_string());
     }
 
     /// The step being written.
