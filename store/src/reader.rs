@@ -100,7 +100,7 @@ impl CheckpointReader<'_> {
                 (Vec::with_capacity(cap), Fidelity::Exact)
             })
             .collect();
-        let mut fetcher = Fetcher::new(&self.r, &store.cache);
+        let mut fetcher = Fetcher::streaming(&self.r, &store.cache);
         let r = &self.r;
         read_blocks(
             &mut fetcher,
@@ -222,7 +222,7 @@ impl Store {
             blocks: 0..rec.blocks.len() as u64,
         };
         let mut fidelity = Fidelity::Exact;
-        let mut fetcher = Fetcher::new(&r, &self.cache);
+        let mut fetcher = Fetcher::streaming(&r, &self.cache);
         read_blocks(
             &mut fetcher,
             &self.cache,

@@ -392,7 +392,7 @@ impl Store {
                     blocks: 0..rec.blocks.len() as u64,
                 })
                 .collect();
-            let mut fetcher = Fetcher::new(&r, &self.cache);
+            let mut fetcher = Fetcher::streaming(&r, &self.cache);
             read_blocks(
                 &mut fetcher,
                 &self.cache,
@@ -400,8 +400,9 @@ impl Store {
                 |si, job| self.rebuild_block(&r, job, spans[si].rec, 0),
                 |_, _, bytes, _| out.write_all(bytes).map_err(io),
             )?;
-            let file = out.into_inner().map_err(|e| io(e.into_error()))?;
-            file.sync_all().map_err(io)?;
+            // Not synced: like the safetensors crate's own writer, an export is a copy that
+            // can be made again (the rename still keeps a failed export from showing).
+            out.flush().map_err(io)?;
             Ok(8 + header.len() as u64 + offset as u64)
         })();
         let file_bytes = match written {

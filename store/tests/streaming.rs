@@ -104,7 +104,10 @@ fn a_dropped_writer_leaves_nothing_and_the_store_writable() {
     assert!(store.checkpoints().unwrap().is_empty());
     assert!(store.tensors().unwrap().is_empty());
     let stats = store.stats().unwrap();
-    assert_eq!(stats.segments, 0, "no segment of the dropped write is stored");
+    assert_eq!(
+        stats.segments, 0,
+        "no segment of the dropped write is stored"
+    );
     assert!(store.verify().unwrap().is_ok());
     store.save_checkpoint(5, &[("a", t)], "").unwrap();
     assert_eq!(store.get("a", 5).unwrap().data, data);
@@ -285,7 +288,9 @@ fn tiered_tensors_stream_through_the_writer() {
         shape: &[70_000],
         bytes: &data,
     };
-    store.save_checkpoint(1, &[("kv.0", t), ("w", t)], "").unwrap();
+    store
+        .save_checkpoint(1, &[("kv.0", t), ("w", t)], "")
+        .unwrap();
     let kv = store.get("kv.0", 1).unwrap();
     assert!(matches!(
         kv.fidelity,
@@ -322,7 +327,11 @@ fn imports_stream_from_files_and_bad_files_leave_nothing() {
     assert_eq!(report.tensors, 1);
     let out = dir.path().join("out.safetensors");
     store.export_safetensors(7, &out).unwrap();
-    assert_eq!(std::fs::read(&out).unwrap(), file, "export is byte-identical");
+    assert_eq!(
+        std::fs::read(&out).unwrap(),
+        file,
+        "export is byte-identical"
+    );
 
     // Truncated mid-tensor: the header says more data than the file has.
     let cut = dir.path().join("cut.safetensors");

@@ -58,6 +58,9 @@ pub(crate) struct Job {
     sparse: Option<Vec<u8>>,
     /// A Tier 0 block's row (how to rebuild it).
     pub(crate) row: Option<TierRow>,
+    /// Put what is decoded into the cache (reads that may come back); a streaming read of a
+    /// whole checkpoint only looks the cache up.
+    keep: bool,
 }
 
 /// Fetches chains through a memo of version records.
@@ -65,14 +68,27 @@ pub(crate) struct Fetcher<'a> {
     view: &'a dyn View,
     cache: &'a BlockCache,
     records: HashMap<(Arc<str>, u64), Arc<VersionRecord>>,
+    keep: bool,
 }
 
 impl<'a> Fetcher<'a> {
+    /// A fetcher whose jobs put what they decode into `cache`.
     pub(crate) fn new(view: &'a dyn View, cache: &'a BlockCache) -> Self {
         Fetcher {
             view,
             cache,
             records: HashMap::new(),
+            keep: true,
+        }
+    }
+
+    /// A fetcher for a read that streams through data it will not read again (exports,
+    /// whole checkpoints): its jobs find bases in `cache` but add nothing to it, so they
+    /// decode in reused buffers and leave the cache to reads that repeat.
+    pub(crate) fn streaming(view: &'a dyn View, cache: &'a BlockCache) -> Self {
+        Fetcher {
+            keep: false,
+            ..Fetcher::new(view, cache)
         }
     }
 
@@ -114,6 +130,7 @@ impl<'a> Fetcher<'a> {
             fidelity: Fidelity::Exact,
             sparse: None,
             row: None,
+            keep: self.keep,
         };
         let (mut cur_step, mut cur) = (step, block_record(name, step, rec, block)?);
         if cur.form != Form::Lossless {
@@ -354,7 +371,7 @@ impl Job {
     }
 
     fn decode_lossless(mut self, cache: &BlockCache) -> Result<Block> {
-        if !cache.wants(self.len) {
+        if !self.keep || !cache.wants(self.len) {
             return self.decode_lossless_uncached();
         }
         let mut base = self.base.take();
