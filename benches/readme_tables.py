@@ -76,7 +76,7 @@ def codec_table():
 
 
 def store_table():
-    run(["cargo", "build", "--release", "-p", "strata-store", "--bin", "strata"])
+    run(["cargo", "build", "--release", "-p", "strata-cli", "--bin", "strata"])
     strata = os.path.join(ROOT, "target", "release", "strata")
     lines = [
         f"Measured {machine()}; each series imported into a fresh store (default options: 1 MiB blocks, "

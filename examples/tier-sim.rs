@@ -167,7 +167,7 @@ fn real_values(dir: &PathBuf) -> Result<Vec<f32>, String> {
         let bytes = std::fs::read(&f).map_err(|e| format!("{}: {e}", f.display()))?;
         let st = safetensors::SafeTensors::deserialize(&bytes)
             .map_err(|e| format!("{}: {e}", f.display()))?;
-        let mut names: Vec<_> = st.names().into_iter().cloned().collect();
+        let mut names: Vec<_> = st.names().into_iter().map(str::to_string).collect();
         names.sort();
         for n in names {
             let t = st.tensor(&n).map_err(|e| format!("{n}: {e}"))?;

@@ -51,6 +51,6 @@ pub(crate) fn cut(shared_file: &[u8]) -> Result<Vec<u8>, String> {
             .map_err(|e| format!("{name}: {e}"))?;
         views.push((name, view));
     }
-    safetensors::serialize(views, &None::<HashMap<String, String>>)
+    safetensors::serialize(views, None::<HashMap<String, String>>)
         .map_err(|e| format!("serialize: {e}"))
 }

@@ -24,7 +24,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use common::{committed, Named, Rng};
-use strata::store::{DType, Store, StoreError, TensorRef};
+use strata::store::{DType, OpenError, Store, StoreError, TensorRef};
 
 /// A checkpoint every this many training steps.
 const EVERY: u64 = 10;
@@ -244,7 +244,7 @@ fn parse(lines: &[String]) -> Printed {
 
 /// Whether `path` is a store file whose creation a kill interrupted: redb writes its magic
 /// number (`redb\x1A\x0A\xA9\x0D\x0A`) last when it creates a file, and such a file does not
-/// open (`StoreError::NotAStore`).
+/// open (`OpenError::NotAStore`).
 fn unfinished_creation(path: &Path) -> bool {
     std::fs::read(path).is_ok_and(|b| b.len() >= 9 && b[..9].iter().all(|x| *x == 0))
 }
@@ -255,7 +255,9 @@ fn open_retrying(path: &Path) -> Store {
     loop {
         match Store::open(path) {
             Ok(s) => return s,
-            Err(StoreError::InUse { .. }) if start.elapsed() < Duration::from_secs(5) => {
+            Err(StoreError::Open(OpenError::InUse { .. }))
+                if start.elapsed() < Duration::from_secs(5) =>
+            {
                 std::thread::sleep(Duration::from_millis(20));
             }
             Err(e) => panic!("store does not open: {e}"),

@@ -126,7 +126,7 @@ fn load(dir: &PathBuf) -> Result<(usize, Vec<Stream>), BoxError> {
     for f in &files {
         let bytes = std::fs::read(f)?;
         let st = SafeTensors::deserialize(&bytes)?;
-        let mut names: Vec<String> = st.names().into_iter().cloned().collect();
+        let mut names: Vec<String> = st.names().into_iter().map(str::to_string).collect();
         names.sort();
         for name in names {
             let view = st.tensor(&name)?;

@@ -187,7 +187,7 @@ fn run(path: &str) -> Result<Report, BoxError> {
         })
         .collect();
 
-    let mut names: Vec<String> = st.names().into_iter().cloned().collect();
+    let mut names: Vec<String> = st.names().into_iter().map(str::to_string).collect();
     names.sort();
     for name in names {
         let view = st.tensor(&name)?;

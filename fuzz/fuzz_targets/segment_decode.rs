@@ -5,8 +5,10 @@
 //! checksum the parser computed is written into the header, and a delta's base hash is
 //! set to the hash of the fixed base [`base_pattern`] of the right length (both values
 //! are taken from the parser's own errors, so this target does not duplicate the format's
-//! hashing). The resealed segment runs through the same checks, which lets mutations
-//! reach the payload decoders through the public API.
+//! hashing). Where those two fields sit in the header is not copied from the format
+//! either: [`HeaderFields`] finds them once in a delta the codec encodes (the codec keeps
+//! its field offsets private). The resealed segment runs through the same checks, which
+//! lets mutations reach the payload decoders through the public API.
 //!
 //! For a segment that parses and decodes to at most 4 MiB:
 //! - lossless: decode without a base and with the base [`base_pattern`] of the right
@@ -24,17 +26,54 @@
 
 #![no_main]
 
+use std::sync::LazyLock;
+
 use libfuzzer_sys::fuzz_target;
 use strata_codec::frames::{FrameSegment, FrameStreamEncoder, MAX_FRAMES};
-use strata_codec::segment::{Encoding, Segment, SegmentError};
+use strata_codec::lossless::LosslessOptions;
+use strata_codec::segment::{self, Encoding, Segment, SegmentError, HEADER_LEN};
+use strata_codec::DType;
 use strata_codec_fuzz::base_pattern;
 
 /// Blocks decoding to more bytes than this are parsed but not decoded.
 const MAX_DECODED: usize = 4 << 20;
-/// Offset of the base hash in the header (segment format version 1).
-const BASE_HASH_OFS: usize = 32;
-/// Offset of the checksum in the header (segment format version 1).
-const CHECKSUM_OFS: usize = 40;
+
+/// Offsets in the segment header of the two fields [`reseal`] rewrites, for the format
+/// this build of the codec writes ([`segment::FORMAT_VERSION`]).
+struct HeaderFields {
+    /// The u64 LE [`SegmentHeader::base_hash`](segment::SegmentHeader::base_hash).
+    base_hash: usize,
+    /// The u64 LE [`SegmentHeader::checksum`](segment::SegmentHeader::checksum).
+    checksum: usize,
+}
+
+/// Found once, by encoding a delta with the codec and looking for the parsed header's
+/// `base_hash` and `checksum` among its first [`HEADER_LEN`] bytes. Both are xxh3-64
+/// values, each found at exactly one offset for this input; if a format change broke that
+/// (a field moved out of the header, or stored in another form), every run fails here
+/// at once instead of resealing the wrong bytes.
+static FIELDS: LazyLock<HeaderFields> = LazyLock::new(|| {
+    let base = base_pattern(4096);
+    let mut data = base.clone();
+    data.iter_mut().step_by(7).for_each(|b| *b ^= 0x21);
+    let seg = segment::encode_delta(DType::BF16, &data, &base, &LosslessOptions::default())
+        .expect("the codec encodes a delta");
+    let header = *Segment::parse(&seg).expect("a fresh delta parses").header();
+    let at = |value: u64| {
+        let found: Vec<usize> = seg[..HEADER_LEN]
+            .windows(8)
+            .enumerate()
+            .filter(|(_, w)| *w == value.to_le_bytes())
+            .map(|(i, _)| i)
+            .collect();
+        assert!(found.len() == 1, "{value:#x} at header offsets {found:?}");
+        found[0]
+    };
+    HeaderFields {
+        base_hash: at(header.base_hash),
+        checksum: at(header.checksum),
+    }
+});
 
 fuzz_target!(|data: &[u8]| {
     exercise(data);
@@ -180,13 +219,15 @@ fn assert_same(a: &Result<(), SegmentError>, b: &Result<(), SegmentError>, what:
 /// A copy of `data` with a valid checksum and, for a delta, [`base_pattern`] recorded as
 /// its base; `None` when the header itself is invalid or nothing needed changing.
 fn reseal(data: &[u8]) -> Option<Vec<u8>> {
+    let fields = &*FIELDS;
     let mut v = data.to_vec();
     let mut changed = false;
     // At most three fixes: checksum, base hash, checksum again.
     for _ in 0..3 {
         match Segment::parse(&v) {
             Err(SegmentError::ChecksumMismatch { computed, .. }) => {
-                v[CHECKSUM_OFS..CHECKSUM_OFS + 8].copy_from_slice(&computed.to_le_bytes());
+                let at = fields.checksum;
+                v[at..at + 8].copy_from_slice(&computed.to_le_bytes());
             }
             Err(_) => return None,
             Ok(seg) => {
@@ -202,7 +243,8 @@ fn reseal(data: &[u8]) -> Option<Vec<u8>> {
                 // buffer learns the hash without decoding anything.
                 match seg.decode_lossless_into(Some(&base_pattern(len)), &mut []) {
                     Err(SegmentError::BaseMismatch { actual, .. }) => {
-                        v[BASE_HASH_OFS..BASE_HASH_OFS + 8].copy_from_slice(&actual.to_le_bytes());
+                        let at = fields.base_hash;
+                        v[at..at + 8].copy_from_slice(&actual.to_le_bytes());
                     }
                     _ => break,
                 }

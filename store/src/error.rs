@@ -1,5 +1,23 @@
-//! The store's error type: every variant says what went wrong and where (file, tensor, step,
+//! The store's errors: every variant says what went wrong and where (file, tensor, step,
 //! block).
+//!
+//! [`StoreError`] is what every call returns. Its variants group the errors a caller tells
+//! apart by kind, each kind an enum of its own that converts into it, as redb splits its
+//! errors: [`OpenError`] (the file cannot be used), [`NotFound`], [`InvalidInput`] (nothing
+//! changed), [`Corruption`] (damaged data, never returned as a result), [`TierFailure`]; the
+//! rest (I/O, the database, the codec, safetensors files) are variants of their own.
+//!
+//! ```no_run
+//! use strata_store::{NotFound, Store, StoreError};
+//! let store = Store::open("run.strata")?;
+//! match store.get("layer.0.w", 100) {
+//!     Ok(t) => println!("{} bytes", t.data.len()),
+//!     Err(StoreError::NotFound(NotFound::Version { step, .. })) => println!("no step {step}"),
+//!     Err(e) if e.is_corrupt() => eprintln!("damaged store: {e}"),
+//!     Err(e) => return Err(e),
+//! }
+//! # Ok::<(), StoreError>(())
+//! ```
 
 use std::path::PathBuf;
 
@@ -7,6 +25,7 @@ use strata_codec::segment::SegmentError;
 use thiserror::Error;
 
 use crate::record::RecordError;
+use crate::tensor::Fidelity;
 
 /// Shorthand for results of this crate.
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -15,6 +34,75 @@ pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum StoreError {
+    /// The store could not be opened.
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    /// A tensor, version, checkpoint, tag or policy rule that does not exist.
+    #[error(transparent)]
+    NotFound(#[from] NotFound),
+    /// Input the store refused; nothing was changed.
+    #[error(transparent)]
+    Invalid(#[from] InvalidInput),
+    /// Damaged stored data.
+    #[error(transparent)]
+    Corrupt(#[from] Corruption),
+    /// A tiered read or operation that cannot give what was asked.
+    #[error(transparent)]
+    Tier(#[from] TierFailure),
+    /// An I/O error on the store file, or on a file being imported or exported.
+    #[error("I/O error on {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// An error of the underlying database (redb) during an operation.
+    #[error("database error while {op}: {source}")]
+    Database {
+        /// The operation in progress.
+        op: &'static str,
+        /// redb's error.
+        #[source]
+        source: Box<redb::Error>,
+    },
+    /// Compaction could not run.
+    #[error("compaction failed: {source}")]
+    Compaction {
+        /// redb's error.
+        #[source]
+        source: Box<redb::CompactionError>,
+    },
+    /// Encoding a block failed.
+    #[error("tensor {tensor:?} step {step} block {block}: encoding failed: {source}")]
+    Encode {
+        /// Tensor name.
+        tensor: String,
+        /// Step.
+        step: u64,
+        /// Block index.
+        block: u64,
+        /// The codec's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A safetensors file could not be read or written (bad header, bad offsets, I/O); the
+    /// safetensors crate's error is the source.
+    #[error("safetensors file {path}: {source}")]
+    SafeTensors {
+        /// The file.
+        path: PathBuf,
+        /// What the safetensors crate reported.
+        #[source]
+        source: Box<safetensors::SafeTensorError>,
+    },
+}
+
+/// Why a store could not be opened ([`crate::Store::open`]).
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum OpenError {
     /// Another process (or another handle in this one) has the file open.
     #[error("store {path} is in use by another process or handle")]
     InUse {
@@ -49,40 +137,67 @@ pub enum StoreError {
         /// What redb reported.
         reason: String,
     },
-    /// An I/O error on the store file, or on a file being imported or exported.
-    #[error("I/O error on {path}: {source}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The underlying error.
-        #[source]
-        source: std::io::Error,
+}
+
+/// What was asked for does not exist.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum NotFound {
+    /// No version of this tensor exists.
+    #[error("no tensor named {tensor:?}")]
+    Tensor {
+        /// Tensor name.
+        tensor: String,
     },
-    /// An error of the underlying database (redb) during an operation.
-    #[error("database error while {op}: {source}")]
-    Database {
-        /// The operation in progress.
-        op: &'static str,
-        /// redb's error.
-        #[source]
-        source: Box<redb::Error>,
+    /// The tensor exists but not at this step.
+    #[error("tensor {tensor:?} has no version at step {step}")]
+    Version {
+        /// Tensor name.
+        tensor: String,
+        /// Step.
+        step: u64,
     },
-    /// Compaction could not run.
-    #[error("compaction failed: {source}")]
-    Compaction {
-        /// redb's error.
-        #[source]
-        source: Box<redb::CompactionError>,
+    /// The tensor has no version at or before this step.
+    #[error("tensor {tensor:?} has no version at or before step {step}")]
+    AtOrBefore {
+        /// Tensor name.
+        tensor: String,
+        /// Step.
+        step: u64,
     },
+    /// No checkpoint at this step.
+    #[error("no checkpoint at step {step}")]
+    Checkpoint {
+        /// Step.
+        step: u64,
+    },
+    /// No tag with this name.
+    #[error("no tag named {tag:?}")]
+    Tag {
+        /// The tag.
+        tag: String,
+    },
+    /// No policy rule has this pattern.
+    #[error("no tier policy rule has the pattern {pattern:?}")]
+    Policy {
+        /// The pattern.
+        pattern: String,
+    },
+}
+
+/// Input the store refused; nothing was changed.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum InvalidInput {
     /// Invalid [`crate::Options`].
     #[error("invalid options: {reason}")]
-    InvalidOptions {
+    Options {
         /// What is wrong.
         reason: String,
     },
     /// A tensor name the store does not accept (empty, or too long).
     #[error("invalid tensor name {name:?}: {reason}")]
-    InvalidName {
+    Name {
         /// The name.
         name: String,
         /// What is wrong.
@@ -92,7 +207,7 @@ pub enum StoreError {
     #[error(
         "tensor {tensor:?} step {step}: shape {shape:?} is too large or has too many dimensions"
     )]
-    BadShape {
+    Shape {
         /// Tensor name.
         tensor: String,
         /// Step.
@@ -122,33 +237,11 @@ pub enum StoreError {
         /// Step.
         step: u64,
     },
-    /// No version of this tensor exists.
-    #[error("no tensor named {tensor:?}")]
-    TensorNotFound {
-        /// Tensor name.
-        tensor: String,
-    },
-    /// The tensor exists but not at this step.
-    #[error("tensor {tensor:?} has no version at step {step}")]
-    VersionNotFound {
-        /// Tensor name.
-        tensor: String,
-        /// Step.
-        step: u64,
-    },
-    /// The tensor has no version at or before this step.
-    #[error("tensor {tensor:?} has no version at or before step {step}")]
-    NoVersionAtOrBefore {
-        /// Tensor name.
-        tensor: String,
-        /// Step.
-        step: u64,
-    },
     /// A partial read outside the tensor.
     #[error(
         "tensor {tensor:?} step {step}: element range {start}..{end} is outside 0..{elements}"
     )]
-    RangeOutOfBounds {
+    Range {
         /// Tensor name.
         tensor: String,
         /// Step.
@@ -166,12 +259,6 @@ pub enum StoreError {
         /// Step.
         step: u64,
     },
-    /// No checkpoint at this step.
-    #[error("no checkpoint at step {step}")]
-    CheckpointNotFound {
-        /// Step.
-        step: u64,
-    },
     /// A checkpoint names the same tensor twice.
     #[error("checkpoint at step {step} lists tensor {tensor:?} twice")]
     DuplicateTensor {
@@ -180,12 +267,43 @@ pub enum StoreError {
         /// Tensor name.
         tensor: String,
     },
-    /// No tag with this name.
-    #[error("no tag named {tag:?}")]
-    TagNotFound {
-        /// The tag.
-        tag: String,
+    /// A tensor has a dtype the other side cannot hold: an fp8 tensor of a safetensors file
+    /// being imported, or a Strata dtype safetensors has no name for, on export.
+    #[error(
+        "{path}: tensor {tensor:?} has dtype {dtype}, which has no Strata/safetensors equivalent"
+    )]
+    UnsupportedDType {
+        /// The file.
+        path: PathBuf,
+        /// Tensor name.
+        tensor: String,
+        /// The file's name for the dtype.
+        dtype: String,
     },
+    /// A frame appended at a step before the tensor's latest version.
+    #[error("tensor {tensor:?}: frame step {step} is not after the latest version {latest}")]
+    StepNotAfter {
+        /// Tensor name.
+        tensor: String,
+        /// The step given.
+        step: u64,
+        /// The latest step stored.
+        latest: u64,
+    },
+    /// A tier policy that cannot be used.
+    #[error("invalid tier policy for {pattern:?}: {reason}")]
+    Policy {
+        /// The name pattern.
+        pattern: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// Stored data is damaged: a checksum, record, segment or chain does not hold. The store never returns such data as a result.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum Corruption {
     /// A segment failed to parse or decode (bad checksum, bad payload, wrong base).
     #[error(
         "tensor {tensor:?} step {step} block {block}: segment {address:032x} is corrupt: {source}"
@@ -255,49 +373,6 @@ pub enum StoreError {
         /// The limit.
         limit: usize,
     },
-    /// Encoding a block failed.
-    #[error("tensor {tensor:?} step {step} block {block}: encoding failed: {source}")]
-    Encode {
-        /// Tensor name.
-        tensor: String,
-        /// Step.
-        step: u64,
-        /// Block index.
-        block: u64,
-        /// The codec's error.
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
-    },
-    /// A safetensors file could not be read or written (bad header, bad offsets, I/O); the
-    /// safetensors crate's error is the source.
-    #[error("safetensors file {path}: {source}")]
-    SafeTensors {
-        /// The file.
-        path: PathBuf,
-        /// What the safetensors crate reported.
-        #[source]
-        source: Box<safetensors::SafeTensorError>,
-    },
-    /// A tensor has a dtype the other side cannot hold: an fp8 tensor of a safetensors file
-    /// being imported, or a Strata dtype safetensors has no name for, on export.
-    #[error(
-        "{path}: tensor {tensor:?} has dtype {dtype}, which has no Strata/safetensors equivalent"
-    )]
-    UnsupportedDType {
-        /// The file.
-        path: PathBuf,
-        /// Tensor name.
-        tensor: String,
-        /// The file's name for the dtype.
-        dtype: String,
-    },
-    /// The tier policy refused an operation (a bug or a damaged tier row).
-    #[error("tier policy: {source}")]
-    Tiering {
-        /// The policy's error.
-        #[source]
-        source: Box<strata_tiering::TierError>,
-    },
     /// A tier row names a version or block that does not exist.
     #[error(
         "tier row of tensor {tensor:?} step {step} block {block} has no such version or block"
@@ -322,11 +397,46 @@ pub enum StoreError {
         /// Block index.
         block: u64,
     },
+    /// A block's residual (exact or sparse) cannot be read or applied.
+    #[error("tensor {tensor:?} step {step} block {block}: residual: {source}")]
+    Residual {
+        /// Tensor name.
+        tensor: String,
+        /// Step.
+        step: u64,
+        /// Block index.
+        block: u64,
+        /// The codec's error.
+        #[source]
+        source: Box<strata_codec::residual::ResidualError>,
+    },
+    /// A metadata record failed to decode.
+    #[error("{what}: {source}")]
+    Record {
+        /// Which record (table and key).
+        what: String,
+        /// What is wrong with it.
+        #[source]
+        source: RecordError,
+    },
+}
+
+/// A tiered read or operation that cannot give what was asked (Tier 0 without a policy, a rebuild that fails, data that is no longer exact, a frame stream).
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum TierFailure {
+    /// The tier policy refused an operation (a bug or a damaged tier row).
+    #[error("tier policy: {source}")]
+    Policy {
+        /// The policy's error.
+        #[source]
+        source: Box<strata_tiering::TierError>,
+    },
     /// A Tier 0 block without a reconstruct policy was read in fail-fast mode.
     #[error(
         "tensor {tensor:?} step {step} block {block} is at Tier 0 and has no reconstruct policy"
     )]
-    TierZeroNoPolicy {
+    ZeroNoPolicy {
         /// Tensor name.
         tensor: String,
         /// Step.
@@ -336,7 +446,7 @@ pub enum StoreError {
     },
     /// Rebuilding a Tier 0 block needed more Tier 0 rebuilds than the limit.
     #[error("rebuilding tensor {tensor:?} step {step} needs more than {limit} Tier 0 rebuilds in a chain")]
-    ReconstructionDepthExceeded {
+    DepthExceeded {
         /// Tensor name.
         tensor: String,
         /// Step.
@@ -368,30 +478,7 @@ pub enum StoreError {
         /// The first block that is not exact.
         block: u64,
         /// What it holds.
-        fidelity: crate::Fidelity,
-    },
-    /// A block's residual (exact or sparse) cannot be read or applied.
-    #[error("tensor {tensor:?} step {step} block {block}: residual: {source}")]
-    Residual {
-        /// Tensor name.
-        tensor: String,
-        /// Step.
-        step: u64,
-        /// Block index.
-        block: u64,
-        /// The codec's error.
-        #[source]
-        source: Box<strata_codec::residual::ResidualError>,
-    },
-    /// A frame appended at a step before the tensor's latest version.
-    #[error("tensor {tensor:?}: frame step {step} is not after the latest version {latest}")]
-    StepNotAfter {
-        /// Tensor name.
-        tensor: String,
-        /// The step given.
-        step: u64,
-        /// The latest step stored.
-        latest: u64,
+        fidelity: Fidelity,
     },
     /// A frame of a frame stream cannot be encoded or decoded.
     #[error("frame stream {tensor:?} step {step} (segment {address:032x}): {source}")]
@@ -406,29 +493,6 @@ pub enum StoreError {
         #[source]
         source: Box<strata_codec::frames::FrameError>,
     },
-    /// A tier policy that cannot be used.
-    #[error("invalid tier policy for {pattern:?}: {reason}")]
-    InvalidPolicy {
-        /// The name pattern.
-        pattern: String,
-        /// What is wrong.
-        reason: String,
-    },
-    /// No policy rule has this pattern.
-    #[error("no tier policy rule has the pattern {pattern:?}")]
-    PolicyNotFound {
-        /// The pattern.
-        pattern: String,
-    },
-    /// A metadata record failed to decode.
-    #[error("{what}: {source}")]
-    Record {
-        /// Which record (table and key).
-        what: String,
-        /// What is wrong with it.
-        #[source]
-        source: RecordError,
-    },
 }
 
 impl StoreError {
@@ -437,6 +501,25 @@ impl StoreError {
             op,
             source: Box::new(e),
         }
+    }
+
+    /// Whether the error says something does not exist ([`StoreError::NotFound`]).
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, StoreError::NotFound(_))
+    }
+
+    /// Whether the error says stored data is damaged ([`StoreError::Corrupt`], and a file
+    /// redb found inconsistent on open).
+    pub fn is_corrupt(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Corrupt(_) | StoreError::Open(OpenError::Damaged { .. })
+        )
+    }
+
+    /// Whether the caller's input was refused ([`StoreError::Invalid`]).
+    pub fn is_invalid_input(&self) -> bool {
+        matches!(self, StoreError::Invalid(_))
     }
 }
 

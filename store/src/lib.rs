@@ -13,6 +13,30 @@
 //! # Ok::<(), strata_store::StoreError>(())
 //! ```
 //!
+//! ## Layers
+//!
+//! ```text
+//!  Store API   store.rs (open, transactions)   read.rs  write.rs  retain.rs  stats.rs
+//!              verify.rs  safetensors_io.rs    tiers/ (set_policy, maintain, rebuild, frames)
+//!                 |            uses                                  |
+//!  tier state  tiers/runtime.rs (scores, read recording)   tiers/rules.rs (pattern -> policy)
+//!                 |
+//!  engine      engine/: txn (ReadTxn, WriteTxn, View) . versions (lookups) . blocks (read a
+//!              chain) . encode (plan a write) . rebase (delete) . segments (content-addressed
+//!              pieces) . quantized . tier_rows . cache
+//!                 |
+//!  records     record/: byte layouts of every table value, each sealed with a checksum
+//!                 |
+//!  values      tensor.rs (Tensor, Fidelity) . options.rs . error.rs . tiers/policy.rs
+//!                 |
+//!  below       strata-codec (segments, lossless and quantized codecs), strata-tiering
+//!              (scores and tier decisions), redb (one file, transactions)
+//! ```
+//!
+//! Each layer imports only from the layers under it (`tests/layout.rs` checks that
+//! `store/src` has no import loop); the engine's modules are private and hand out named
+//! internals through one `pub(crate) use` list.
+//!
 //! ## Model
 //!
 //! A tensor is a name with versions at steps (`u64`). Each version is cut into blocks of
@@ -29,17 +53,12 @@
 //!   `__metadata__` as the checkpoint's JSON metadata); [`Store::export_safetensors`] writes
 //!   one back, bit-exact (see [`ImportReport`] and the dtype mapping
 //!   [`dtype_from_safetensors`]).
-//! - **NumPy**: [`save_npy`] writes one tensor as a `.npy` v1.0 file; bf16, which NumPy
-//!   lacks, is written as `'<u2'` raw bits ([`npy_descr`]).
 //! - **Retention**: [`Store::retain`] keeps the last N checkpoints, every K-th and the
 //!   tagged ones, deletes the rest in one transaction (re-basing what depended on them), and
 //!   compacts the file.
 //! - **Tiers** (ADR 0007): [`Store::set_policy`] and [`Store::pin`] by name pattern,
 //!   quantized and Tier 0 blocks, [`Store::maintain`], [`Tensor::fidelity`] on every read,
 //!   residuals, Tier 0 rebuilds, frame streams ([`Store::append_frame`]).
-//! - **The `strata` tool** (feature `cli`, on by default): import, export, get, log, stats,
-//!   verify, retain, tag, policy, maintain, demo.
-//!   `cargo run --release -p strata-store --bin strata -- demo`.
 //!
 //! ## File format (store format 2)
 //!
@@ -49,7 +68,7 @@
 //! tier row, policy rule) ends with a u64 xxh3-64 of its key and value, checked on every
 //! read: redb does not checksum its pages, so a changed byte of metadata is an error, never
 //! wrong data or a wrong precision claim. Format 1 stores (no checksums, no tiers, codec
-//! segments of segment format 1) are refused with [`StoreError::UnsupportedFormat`]: the
+//! segments of segment format 1) are refused with [`crate::OpenError::UnsupportedFormat`]: the
 //! format changed before any release (ADR 0007).
 //!
 //! | table | key | value |
@@ -92,34 +111,27 @@
 //! its address), then decoding upward with the codec, which checks the segment checksum and
 //! that each delta gets the base it was made against.
 
-mod buffers;
-mod cache;
-mod checkpoints;
+#![forbid(unsafe_code)]
+
+mod engine;
 mod error;
-mod npy;
 mod options;
-mod plan;
+mod read;
 mod reader;
-mod rebase;
 mod record;
 mod retain;
 mod safetensors_io;
-mod segstore;
 mod stats;
 mod store;
-mod tables;
 mod tensor;
-mod tensors;
 mod tiers;
-mod values;
 mod verify;
 mod write;
+mod writer;
 
-pub use error::{Result, StoreError};
-pub use npy::{
-    npy_descr, npy_header, parse_npy_header, save_npy, write_npy, NpyError, NpyHeader, NPY_MAGIC,
-};
-pub use options::{DeltaPolicy, Options, PutOptions};
+pub use error::{Corruption, InvalidInput, NotFound, OpenError, Result, StoreError, TierFailure};
+pub use options::{DeltaPolicy, FrameOptions, Options, PutOptions, ReadClock, TierOptions};
+pub use reader::{BlockRead, CheckpointReader};
 pub use record::RecordError;
 pub use retain::{RetainPolicy, RetainReport};
 /// The safetensors crate, whose types appear in [`StoreError::SafeTensors`] and
@@ -136,10 +148,11 @@ pub use strata_codec::DType;
 pub use strata_tiering as tiering;
 pub use strata_tiering::{Budget, Tick, Tier, TierConfig};
 pub use tensor::{
-    BlockEncoding, Checkpoint, CheckpointInfo, Tensor, TensorRef, TensorSlice, VersionInfo,
+    to_f64, BlockEncoding, Checkpoint, CheckpointInfo, Fidelity, Tensor, TensorRef, TensorSlice,
+    VersionInfo,
 };
-pub use tiers::frames::{FrameAppend, FrameOptions};
+pub use tiers::frames::FrameAppend;
 pub use tiers::policy::{Reconstruct, Residual, Source, SourceStep, TierPolicy, MAX_PERMUTATION};
-pub use tiers::{Fidelity, MaintainReport, ReadClock, TierOptions, TierStats};
-pub use values::to_f64;
+pub use tiers::{MaintainReport, TierStats};
 pub use verify::{Issue, VerifyReport};
+pub use writer::CheckpointWriter;

@@ -1,10 +1,14 @@
-//! Settings of a store handle and of single writes.
+//! Settings of a store handle ([`Options`], with its tiering part [`TierOptions`], the read
+//! clock and frame streams' settings) and of single writes ([`PutOptions`]).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use strata_codec::lossless::LosslessOptions;
+use strata_tiering::{Budget, Tick, TierConfig};
 
-use crate::error::{Result, StoreError};
+use crate::error::{InvalidInput, Result, StoreError};
 use crate::record::MAX_BLOCK_BYTES;
-use crate::tiers::TierOptions;
 
 /// How a new version chooses the base its blocks are XORed against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -36,8 +40,14 @@ pub struct Options {
     pub cache_bytes: usize,
     /// Settings of the lossless codec.
     pub lossless: LosslessOptions,
-    /// Bytes of redb's own page cache. Default 64 MiB.
+    /// Bytes of redb's own page cache. Default 64 MiB. redb keeps at most half of it in dirty
+    /// pages of a write; the rest goes to the file before the commit.
     pub db_cache_bytes: usize,
+    /// Raw bytes of tensor data a write encodes at once (ADR 0014): a checkpoint, an import or
+    /// a single tensor larger than this is read, encoded and inserted a window at a time, so a
+    /// write holds about three windows (data, bases, segments) whatever its size. Tensors of at
+    /// most an eighth of this are gathered into one window. Default 128 MiB.
+    pub window_bytes: u64,
     /// Tiering: the tier policy's settings, the maintenance budget, the read clock.
     pub tiering: TierOptions,
 }
@@ -51,6 +61,7 @@ impl Default for Options {
             cache_bytes: 256 << 20,
             lossless: LosslessOptions::default(),
             db_cache_bytes: 64 << 20,
+            window_bytes: 128 << 20,
             tiering: TierOptions::default(),
         }
     }
@@ -58,12 +69,15 @@ impl Default for Options {
 
 impl Options {
     pub(crate) fn validate(&self) -> Result<()> {
-        let fail = |reason: String| Err(StoreError::InvalidOptions { reason });
+        let fail = |reason: String| Err(StoreError::Invalid(InvalidInput::Options { reason }));
         if self.block_bytes == 0 || self.block_bytes > MAX_BLOCK_BYTES {
             return fail(format!(
                 "block_bytes {} must be in 1..={MAX_BLOCK_BYTES}",
                 self.block_bytes
             ));
+        }
+        if self.window_bytes == 0 {
+            return fail("window_bytes must be at least 1".into());
         }
         if self.max_chain == 0 {
             return fail("max_chain must be at least 1".into());
@@ -84,6 +98,93 @@ impl Options {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PutOptions {
     /// Replace the version if the step exists (versions based on it are re-based in the same
-    /// transaction). Default `false`: an existing step is [`StoreError::StepExists`].
+    /// transaction). Default `false`: an existing step is [`crate::InvalidInput::StepExists`].
     pub overwrite: bool,
+}
+
+/// The time source reads are recorded with (milliseconds; the tier policy uses only
+/// differences). [`crate::Store::maintain`] takes its time from the caller.
+#[derive(Debug, Clone, Default)]
+pub enum ReadClock {
+    /// Milliseconds since the Unix epoch.
+    #[default]
+    System,
+    /// A clock the caller sets: tests and simulations.
+    Manual(Arc<AtomicU64>),
+}
+
+impl ReadClock {
+    /// A manual clock standing at `start`, and the handle that moves it.
+    pub fn manual(start: Tick) -> (ReadClock, Arc<AtomicU64>) {
+        let t = Arc::new(AtomicU64::new(start));
+        (ReadClock::Manual(t.clone()), t)
+    }
+
+    /// The current time.
+    pub fn now(&self) -> Tick {
+        match self {
+            ReadClock::System => std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis() as Tick)
+                .unwrap_or(0),
+            ReadClock::Manual(t) => t.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl PartialEq for ReadClock {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (ReadClock::System, ReadClock::System) => true,
+            (ReadClock::Manual(a), ReadClock::Manual(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+}
+
+/// Settings of tiering in a store handle.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TierOptions {
+    /// The tier policy's settings (thresholds, hysteresis, `warm_byte_cap`, Tier 0).
+    pub config: TierConfig,
+    /// What one [`crate::Store::maintain`] pass may re-encode.
+    pub budget: Budget,
+    /// The clock reads are recorded with.
+    pub clock: ReadClock,
+    /// Reads of a Tier 0 block without a reconstruct policy fail with
+    /// [`crate::TierFailure::ZeroNoPolicy`] instead of returning zeros.
+    pub fail_fast: bool,
+    /// Frame streams ([`crate::Store::append_frame`]).
+    pub frames: FrameOptions,
+}
+
+impl Default for TierOptions {
+    fn default() -> Self {
+        TierOptions {
+            config: TierConfig::default(),
+            budget: Budget::new(256 << 20, 100_000),
+            clock: ReadClock::System,
+            fail_fast: false,
+            frames: FrameOptions::default(),
+        }
+    }
+}
+
+/// Settings of frame streams.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FrameOptions {
+    /// Drift tolerance: a frame reuses the epoch's scales while each group's largest
+    /// magnitude is within a factor `1 + drift` of the epoch's (up or down). Default 0.1.
+    pub drift: f32,
+    /// Frames per multi-frame segment. Default 16.
+    pub max_frames: u32,
+}
+
+impl Default for FrameOptions {
+    fn default() -> Self {
+        FrameOptions {
+            drift: 0.1,
+            max_frames: 16,
+        }
+    }
 }

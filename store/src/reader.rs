@@ -1,618 +1,289 @@
-//! Reading blocks: follow a block's delta chain down to a keyframe or a cached block, fetch
-//! those segments (sequential I/O), then decode them (in parallel across blocks).
-//!
-//! Works on the tables of a read transaction or of a write transaction (re-basing reads
-//! inside the transaction that changes things).
+//! Streaming reads: a checkpoint tensor by tensor ([`CheckpointReader`]), and one tensor of
+//! any size block by block ([`Store::get_blocks`], [`Store::get_into`]). Blocks decode in
+//! parallel batches of bounded size; many small tensors decode together.
 
-use std::collections::HashMap;
+use std::collections::VecDeque;
+use std::ops::Range;
 use std::sync::Arc;
 
-use rayon::prelude::*;
-use redb::ReadableTable;
-use strata_codec::segment::{Segment, SegmentError, SegmentHeader};
-use strata_codec::DType;
+use crate::engine::{read_blocks, Fetcher, ReadTxn, Span, View};
+use crate::error::{InvalidInput, NotFound, Result, StoreError};
+use crate::read::RESERVE_LIMIT;
+use crate::record::VersionRecord;
+use crate::store::Store;
+use crate::tensor::{Checkpoint, Fidelity, Tensor};
+use crate::DType;
 
-use crate::buffers::POOL;
-use crate::cache::{Block, BlockCache};
-use crate::error::{DbContext, Result, StoreError};
-use crate::record::Stored;
-use crate::record::{version_key, Form, ResidualRef, TierRow, VersionRecord};
-use crate::segstore::{self, FetchError};
-use crate::tiers::{lossy, Fidelity};
-
-/// Longest chain a reader follows: above any `max_chain` the store writes (255), so only a
-/// loop in damaged metadata reaches it.
-pub(crate) const MAX_HOPS: usize = 256;
-/// Blocks fetched before decoding them together: bounds the compressed bytes held at once.
-const BATCH: usize = 32;
-
-/// The tables block reads need.
-pub(crate) struct Tables<V, S, C> {
-    pub(crate) versions: V,
-    pub(crate) segments: S,
-    pub(crate) chunks: C,
-    pub(crate) tails: C,
-    /// Tier rows (precision and residuals of quantized blocks).
-    pub(crate) tiers: V,
+/// Reads the checkpoint at one step tensor by tensor, in the order they were saved, all from
+/// one snapshot (a checkpoint committed meanwhile, or a retention pass, does not change what
+/// it reads). From [`Store::read_checkpoint`].
+///
+/// It decodes ahead at most [`crate::Options::window_bytes`] of small tensors at once, so
+/// memory holds about one window plus the tensor handed out, whatever the checkpoint's size.
+///
+/// ```no_run
+/// let store = strata_store::Store::open("run.strata")?;
+/// let mut reader = store.read_checkpoint(1000)?;
+/// println!("metadata: {}", reader.metadata());
+/// for item in &mut reader {
+///     let (name, tensor) = item?;
+///     println!("{name}: {:?} {}", tensor.shape, tensor.dtype);
+/// }
+/// # Ok::<(), strata_store::StoreError>(())
+/// ```
+pub struct CheckpointReader<'s> {
+    store: &'s Store,
+    r: ReadTxn,
+    step: u64,
+    metadata: String,
+    todo: VecDeque<String>,
+    ready: VecDeque<(String, Tensor)>,
+    /// An error was returned: the iteration ends.
+    done: bool,
 }
 
-/// The tables of a read transaction.
-pub(crate) type ReadOnlyTables = Tables<
-    redb::ReadOnlyTable<&'static [u8], &'static [u8]>,
-    redb::ReadOnlyTable<u128, &'static [u8]>,
-    redb::ReadOnlyTable<[u8; 12], &'static [u8]>,
->;
+impl std::fmt::Debug for CheckpointReader<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CheckpointReader")
+            .field("step", &self.step)
+            .field("left", &(self.todo.len() + self.ready.len()))
+            .finish_non_exhaustive()
+    }
+}
 
-/// The tables of a write transaction.
-pub(crate) type WritableTables<'txn> = Tables<
-    redb::Table<'txn, &'static [u8], &'static [u8]>,
-    redb::Table<'txn, u128, &'static [u8]>,
-    redb::Table<'txn, [u8; 12], &'static [u8]>,
->;
-
-impl<V, S, C> Tables<V, S, C>
-where
-    S: ReadableTable<u128, &'static [u8]>,
-    C: ReadableTable<[u8; 12], &'static [u8]>,
-{
-    /// The bytes stored at `address` (a segment or a blob held for block `block` of
-    /// `(name, step)`), their content hash checked; errors name the block.
-    pub(crate) fn fetch_segment(
-        &self,
-        name: &str,
-        step: u64,
-        block: u64,
-        address: u128,
-    ) -> Result<Vec<u8>> {
-        segstore::fetch(&self.segments, &self.chunks, &self.tails, address)
-            .map_err(|e| fetch_error(e, name, step, block, address))
+impl CheckpointReader<'_> {
+    /// The checkpoint's step.
+    pub fn step(&self) -> u64 {
+        self.step
     }
 
-    /// The exact bytes of a quantized block from its decoded `lossy` bytes and the exact
-    /// residual stored at `address`.
-    pub(crate) fn apply_exact_residual(
-        &self,
-        name: &str,
-        step: u64,
-        block: u64,
-        address: u128,
-        lossy: &[u8],
-    ) -> Result<Vec<u8>> {
-        let residual = self.fetch_segment(name, step, block, address)?;
-        lossy::apply_exact_residual(lossy, &residual, lossy.len()).map_err(|source| {
-            StoreError::Residual {
-                tensor: name.to_string(),
-                step,
-                block,
-                source: Box::new(source),
+    /// The metadata text saved with the checkpoint.
+    pub fn metadata(&self) -> &str {
+        &self.metadata
+    }
+
+    /// Tensors not handed out yet.
+    pub fn remaining(&self) -> usize {
+        self.todo.len() + self.ready.len()
+    }
+
+    /// Decodes the next tensors: the first one left, and more while they fit in a window.
+    fn fill(&mut self) -> Result<()> {
+        let store = self.store;
+        let window = store.opts.window_bytes;
+        let mut names = Vec::new();
+        let mut recs: Vec<VersionRecord> = Vec::new();
+        let mut bytes = 0u64;
+        while let Some(name) = self.todo.front() {
+            let rec = store.version_record(&self.r, name, self.step)?;
+            if !names.is_empty() && bytes + rec.raw_bytes() > window {
+                break;
             }
-        })
-    }
-}
-
-/// Reads the record of version `step` of `name`, if any.
-pub(crate) fn load_version(
-    versions: &impl ReadableTable<&'static [u8], &'static [u8]>,
-    name: &str,
-    step: u64,
-) -> Result<Option<VersionRecord>> {
-    let key = version_key(name, step);
-    let Some(v) = versions
-        .get(key.as_slice())
-        .ctx("reading a version record")?
-    else {
-        return Ok(None);
-    };
-    VersionRecord::from_stored(&key, v.value())
-        .map(Some)
-        .map_err(|source| StoreError::Record {
-            what: format!("version record of tensor {name:?} step {step}"),
-            source,
-        })
-}
-
-/// One segment to decode: which block of which version it is.
-#[derive(Debug)]
-struct Link {
-    step: u64,
-    address: u128,
-    bytes: Vec<u8>,
-}
-
-/// Everything needed to decode one block without touching the database.
-#[derive(Debug)]
-pub(crate) struct Job {
-    name: Arc<str>,
-    /// The version asked for.
-    step: u64,
-    block: u64,
-    dtype: DType,
-    /// Decoded bytes of the block.
-    len: usize,
-    /// Segments from the requested block down; the last is a keyframe unless `base` is set.
-    links: Vec<Link>,
-    /// The decoded block under the last link (from the cache), or the requested block itself
-    /// when `links` is empty.
-    base: Option<Block>,
-    /// Lossless chain, quantized segment, or Tier 0 (rebuilt by the caller).
-    form: Form,
-    /// What the decoded bytes are worth.
-    pub(crate) fidelity: Fidelity,
-    /// A quantized block's sparse residual (HPΔKV blob), applied after dequantizing.
-    sparse: Option<Vec<u8>>,
-    /// A Tier 0 block's row (how to rebuild it).
-    pub(crate) row: Option<TierRow>,
-}
-
-/// Fetches chains through a memo of version records.
-pub(crate) struct Fetcher<'a, V, S, C> {
-    tables: &'a Tables<V, S, C>,
-    cache: &'a BlockCache,
-    records: HashMap<(Arc<str>, u64), Arc<VersionRecord>>,
-}
-
-impl<'a, V, S, C> Fetcher<'a, V, S, C>
-where
-    V: ReadableTable<&'static [u8], &'static [u8]>,
-    S: ReadableTable<u128, &'static [u8]>,
-    C: ReadableTable<[u8; 12], &'static [u8]>,
-{
-    pub(crate) fn new(tables: &'a Tables<V, S, C>, cache: &'a BlockCache) -> Self {
-        Fetcher {
-            tables,
-            cache,
-            records: HashMap::new(),
+            bytes += rec.raw_bytes();
+            recs.push(rec);
+            names.extend(self.todo.pop_front());
         }
-    }
-
-    /// The record of a version, through the memo.
-    pub(crate) fn record(
-        &mut self,
-        name: &Arc<str>,
-        step: u64,
-    ) -> Result<Option<Arc<VersionRecord>>> {
-        let key = (name.clone(), step);
-        if let Some(r) = self.records.get(&key) {
-            return Ok(Some(r.clone()));
+        let spans: Vec<Span<'_>> = names
+            .iter()
+            .zip(&recs)
+            .map(|(name, rec)| Span {
+                name: Arc::from(name.as_str()),
+                step: self.step,
+                rec,
+                blocks: 0..rec.blocks.len() as u64,
+            })
+            .collect();
+        let mut out: Vec<(Vec<u8>, Fidelity)> = recs
+            .iter()
+            .map(|rec| {
+                let cap = rec.raw_bytes().min(RESERVE_LIMIT) as usize;
+                (Vec::with_capacity(cap), Fidelity::Exact)
+            })
+            .collect();
+        let mut fetcher = Fetcher::new(&self.r, &store.cache);
+        let r = &self.r;
+        read_blocks(
+            &mut fetcher,
+            &store.cache,
+            &spans,
+            |si, job| store.rebuild_block(r, job, spans[si].rec, 0),
+            |si, _, block, f| {
+                let (data, fidelity) = &mut out[si];
+                data.extend_from_slice(block);
+                *fidelity = fidelity.worst(f);
+                Ok(())
+            },
+        )?;
+        for ((name, rec), (data, fidelity)) in names.into_iter().zip(&recs).zip(out) {
+            store.record_read(&name, self.step, 0..rec.blocks.len() as u64);
+            self.ready.push_back((
+                name,
+                Tensor {
+                    dtype: rec.dtype,
+                    shape: rec.shape.clone(),
+                    data,
+                    fidelity,
+                },
+            ));
         }
-        let Some(rec) = load_version(&self.tables.versions, name, step)? else {
-            return Ok(None);
-        };
-        let rec = Arc::new(rec);
-        self.records.insert(key, rec.clone());
-        Ok(Some(rec))
+        Ok(())
+    }
+}
+
+impl Iterator for CheckpointReader<'_> {
+    type Item = Result<(String, Tensor)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        if self.ready.is_empty() && !self.todo.is_empty() {
+            if let Err(e) = self.fill() {
+                self.done = true;
+                return Some(Err(e));
+            }
+        }
+        self.ready.pop_front().map(Ok)
     }
 
-    /// Gathers the segments that block `block` of `(name, step)` (record `rec`) needs.
-    pub(crate) fn fetch(
-        &mut self,
-        name: &Arc<str>,
-        step: u64,
-        rec: &VersionRecord,
-        block: u64,
-    ) -> Result<Job> {
-        let mut job = Job {
-            name: name.clone(),
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = if self.done { 0 } else { self.remaining() };
+        (n, Some(n))
+    }
+}
+
+/// The type, shape and worth of a tensor read block by block ([`Store::get_blocks`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BlockRead {
+    /// Element type.
+    pub dtype: DType,
+    /// Dimensions.
+    pub shape: Vec<u64>,
+    /// What the data is worth (the worst block's).
+    pub fidelity: Fidelity,
+}
+
+impl Store {
+    /// Opens the checkpoint at `step` for reading tensor by tensor ([`CheckpointReader`]).
+    ///
+    /// # Errors
+    /// [`crate::NotFound::Checkpoint`] and database errors; the reader returns the block
+    /// errors of [`Store::get`].
+    pub fn read_checkpoint(&self, step: u64) -> Result<CheckpointReader<'_>> {
+        let r = self.read()?;
+        let cp = r
+            .checkpoint(step)?
+            .ok_or(StoreError::NotFound(NotFound::Checkpoint { step }))?;
+        Ok(CheckpointReader {
+            store: self,
+            r,
             step,
-            block,
-            dtype: rec.dtype,
-            len: block_bytes(rec, block),
-            links: Vec::new(),
-            base: None,
-            form: Form::Lossless,
-            fidelity: Fidelity::Exact,
-            sparse: None,
-            row: None,
+            metadata: cp.metadata,
+            todo: cp.tensors.into(),
+            ready: VecDeque::new(),
+            done: false,
+        })
+    }
+
+    /// Reads back every tensor of the checkpoint at `step`, all from one snapshot (the
+    /// [`CheckpointReader`] collected).
+    ///
+    /// # Errors
+    /// [`crate::NotFound::Checkpoint`], and the errors of [`Store::get`].
+    pub fn load_checkpoint(&self, step: u64) -> Result<Checkpoint> {
+        let reader = self.read_checkpoint(step)?;
+        let metadata = reader.metadata.clone();
+        let tensors = reader.collect::<Result<Vec<_>>>()?;
+        Ok(Checkpoint {
+            step,
+            tensors,
+            metadata,
+        })
+    }
+
+    /// Reads version `step` of `name` block by block, in order, handing `sink` each block's
+    /// element range and bytes: a tensor of any size in bounded memory (the blocks of one
+    /// batch, at most 64 MiB). A `sink` error stops the read and is returned.
+    ///
+    /// # Errors
+    /// Those of [`Store::get`], and the `sink`'s.
+    pub fn get_blocks(
+        &self,
+        name: &str,
+        step: u64,
+        mut sink: impl FnMut(Range<u64>, &[u8]) -> Result<()>,
+    ) -> Result<BlockRead> {
+        let r = self.read()?;
+        let rec = self.version_record(&r, name, step)?;
+        let span = Span {
+            name: Arc::from(name),
+            step,
+            rec: &rec,
+            blocks: 0..rec.blocks.len() as u64,
         };
-        let (mut cur_step, mut cur) = (step, block_record(name, step, rec, block)?);
-        if cur.form != Form::Lossless {
-            return self.fetch_tiered(job, cur);
-        }
-        loop {
-            if let Some(hit) = self.cache.get(cur.address) {
-                job.base = Some(hit);
-                return Ok(job);
-            }
-            let bytes = self
-                .tables
-                .fetch_segment(name, cur_step, block, cur.address)?;
-            job.links.push(Link {
-                step: cur_step,
-                address: cur.address,
-                bytes,
-            });
-            let Some(base_step) = cur.base else {
-                return Ok(job);
-            };
-            if job.links.len() >= MAX_HOPS {
-                return Err(StoreError::ChainTooLong {
+        let mut fidelity = Fidelity::Exact;
+        let mut fetcher = Fetcher::new(&r, &self.cache);
+        read_blocks(
+            &mut fetcher,
+            &self.cache,
+            std::slice::from_ref(&span),
+            |_, job| self.rebuild_block(&r, job, &rec, 0),
+            |_, b, bytes, f| {
+                fidelity = fidelity.worst(f);
+                let start = b * rec.block_elems;
+                sink(start..start + rec.block_len(b), bytes)
+            },
+        )?;
+        self.record_read(name, step, 0..rec.blocks.len() as u64);
+        Ok(BlockRead {
+            dtype: rec.dtype,
+            shape: rec.shape.clone(),
+            fidelity,
+        })
+    }
+
+    /// Reads version `step` of `name` into `out`, which must be exactly its size
+    /// (`elements x dtype size` bytes): no allocation of the tensor's size by the store.
+    ///
+    /// # Errors
+    /// [`InvalidInput::DataLength`] if `out` has another length, and those of [`Store::get`].
+    pub fn get_into(&self, name: &str, step: u64, out: &mut [u8]) -> Result<BlockRead> {
+        {
+            let r = self.read()?;
+            let rec = self.version_record(&r, name, step)?;
+            if rec.raw_bytes() != out.len() as u64 {
+                return Err(StoreError::Invalid(InvalidInput::DataLength {
                     tensor: name.to_string(),
                     step,
-                    block,
-                    limit: MAX_HOPS,
-                });
+                    expected: rec.raw_bytes(),
+                    actual: out.len() as u64,
+                }));
             }
-            let bad_base = |reason| StoreError::BadBase {
-                tensor: name.to_string(),
-                step: cur_step,
-                block,
-                base: base_step,
-                reason,
-            };
-            let base_rec = self
-                .record(name, base_step)?
-                .ok_or_else(|| bad_base("does not exist"))?;
-            if !base_rec.same_layout(rec) {
-                return Err(bad_base("has another dtype, shape or block size"));
-            }
-            cur = block_record(name, base_step, &base_rec, block)?;
-            cur_step = base_step;
         }
-    }
-}
-
-impl<V, S, C> Fetcher<'_, V, S, C>
-where
-    V: ReadableTable<&'static [u8], &'static [u8]>,
-    S: ReadableTable<u128, &'static [u8]>,
-    C: ReadableTable<[u8; 12], &'static [u8]>,
-{
-    /// The tier row of a quantized or absent block.
-    pub(crate) fn tier_row(&self, name: &str, step: u64, block: u64) -> Result<TierRow> {
-        crate::tiers::rows::load_row(&self.tables.tiers, name, step, block)?.ok_or_else(|| {
-            StoreError::TierRowMissing {
+        let mut at = 0usize;
+        let read = self.get_blocks(name, step, |_, bytes| {
+            let end = at + bytes.len();
+            let dst = out.get_mut(at..end).ok_or_else(|| {
+                StoreError::Invalid(InvalidInput::DataLength {
+                    tensor: name.to_string(),
+                    step,
+                    expected: end as u64,
+                    actual: at as u64,
+                })
+            })?;
+            dst.copy_from_slice(bytes);
+            at = end;
+            Ok(())
+        })?;
+        if at != out.len() {
+            // The version was replaced by one of another size between the two snapshots.
+            return Err(StoreError::Invalid(InvalidInput::DataLength {
                 tensor: name.to_string(),
                 step,
-                block,
-            }
-        })
+                expected: at as u64,
+                actual: out.len() as u64,
+            }));
+        }
+        Ok(read)
     }
-
-    /// Gathers a quantized block (its segment and sparse residual) or a Tier 0 block's row.
-    fn fetch_tiered(&mut self, mut job: Job, cur: crate::record::BlockRecord) -> Result<Job> {
-        let row = self.tier_row(&job.name, job.step, job.block)?;
-        job.form = cur.form;
-        job.fidelity = lossy::fidelity_of(row.precision, job.dtype);
-        if cur.form == Form::Absent {
-            job.row = Some(row);
-            return Ok(job);
-        }
-        let fetch = |address| {
-            self.tables
-                .fetch_segment(&job.name, job.step, job.block, address)
-        };
-        if let Some(ResidualRef::Sparse { address, .. }) = row.residual {
-            job.sparse = Some(fetch(address)?);
-        }
-        if let Some(hit) = self.cache.get(cache_key(cur.address, cur.form)) {
-            job.base = Some(hit);
-        } else {
-            let bytes = fetch(cur.address)?;
-            job.links.push(Link {
-                step: job.step,
-                address: cur.address,
-                bytes,
-            });
-        }
-        Ok(job)
-    }
-}
-
-/// The cache key of a decoded block: its segment's address, or for a frame of a
-/// multi-frame segment, the address mixed with the frame index.
-pub(crate) fn cache_key(address: u128, form: Form) -> u128 {
-    match form {
-        Form::Frame { index } => {
-            address
-                ^ (u128::from(index) + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835)
-        }
-        _ => address,
-    }
-}
-
-fn block_record(
-    name: &str,
-    step: u64,
-    rec: &VersionRecord,
-    block: u64,
-) -> Result<crate::record::BlockRecord> {
-    usize::try_from(block)
-        .ok()
-        .and_then(|b| rec.blocks.get(b))
-        .copied()
-        .ok_or_else(|| StoreError::BlockMismatch {
-            tensor: name.to_string(),
-            step,
-            block,
-            reason: format!("the version has only {} blocks", rec.blocks.len()),
-        })
-}
-
-/// Decoded bytes of block `block` (bounded by the record checks: at most 1 GiB).
-pub(crate) fn block_bytes(rec: &VersionRecord, block: u64) -> usize {
-    (rec.block_len(block) * rec.dtype.size() as u64) as usize
-}
-
-pub(crate) fn fetch_error(
-    e: FetchError,
-    name: &str,
-    step: u64,
-    block: u64,
-    address: u128,
-) -> StoreError {
-    let reason = match e {
-        FetchError::Store(e) => return e,
-        FetchError::Missing => "is not stored".to_string(),
-        FetchError::Damaged(r) => r,
-    };
-    StoreError::SegmentStorage {
-        tensor: name.to_string(),
-        step,
-        block,
-        address,
-        reason,
-    }
-}
-
-impl Job {
-    /// Whether the block is at Tier 0: the caller rebuilds it from [`Job::row`].
-    pub(crate) fn is_absent(&self) -> bool {
-        self.form == Form::Absent
-    }
-
-    /// The version asked for and the block.
-    pub(crate) fn at(&self) -> (&Arc<str>, u64, u64) {
-        (&self.name, self.step, self.block)
-    }
-
-    /// Decodes the chain bottom-up, caching every block decoded on the way.
-    pub(crate) fn decode(self, cache: &BlockCache) -> Result<Block> {
-        match self.form {
-            Form::Lossless => self.decode_lossless(cache),
-            Form::Quantized | Form::Frame { .. } => self.decode_quantized(cache),
-            Form::Absent => Err(StoreError::Reconstruct {
-                tensor: self.name.to_string(),
-                step: self.step,
-                block: self.block,
-                reason: "a Tier 0 block has no segment to decode".into(),
-            }),
-        }
-    }
-
-    fn segment_error(&self, link: &Link, source: SegmentError) -> StoreError {
-        StoreError::Segment {
-            tensor: self.name.to_string(),
-            step: link.step,
-            block: self.block,
-            address: link.address,
-            source: Box::new(source),
-        }
-    }
-
-    /// Parses a link's segment and checks its dtype, and its size with `size_ok`.
-    fn parse_checked<'l>(
-        &self,
-        link: &'l Link,
-        size_ok: impl Fn(&SegmentHeader) -> bool,
-    ) -> Result<Segment<'l>> {
-        let seg = Segment::parse(&link.bytes).map_err(|e| self.segment_error(link, e))?;
-        let h = seg.header();
-        if h.dtype != self.dtype || !size_ok(h) {
-            return Err(StoreError::BlockMismatch {
-                tensor: self.name.to_string(),
-                step: link.step,
-                block: self.block,
-                reason: format!(
-                    "segment holds {} elements of {}, the record expects {} bytes of {}",
-                    h.elements, h.dtype, self.len, self.dtype
-                ),
-            });
-        }
-        Ok(seg)
-    }
-
-    /// Dequantizes the block (cached by segment address) and applies its sparse residual.
-    fn decode_quantized(mut self, cache: &BlockCache) -> Result<Block> {
-        let block = match (self.base.take(), self.links.first()) {
-            (Some(hit), _) => hit,
-            (None, Some(link)) => {
-                let seg_err = |source| self.segment_error(link, source);
-                // A frame segment's element count is per frame, like a block's.
-                self.parse_checked(link, |h| {
-                    h.elements.checked_mul(self.dtype.size() as u64) == Some(self.len as u64)
-                })?;
-                let out = match self.form {
-                    Form::Frame { index } => {
-                        lossy::decode_frame(self.dtype, &link.bytes, index, self.len).map_err(
-                            |e| StoreError::Frame {
-                                tensor: self.name.to_string(),
-                                step: link.step,
-                                address: link.address,
-                                source: Box::new(e),
-                            },
-                        )?
-                    }
-                    _ => lossy::decode(self.dtype, &link.bytes, self.len).map_err(seg_err)?,
-                };
-                let block = Arc::new(out);
-                cache.insert(cache_key(link.address, self.form), block.clone());
-                block
-            }
-            (None, None) => {
-                return Err(StoreError::BlockMismatch {
-                    tensor: self.name.to_string(),
-                    step: self.step,
-                    block: self.block,
-                    reason: "a quantized block without its segment".into(),
-                })
-            }
-        };
-        if block.len() != self.len {
-            return Err(StoreError::BlockMismatch {
-                tensor: self.name.to_string(),
-                step: self.step,
-                block: self.block,
-                reason: format!(
-                    "the block decodes to {} bytes, the record expects {}",
-                    block.len(),
-                    self.len
-                ),
-            });
-        }
-        match &self.sparse {
-            None => Ok(block),
-            Some(blob) => {
-                let mut values = lossy::to_f32(self.dtype, &block).unwrap_or_default();
-                lossy::apply_sparse(blob, &mut values).map_err(|source| StoreError::Residual {
-                    tensor: self.name.to_string(),
-                    step: self.step,
-                    block: self.block,
-                    source: Box::new(source),
-                })?;
-                Ok(Arc::new(lossy::from_f32(self.dtype, &values)))
-            }
-        }
-    }
-
-    fn decode_lossless(mut self, cache: &BlockCache) -> Result<Block> {
-        if !cache.wants(self.len) {
-            return self.decode_lossless_uncached();
-        }
-        let mut base = self.base.take();
-        let links = std::mem::take(&mut self.links);
-        for link in links.into_iter().rev() {
-            let seg = self.parse_checked(&link, |h| h.decoded_len().ok() == Some(self.len))?;
-            let out = seg
-                .decode_lossless(base.as_deref().map(Vec::as_slice), self.len)
-                .map_err(|e| self.segment_error(&link, e))?;
-            let block = Arc::new(out);
-            cache.insert(link.address, block.clone());
-            base = Some(block);
-            POOL.give(link.bytes);
-        }
-        match base {
-            Some(block) if block.len() == self.len => Ok(block),
-            other => Err(StoreError::BlockMismatch {
-                tensor: self.name.to_string(),
-                step: self.step,
-                block: self.block,
-                reason: format!(
-                    "the block decodes to {} bytes, the record expects {}",
-                    other.map_or(0, |b| b.len()),
-                    self.len
-                ),
-            }),
-        }
-    }
-}
-
-impl Job {
-    /// The chain decoded in two buffers that trade places at each link: nothing decoded on
-    /// the way is kept (the cache would not take it), so no link allocates (fresh pages cost
-    /// a page fault each; at chain depth 5 this halves a 4 MiB read, ADR 0006).
-    fn decode_lossless_uncached(mut self) -> Result<Block> {
-        let cached = self.base.take();
-        let mut prev: Option<Vec<u8>> = None;
-        let mut out = POOL.take_filled(self.len);
-        let links = std::mem::take(&mut self.links);
-        let count = links.len();
-        for (i, link) in links.into_iter().rev().enumerate() {
-            let seg = self.parse_checked(&link, |h| h.decoded_len().ok() == Some(self.len))?;
-            let base = prev.as_deref().or(cached.as_deref().map(Vec::as_slice));
-            seg.decode_lossless_into(base, &mut out)
-                .map_err(|e| self.segment_error(&link, e))?;
-            POOL.give(link.bytes);
-            let next = match prev.take() {
-                Some(buf) => buf,
-                None if i + 1 < count => POOL.take_filled(self.len),
-                None => Vec::new(),
-            };
-            prev = Some(std::mem::replace(&mut out, next));
-        }
-        POOL.give(out);
-        match (prev, cached) {
-            (Some(block), _) => Ok(Arc::new(block)),
-            (None, Some(block)) if block.len() == self.len => Ok(block),
-            _ => Err(StoreError::BlockMismatch {
-                tensor: self.name.to_string(),
-                step: self.step,
-                block: self.block,
-                reason: "the block has no segment to decode".into(),
-            }),
-        }
-    }
-}
-
-/// Decodes jobs, in parallel when there is more than one; results in job order.
-pub(crate) fn decode_all(jobs: Vec<Job>, cache: &BlockCache) -> Vec<Result<Block>> {
-    if jobs.len() <= 1 {
-        return jobs.into_iter().map(|j| j.decode(cache)).collect();
-    }
-    jobs.into_par_iter().map(|j| j.decode(cache)).collect()
-}
-
-/// Reads blocks `blocks` of one version, fetching and decoding in batches. Tier 0 blocks
-/// go to `rebuild`; `sink` gets each block's bytes and fidelity in block order.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn read_blocks<V, S, C>(
-    fetcher: &mut Fetcher<'_, V, S, C>,
-    cache: &BlockCache,
-    name: &Arc<str>,
-    step: u64,
-    rec: &VersionRecord,
-    blocks: std::ops::Range<u64>,
-    mut rebuild: impl FnMut(&Job) -> Result<(Block, Fidelity)>,
-    mut sink: impl FnMut(u64, &[u8], Fidelity),
-) -> Result<()>
-where
-    V: ReadableTable<&'static [u8], &'static [u8]>,
-    S: ReadableTable<u128, &'static [u8]>,
-    C: ReadableTable<[u8; 12], &'static [u8]>,
-{
-    let mut b = blocks.start;
-    while b < blocks.end {
-        let end = blocks.end.min(b + BATCH as u64);
-        let jobs = (b..end)
-            .map(|i| fetcher.fetch(name, step, rec, i))
-            .collect::<Result<Vec<_>>>()?;
-        let mut rebuilt = Vec::new();
-        let mut decodable = Vec::with_capacity(jobs.len());
-        let mut fidelity = Vec::with_capacity(jobs.len());
-        for job in jobs {
-            fidelity.push(job.fidelity);
-            if job.is_absent() {
-                rebuilt.push(Some(rebuild(&job)?));
-                decodable.push(None);
-            } else {
-                rebuilt.push(None);
-                decodable.push(Some(job));
-            }
-        }
-        let jobs: Vec<Job> = decodable.iter_mut().filter_map(Option::take).collect();
-        let mut decoded = decode_all(jobs, cache).into_iter();
-        for (i, (done, f)) in (b..end).zip(rebuilt.into_iter().zip(fidelity)) {
-            let block = match done {
-                Some((block, f)) => {
-                    sink(i, &block, f);
-                    block
-                }
-                None => {
-                    let block = decoded.next().ok_or_else(|| StoreError::BlockMismatch {
-                        tensor: name.to_string(),
-                        step,
-                        block: i,
-                        reason: "a block was not decoded".into(),
-                    })??;
-                    sink(i, &block, f);
-                    block
-                }
-            };
-            // Not held by the cache: the buffer serves the next read.
-            if let Ok(buf) = Arc::try_unwrap(block) {
-                POOL.give(buf);
-            }
-        }
-        b = end;
-    }
-    Ok(())
 }

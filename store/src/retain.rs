@@ -3,8 +3,8 @@
 
 use std::collections::BTreeSet;
 
-use crate::error::{DbContext, Result, StoreError};
-use crate::rebase::{delete_version, load_checkpoint_record};
+use crate::engine::{delete_version, View};
+use crate::error::{InvalidInput, Result, StoreError};
 use crate::store::Store;
 
 /// Which checkpoints [`Store::retain`] keeps: the union of its rules.
@@ -47,14 +47,14 @@ impl RetainPolicy {
 
     fn validate(&self) -> Result<()> {
         if self.keep_last.is_none() && self.keep_every.is_none() {
-            return Err(StoreError::InvalidOptions {
+            return Err(StoreError::Invalid(InvalidInput::Options {
                 reason: "a retention policy needs keep_last or keep_every".into(),
-            });
+            }));
         }
         if self.keep_every == Some(0) {
-            return Err(StoreError::InvalidOptions {
+            return Err(StoreError::Invalid(InvalidInput::Options {
                 reason: "keep_every must be at least 1".into(),
-            });
+            }));
         }
         Ok(())
     }
@@ -82,7 +82,7 @@ impl Store {
     /// [`Store::put`] outside any checkpoint are left alone.
     ///
     /// # Errors
-    /// [`StoreError::InvalidOptions`] for a policy with neither `keep_last` nor `keep_every`
+    /// [`crate::InvalidInput::Options`] for a policy with neither `keep_last` nor `keep_every`
     /// (it would delete everything untagged) or with `keep_every` 0; the errors of
     /// [`Store::delete`] (nothing is deleted then); [`StoreError::Compaction`].
     pub fn retain(&mut self, policy: &RetainPolicy) -> Result<RetainReport> {
@@ -101,7 +101,7 @@ impl Store {
             let versions_removed = self.write(|wt| {
                 let mut n = 0u64;
                 for &step in &removed {
-                    let Some(cp) = load_checkpoint_record(&wt.checkpoints, step)? else {
+                    let Some(cp) = wt.checkpoint(step)? else {
                         continue;
                     };
                     for name in &cp.tensors {
@@ -111,10 +111,7 @@ impl Store {
                     // The last delete removes the checkpoint and its tags; a checkpoint
                     // saved with no tensor is removed here.
                     if cp.tensors.is_empty() {
-                        wt.checkpoints.remove(step).ctx("removing a checkpoint")?;
-                        wt.tags
-                            .retain(|_, s| s != step)
-                            .ctx("removing the tags of a checkpoint")?;
+                        wt.remove_checkpoint(step)?;
                     }
                 }
                 Ok(n)
@@ -129,15 +126,5 @@ impl Store {
             file_bytes_before,
             file_bytes_after: self.file_bytes()?,
         })
-    }
-
-    /// Size of the file on disk.
-    pub(crate) fn file_bytes(&self) -> Result<u64> {
-        std::fs::metadata(&self.path)
-            .map(|m| m.len())
-            .map_err(|source| StoreError::Io {
-                path: self.path.clone(),
-                source,
-            })
     }
 }

@@ -10,21 +10,28 @@
 //!   a file restores it as it was).
 //!
 //! Every Strata dtype maps to a safetensors dtype and back; a file tensor of another dtype
-//! (fp8) is a [`StoreError::UnsupportedDType`] naming it. A file with a bad header or bad
+//! (fp8) is a [`crate::InvalidInput::UnsupportedDType`] naming it. A file with a bad header or bad
 //! offsets is a [`StoreError::SafeTensors`] naming the file.
 
-use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use safetensors::tensor::TensorInfo;
-use safetensors::{Dtype, SafeTensorError, SafeTensors, View};
+use safetensors::tensor::{Metadata, TensorInfo};
+use safetensors::{Dtype, SafeTensorError};
 
-use crate::error::{Result, StoreError};
+use crate::engine::{read_blocks, Fetcher, Span, View};
+use crate::error::{InvalidInput, NotFound, Result, StoreError};
 use crate::store::Store;
 use crate::tensor::TensorRef;
 use crate::DType;
+
+/// Largest header the safetensors format allows (the crate's `MAX_HEADER_SIZE`).
+const MAX_HEADER_BYTES: u64 = 100_000_000;
 
 /// The `__metadata__` key under which checkpoint metadata that is not a JSON object of strings
 /// is exported.
@@ -58,7 +65,22 @@ pub struct ExportReport {
 
 /// The Strata dtype of a safetensors dtype, or `None` for one Strata does not store (fp8).
 pub fn dtype_from_safetensors(d: Dtype) -> Option<DType> {
-    DType::from_safetensors_name(&format!("{d:?}"))
+    Some(match d {
+        Dtype::F32 => DType::F32,
+        Dtype::F16 => DType::F16,
+        Dtype::BF16 => DType::BF16,
+        Dtype::F64 => DType::F64,
+        Dtype::I8 => DType::I8,
+        Dtype::U8 => DType::U8,
+        Dtype::I16 => DType::I16,
+        Dtype::U16 => DType::U16,
+        Dtype::I32 => DType::I32,
+        Dtype::U32 => DType::U32,
+        Dtype::I64 => DType::I64,
+        Dtype::U64 => DType::U64,
+        Dtype::BOOL => DType::Bool,
+        _ => return None,
+    })
 }
 
 /// The safetensors dtype of a Strata dtype (every dtype of this version has one).
@@ -115,90 +137,135 @@ pub fn metadata_from_text(text: &str) -> Option<HashMap<String, String>> {
     )]))
 }
 
-/// A parsed file: its tensors in file order and its metadata text.
-struct Parsed<'a> {
-    tensors: Vec<(String, DType, Vec<u64>, &'a [u8])>,
+/// A tensor of a file: name, dtype, shape, byte range in the data section.
+struct Entry {
+    name: String,
+    dtype: DType,
+    shape: Vec<u64>,
+    range: Range<u64>,
+}
+
+/// A file's header: its tensors in file order, where its data section starts, its metadata.
+struct Header {
+    tensors: Vec<Entry>,
+    data_start: u64,
     metadata: String,
 }
 
-/// Parses a whole safetensors file held in memory.
-fn parse<'a>(bytes: &'a [u8], path: &Path) -> Result<Parsed<'a>> {
+/// Parses and checks a safetensors header (`head` holds at least its first 8 bytes and, if
+/// they declare `n`, the `n` bytes after them); `file_len` is the size of the whole file.
+/// The safetensors crate checks the offsets (contiguous, each tensor's byte size) with checked
+/// arithmetic; this checks that the data section ends where the file does.
+fn parse_header(head: &[u8], file_len: u64, path: &Path) -> Result<Header> {
     let st_err = |source: SafeTensorError| StoreError::SafeTensors {
         path: path.to_path_buf(),
         source: Box::new(source),
     };
-    // The crate validates offsets, but adds header and data lengths unchecked (a header
-    // declaring ~2^64 bytes overflows): turn any panic into an error on the file.
-    let parsed = catch_unwind(AssertUnwindSafe(|| -> Result<Parsed<'a>> {
-        let (header_len, meta) = SafeTensors::read_metadata(bytes).map_err(st_err)?;
-        let data_len = bytes.len().saturating_sub(header_len.saturating_add(8));
-        let mut infos: Vec<(String, &TensorInfo)> = meta.tensors().into_iter().collect();
-        infos.sort_by_key(|a| a.1.data_offsets);
-        let start = bytes.len() - data_len;
-        let mut tensors = Vec::with_capacity(infos.len());
-        for (name, info) in infos {
-            let (s, e) = info.data_offsets;
-            if s > e || e > data_len {
-                return Err(st_err(SafeTensorError::InvalidOffset(name)));
-            }
-            let Some(dtype) = dtype_from_safetensors(info.dtype) else {
-                return Err(StoreError::UnsupportedDType {
-                    path: path.to_path_buf(),
-                    tensor: name,
-                    dtype: format!("{:?}", info.dtype),
-                });
-            };
-            let shape = info.shape.iter().map(|&d| d as u64).collect();
-            tensors.push((name, dtype, shape, &bytes[start + s..start + e]));
-        }
-        Ok(Parsed {
-            tensors,
-            metadata: metadata_to_text(meta.metadata().as_ref()),
-        })
-    }));
-    match parsed {
-        Ok(r) => r,
-        Err(_) => Err(st_err(SafeTensorError::ValidationOverflow)),
+    let n = header_len(head, file_len).map_err(st_err)?;
+    let json = head
+        .get(8..8 + n as usize)
+        .ok_or_else(|| st_err(SafeTensorError::InvalidHeaderLength))?;
+    let meta: Metadata = serde_json::from_slice(json)
+        .map_err(|e| st_err(SafeTensorError::InvalidHeaderDeserialization(e)))?;
+    let data_start = 8 + n;
+    if data_start + meta.data_len() as u64 != file_len {
+        return Err(st_err(SafeTensorError::MetadataIncompleteBuffer));
     }
+    let mut infos: Vec<(String, &TensorInfo)> = meta.tensors().into_iter().collect();
+    infos.sort_by_key(|(_, info)| info.data_offsets);
+    let mut tensors = Vec::with_capacity(infos.len());
+    for (name, info) in infos {
+        let Some(dtype) = dtype_from_safetensors(info.dtype) else {
+            return Err(StoreError::Invalid(InvalidInput::UnsupportedDType {
+                path: path.to_path_buf(),
+                tensor: name,
+                dtype: format!("{:?}", info.dtype),
+            }));
+        };
+        let (s, e) = info.data_offsets;
+        tensors.push(Entry {
+            name,
+            dtype,
+            shape: info.shape.iter().map(|&d| d as u64).collect(),
+            range: s as u64..e as u64,
+        });
+    }
+    Ok(Header {
+        tensors,
+        data_start,
+        metadata: metadata_to_text(meta.metadata().as_ref()),
+    })
 }
 
-/// A tensor to serialize.
-struct Out {
-    dtype: Dtype,
-    shape: Vec<usize>,
-    data: Vec<u8>,
-}
-
-impl View for &Out {
-    fn dtype(&self) -> Dtype {
-        self.dtype
+/// The header length a file declares in its first 8 bytes, checked against the format's
+/// limit and the file's size.
+fn header_len(head: &[u8], file_len: u64) -> std::result::Result<u64, SafeTensorError> {
+    let n: [u8; 8] = head
+        .get(..8)
+        .and_then(|b| b.try_into().ok())
+        .ok_or(SafeTensorError::HeaderTooSmall)?;
+    let n = u64::from_le_bytes(n);
+    if n > MAX_HEADER_BYTES {
+        return Err(SafeTensorError::HeaderTooLarge);
     }
-    fn shape(&self) -> &[usize] {
-        &self.shape
+    if 8 + n > file_len {
+        return Err(SafeTensorError::InvalidHeaderLength);
     }
-    fn data(&self) -> Cow<'_, [u8]> {
-        Cow::Borrowed(&self.data)
-    }
-    fn data_len(&self) -> usize {
-        self.data.len()
-    }
+    Ok(n)
 }
 
 impl Store {
     /// Saves every tensor of the safetensors file at `path` as the checkpoint at `step`, in
-    /// one transaction. The metadata is the file's `__metadata__` as JSON text, or empty.
+    /// one transaction, reading the file tensor by tensor (large tensors a window at a time):
+    /// memory stays bounded by [`crate::Options::window_bytes`] whatever the file's size.
+    /// The metadata is the file's `__metadata__` as JSON text, or empty.
     ///
     /// # Errors
-    /// [`StoreError::Io`] reading the file, [`StoreError::SafeTensors`] for a bad header or
-    /// offsets, [`StoreError::UnsupportedDType`] naming the tensor, and those of
-    /// [`Store::save_checkpoint`] (e.g. [`StoreError::CheckpointExists`]).
+    /// [`StoreError::Io`] reading the file (one that shrinks while it is read included),
+    /// [`StoreError::SafeTensors`] for a bad header or offsets,
+    /// [`crate::InvalidInput::UnsupportedDType`] naming the tensor, and those of
+    /// [`Store::save_checkpoint`] (e.g. [`crate::InvalidInput::CheckpointExists`]). Nothing
+    /// of the checkpoint is visible after an error.
     pub fn import_safetensors(&self, path: impl AsRef<Path>, step: u64) -> Result<ImportReport> {
         let path = path.as_ref();
-        let bytes = std::fs::read(path).map_err(|source| StoreError::Io {
+        let io = |source| StoreError::Io {
             path: path.to_path_buf(),
             source,
+        };
+        let file = File::open(path).map_err(io)?;
+        let file_len = file.metadata().map_err(io)?.len();
+        let mut head = vec![0u8; 8.min(file_len) as usize];
+        file.read_exact_at(&mut head, 0).map_err(io)?;
+        let n = header_len(&head, file_len).map_err(|source| StoreError::SafeTensors {
+            path: path.to_path_buf(),
+            source: Box::new(source),
         })?;
-        self.import_safetensors_bytes(&bytes, step, path)
+        head.resize(8 + n as usize, 0);
+        file.read_exact_at(&mut head[8..], 8).map_err(io)?;
+        let header = parse_header(&head, file_len, path)?;
+        let mut writer = self.begin_checkpoint(step, &header.metadata)?;
+        let mut raw_bytes = 0u64;
+        for e in &header.tensors {
+            let base = header.data_start + e.range.start;
+            let mut read = |offset: u64, buf: &mut [u8]| -> Result<()> {
+                file.read_exact_at(buf, base + offset).map_err(io)
+            };
+            writer.put_read(
+                &e.name,
+                e.dtype,
+                &e.shape,
+                e.range.end - e.range.start,
+                &mut read,
+            )?;
+            raw_bytes += e.range.end - e.range.start;
+        }
+        writer.commit()?;
+        Ok(ImportReport {
+            step,
+            tensors: header.tensors.len(),
+            raw_bytes,
+            metadata: header.metadata,
+        })
     }
 
     /// [`Store::import_safetensors`] on a file already in memory; `path` names it in errors.
@@ -211,103 +278,150 @@ impl Store {
         step: u64,
         path: impl AsRef<Path>,
     ) -> Result<ImportReport> {
-        let parsed = parse(bytes, path.as_ref())?;
-        let refs: Vec<(&str, TensorRef<'_>)> = parsed
-            .tensors
-            .iter()
-            .map(|(name, dtype, shape, data)| {
-                (
-                    name.as_str(),
-                    TensorRef {
-                        dtype: *dtype,
-                        shape,
-                        bytes: data,
-                    },
-                )
-            })
-            .collect();
-        self.save_checkpoint(step, &refs, &parsed.metadata)?;
+        let path = path.as_ref();
+        let header = parse_header(bytes, bytes.len() as u64, path)?;
+        let mut writer = self.begin_checkpoint(step, &header.metadata)?;
+        let mut raw_bytes = 0u64;
+        for e in &header.tensors {
+            let start = (header.data_start + e.range.start) as usize;
+            let end = (header.data_start + e.range.end) as usize;
+            let t = TensorRef {
+                dtype: e.dtype,
+                shape: &e.shape,
+                bytes: &bytes[start..end],
+            };
+            writer.put(&e.name, &t)?;
+            raw_bytes += e.range.end - e.range.start;
+        }
+        writer.commit()?;
         Ok(ImportReport {
             step,
-            tensors: refs.len(),
-            raw_bytes: refs.iter().map(|(_, t)| t.bytes.len() as u64).sum(),
-            metadata: parsed.metadata,
+            tensors: header.tensors.len(),
+            raw_bytes,
+            metadata: header.metadata,
         })
     }
 
-    /// Writes the checkpoint at `step` to a safetensors file at `path` (through a temporary
-    /// file beside it, renamed into place, so a failed export leaves no partial file).
+    /// Writes the checkpoint at `step` to a safetensors file at `path`, tensor by tensor in
+    /// the order they were saved, decoding blocks in parallel batches: memory stays bounded
+    /// whatever the checkpoint's size. The file goes through a temporary file beside it,
+    /// renamed into place, so a failed export leaves no partial file.
     ///
     /// # Errors
-    /// [`StoreError::CheckpointNotFound`], the read errors of [`Store::load_checkpoint`],
-    /// [`StoreError::InvalidName`] for a tensor named `__metadata__`, and
+    /// [`crate::NotFound::Checkpoint`], the read errors of [`Store::get`],
+    /// [`crate::InvalidInput::Name`] for a tensor named `__metadata__`, and
     /// [`StoreError::SafeTensors`] or [`StoreError::Io`] writing the file.
     pub fn export_safetensors(&self, step: u64, path: impl AsRef<Path>) -> Result<ExportReport> {
         let path = path.as_ref();
-        let cp = self.load_checkpoint(step)?;
-        let metadata = metadata_from_text(&cp.metadata);
-        let mut outs = Vec::with_capacity(cp.tensors.len());
-        let mut raw_bytes = 0u64;
-        for (name, t) in cp.tensors {
+        let io = |source| StoreError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let r = self.read()?;
+        let cp = r
+            .checkpoint(step)?
+            .ok_or(StoreError::NotFound(NotFound::Checkpoint { step }))?;
+        let mut recs = Vec::with_capacity(cp.tensors.len());
+        let mut infos = Vec::with_capacity(cp.tensors.len());
+        let mut offset = 0usize;
+        for name in &cp.tensors {
             if name == "__metadata__" {
-                return Err(StoreError::InvalidName {
-                    name,
+                return Err(StoreError::Invalid(InvalidInput::Name {
+                    name: name.clone(),
                     reason: "reserved by the safetensors format",
-                });
+                }));
             }
-            let shape = t
+            let rec = self.version_record(&r, name, step)?;
+            let bad_shape = || {
+                StoreError::Invalid(InvalidInput::Shape {
+                    tensor: name.clone(),
+                    step,
+                    shape: rec.shape.clone(),
+                })
+            };
+            let shape = rec
                 .shape
                 .iter()
                 .map(|&d| usize::try_from(d))
                 .collect::<std::result::Result<Vec<usize>, _>>()
-                .map_err(|_| StoreError::BadShape {
-                    tensor: name.clone(),
-                    step,
-                    shape: t.shape.clone(),
-                })?;
-            let Some(dtype) = dtype_to_safetensors(t.dtype) else {
-                return Err(StoreError::UnsupportedDType {
+                .map_err(|_| bad_shape())?;
+            let Some(dtype) = dtype_to_safetensors(rec.dtype) else {
+                return Err(StoreError::Invalid(InvalidInput::UnsupportedDType {
                     path: path.to_path_buf(),
-                    tensor: name,
-                    dtype: t.dtype.to_string(),
-                });
+                    tensor: name.clone(),
+                    dtype: rec.dtype.to_string(),
+                }));
             };
-            raw_bytes += t.data.len() as u64;
-            outs.push((
-                name,
-                Out {
+            let len = usize::try_from(rec.raw_bytes()).map_err(|_| bad_shape())?;
+            let end = offset.checked_add(len).ok_or_else(bad_shape)?;
+            infos.push((
+                name.clone(),
+                TensorInfo {
                     dtype,
                     shape,
-                    data: t.data,
+                    data_offsets: (offset, end),
                 },
             ));
+            offset = end;
+            recs.push(rec);
         }
-        let tmp = temp_path(path);
-        let written = safetensors::serialize_to_file(
-            outs.iter().map(|(n, o)| (n.as_str(), o)),
-            &metadata,
-            &tmp,
-        );
-        if let Err(source) = written {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(StoreError::SafeTensors {
-                path: path.to_path_buf(),
-                source: Box::new(source),
-            });
-        }
-        let io = |source| StoreError::Io {
+        let st_err = |source: SafeTensorError| StoreError::SafeTensors {
             path: path.to_path_buf(),
-            source,
+            source: Box::new(source),
+        };
+        let meta = Metadata::new(metadata_from_text(&cp.metadata), infos).map_err(st_err)?;
+        let mut header = serde_json::to_vec(&meta)
+            .map_err(|e| st_err(SafeTensorError::InvalidHeaderDeserialization(e)))?;
+        // As the safetensors crate writes it: padded with spaces to a multiple of 8 bytes.
+        header.resize(header.len().next_multiple_of(8), b' ');
+        let tmp = temp_path(path);
+        let written = (|| -> Result<u64> {
+            let file = File::create(&tmp).map_err(io)?;
+            let mut out = BufWriter::with_capacity(1 << 20, file);
+            out.write_all(&(header.len() as u64).to_le_bytes())
+                .map_err(io)?;
+            out.write_all(&header).map_err(io)?;
+            let spans: Vec<Span<'_>> = cp
+                .tensors
+                .iter()
+                .zip(&recs)
+                .map(|(name, rec)| Span {
+                    name: Arc::from(name.as_str()),
+                    step,
+                    rec,
+                    blocks: 0..rec.blocks.len() as u64,
+                })
+                .collect();
+            let mut fetcher = Fetcher::new(&r, &self.cache);
+            read_blocks(
+                &mut fetcher,
+                &self.cache,
+                &spans,
+                |si, job| self.rebuild_block(&r, job, spans[si].rec, 0),
+                |_, _, bytes, _| out.write_all(bytes).map_err(io),
+            )?;
+            let file = out.into_inner().map_err(|e| io(e.into_error()))?;
+            file.sync_all().map_err(io)?;
+            Ok(8 + header.len() as u64 + offset as u64)
+        })();
+        let file_bytes = match written {
+            Ok(n) => n,
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                return Err(e);
+            }
         };
         std::fs::rename(&tmp, path).map_err(|e| {
             let _ = std::fs::remove_file(&tmp);
             io(e)
         })?;
-        let file_bytes = std::fs::metadata(path).map_err(io)?.len();
+        for (name, rec) in cp.tensors.iter().zip(&recs) {
+            self.record_read(name, step, 0..rec.blocks.len() as u64);
+        }
         Ok(ExportReport {
             step,
-            tensors: outs.len(),
-            raw_bytes,
+            tensors: recs.len(),
+            raw_bytes: offset as u64,
             file_bytes,
         })
     }
@@ -318,4 +432,19 @@ fn temp_path(path: &Path) -> PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
     name.push(format!(".tmp-{}", std::process::id()));
     path.with_file_name(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dtype_mapping_round_trips_and_refuses_fp8() {
+        for d in DType::ALL {
+            let st = dtype_to_safetensors(d).expect("every Strata dtype has a safetensors name");
+            assert_eq!(dtype_from_safetensors(st), Some(d));
+            assert_eq!(format!("{st:?}"), d.safetensors_name());
+        }
+        assert_eq!(dtype_from_safetensors(Dtype::F8_E4M3), None);
+    }
 }

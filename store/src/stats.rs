@@ -4,7 +4,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use redb::{ReadableTable, ReadableTableMetadata};
 
-use crate::error::{DbContext, Result, StoreError};
+use crate::engine::{row_blobs, View};
+use crate::error::{Corruption, DbContext, Result, StoreError};
 use crate::record::{decode_version_key, segment_key, SegmentInfo, Stored, VersionRecord};
 use crate::store::Store;
 use strata_tiering::Tier;
@@ -73,15 +74,15 @@ impl Store {
         let mut metadata_bytes = 0u64;
         let mut segment_bytes = 0u64;
         let mut seg_len: HashMap<u128, u64> = HashMap::new();
-        for e in r.t.segments.iter().ctx("reading the segment index")? {
+        for e in r.segments.iter().ctx("reading the segment index")? {
             let (k, v) = e.ctx("reading the segment index")?;
             metadata_bytes += 16 + v.value().len() as u64;
             let info =
                 SegmentInfo::from_stored(&segment_key(k.value()), v.value()).map_err(|source| {
-                    StoreError::Record {
+                    StoreError::Corrupt(Corruption::Record {
                         what: format!("segment index entry {:032x}", k.value()),
                         source,
-                    }
+                    })
                 })?;
             segment_bytes += info.len;
             seg_len.insert(k.value(), info.len);
@@ -90,14 +91,14 @@ impl Store {
         let mut raw_bytes = 0u64;
         let mut versions = 0u64;
         let mut tier_bytes: BTreeMap<String, u64> = BTreeMap::new();
-        for e in r.t.versions.iter().ctx("reading versions")? {
+        for e in r.versions.iter().ctx("reading versions")? {
             let (k, v) = e.ctx("reading versions")?;
             let (name, step) = decode_version_key(k.value()).unwrap_or(("?", 0));
             let rec = VersionRecord::from_stored(k.value(), v.value()).map_err(|source| {
-                StoreError::Record {
+                StoreError::Corrupt(Corruption::Record {
                     what: format!("version record of tensor {name:?} step {step}"),
                     source,
-                }
+                })
             })?;
             let record_bytes = (k.value().len() + v.value().len()) as u64;
             metadata_bytes += record_bytes;
@@ -112,8 +113,7 @@ impl Store {
             t.versions += 1;
             t.raw_bytes += rec.raw_bytes();
             t.stored_bytes += record_bytes;
-            let rows =
-                crate::tiers::rows::load_rows_by_block(&r.t.tiers, name, step, rec.blocks.len())?;
+            let rows = r.tier_rows_by_block(name, step, rec.blocks.len())?;
             for (b, row) in rec.blocks.iter().zip(&rows) {
                 let row = row.as_ref();
                 let tier = row.map_or(Tier::Exact, |row| row.tier);
@@ -123,7 +123,7 @@ impl Store {
                     u64::from(b.segment_len)
                 };
                 if let Some(row) = row {
-                    for address in crate::tiers::rows::row_blobs(row) {
+                    for address in row_blobs(row) {
                         if let Some(len) = seg_len.remove(&address) {
                             t.stored_bytes += len;
                             bytes += len;
@@ -139,7 +139,7 @@ impl Store {
                 }
             }
         }
-        for e in r.t.tiers.iter().ctx("reading tier rows")? {
+        for e in r.tiers.iter().ctx("reading tier rows")? {
             let (k, v) = e.ctx("reading tier rows")?;
             metadata_bytes += (k.value().len() + v.value().len()) as u64;
         }
@@ -153,7 +153,7 @@ impl Store {
             let (k, _) = e.ctx("reading tags")?;
             metadata_bytes += k.value().len() as u64 + 8;
         }
-        let segments = r.t.segments.len().ctx("reading the segment index")?;
+        let segments = r.segments.len().ctx("reading the segment index")?;
         drop(r);
         let file_bytes = std::fs::metadata(&self.path)
             .map_err(|source| StoreError::Io {

@@ -4,25 +4,25 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
 use parking_lot::{Mutex, RwLock};
-use redb::{
-    Database, DatabaseError, ReadOnlyTable, ReadableDatabase, ReadableTable, StorageError,
-    TableError,
-};
+use redb::{Database, DatabaseError, ReadableDatabase, ReadableTable, StorageError, TableError};
 
-use crate::cache::BlockCache;
-use crate::error::{DbContext, Result, StoreError};
-use crate::options::Options;
-use crate::reader::{ReadOnlyTables, Tables};
-use crate::rebase::WriteTables;
-use crate::record::FormatRecord;
-use crate::tables::{
-    CHECKPOINTS, CHUNKS, FORMAT_KEY, META, POLICIES, SEGMENTS, TAGS, TAILS, TIERS, VERSIONS,
-    WRITER_KEY,
+use crate::engine::{
+    BlockCache, ReadTxn, WriteTxn, CHECKPOINTS, CHUNKS, FORMAT_KEY, META, POLICIES, SEGMENTS, TAGS,
+    TAILS, TIERS, VERSIONS, WRITER_KEY,
 };
-use crate::tiers::policy::{Rule, RuleSet};
+use crate::error::{Corruption, DbContext, OpenError, Result, StoreError};
+use crate::options::Options;
+use crate::record::{FormatRecord, Rule};
+use crate::tiers::rules::RuleSet;
 use crate::tiers::runtime::{tiering_reconstruct, Runtime};
 
 /// A Strata store: one redb file holding the history of many tensors.
+///
+/// Its methods, by where they live: opening and compaction here; reads (`get`, `get_at`,
+/// `get_range`, `get_exact`, `versions`, `tensors`, `load_checkpoint`, checkpoint and tag
+/// lists) in `read.rs`; writes (`put`, `save_checkpoint`, `delete`, `tag`) in `write.rs`;
+/// `retain`, `stats`, `verify` and safetensors import/export in files of those names; tier
+/// policies, `maintain`, Tier 0 rebuilds and frame streams in `tiers/`.
 ///
 /// `Store` is `Send + Sync`: share it between threads (e.g. in an `Arc`). Reads run in
 /// parallel with each other and with a writer; writes are serialized. Each read sees one
@@ -41,21 +41,14 @@ pub struct Store {
     pub(crate) rules: RwLock<RuleSet>,
 }
 
-/// The tables of a read transaction (which they keep alive).
-pub(crate) struct ReadTables {
-    pub(crate) t: ReadOnlyTables,
-    pub(crate) checkpoints: ReadOnlyTable<u64, &'static [u8]>,
-    pub(crate) tags: ReadOnlyTable<&'static [u8], u64>,
-}
-
 impl Store {
     /// Opens the store at `path` with default [`Options`], creating it if the file does not
     /// exist or is empty.
     ///
     /// # Errors
-    /// [`StoreError::InUse`] if another process or handle has it open,
-    /// [`StoreError::NotAStore`] for a file that is not a Strata store,
-    /// [`StoreError::UnsupportedFormat`], [`StoreError::Damaged`], [`StoreError::Io`].
+    /// [`crate::OpenError::InUse`] if another process or handle has it open,
+    /// [`crate::OpenError::NotAStore`] for a file that is not a Strata store,
+    /// [`crate::OpenError::UnsupportedFormat`], [`crate::OpenError::Damaged`], [`StoreError::Io`].
     pub fn open(path: impl AsRef<Path>) -> Result<Store> {
         Store::open_with(path, Options::default())
     }
@@ -63,7 +56,7 @@ impl Store {
     /// Opens the store at `path` with `opts`, creating it if needed.
     ///
     /// # Errors
-    /// Those of [`Store::open`], and [`StoreError::InvalidOptions`].
+    /// Those of [`Store::open`], and [`crate::InvalidInput::Options`].
     pub fn open_with(path: impl AsRef<Path>, opts: Options) -> Result<Store> {
         opts.validate()?;
         let path = path.as_ref().to_path_buf();
@@ -75,10 +68,10 @@ impl Store {
             Ok(Ok(db)) => db,
             Ok(Err(e)) => return Err(open_error(&path, e)),
             Err(panic) => {
-                return Err(StoreError::Damaged {
+                return Err(StoreError::Open(OpenError::Damaged {
                     path,
                     reason: format!("redb failed opening it: {}", panic_message(&panic)),
-                })
+                }))
             }
         };
         let runtime = Runtime::new(opts.tiering.config)?;
@@ -119,9 +112,11 @@ impl Store {
     }
 
     fn check_format(&self) -> Result<()> {
-        let not_a_store = |reason: &str| StoreError::NotAStore {
-            path: self.path.clone(),
-            reason: reason.to_string(),
+        let not_a_store = |reason: &str| {
+            StoreError::Open(OpenError::NotAStore {
+                path: self.path.clone(),
+                reason: reason.to_string(),
+            })
         };
         let txn = self.db.begin_read().ctx("opening the store")?;
         let meta = match txn.open_table(META) {
@@ -140,20 +135,22 @@ impl Store {
         let Some(v) = meta.get(FORMAT_KEY).ctx("opening the store")? else {
             return Err(not_a_store("no format record"));
         };
-        let format = FormatRecord::decode(v.value()).map_err(|source| StoreError::Record {
-            what: format!("format record of {}", self.path.display()),
-            source,
+        let format = FormatRecord::decode(v.value()).map_err(|source| {
+            StoreError::Corrupt(Corruption::Record {
+                what: format!("format record of {}", self.path.display()),
+                source,
+            })
         })?;
         let Some(format) = format else {
             return Err(not_a_store("the format record has another magic"));
         };
         let current = FormatRecord::current();
         if format.version != current.version {
-            return Err(StoreError::UnsupportedFormat {
+            return Err(StoreError::Open(OpenError::UnsupportedFormat {
                 path: self.path.clone(),
                 found: format.version,
                 supported: current.version,
-            });
+            }));
         }
         Ok(())
     }
@@ -161,24 +158,22 @@ impl Store {
     /// Loads the policy rules and rebuilds the tier state from the tier rows.
     fn load_tiers(&self) -> Result<()> {
         let op = "loading tier policies";
-        let txn = self.db.begin_read().ctx(op)?;
-        let policies = txn.open_table(POLICIES).ctx(op)?;
+        let r = self.read()?;
         let mut rules = Vec::new();
-        for entry in policies.iter().ctx(op)? {
+        for entry in r.policies.iter().ctx(op)? {
             let (k, v) = entry.ctx(op)?;
-            let rule = Rule::decode(k.value(), v.value()).map_err(|source| StoreError::Record {
-                what: format!("tier policy rule {:?}", String::from_utf8_lossy(k.value())),
-                source,
+            let rule = Rule::decode(k.value(), v.value()).map_err(|source| {
+                StoreError::Corrupt(Corruption::Record {
+                    what: format!("tier policy rule {:?}", String::from_utf8_lossy(k.value())),
+                    source,
+                })
             })?;
             rules.push(rule);
         }
         let rules = RuleSet::new(rules);
-        let tiers = txn.open_table(TIERS).ctx(op)?;
-        let versions = txn.open_table(VERSIONS).ctx(op)?;
         let runtime = Runtime::load(
             self.opts.tiering.config,
-            &tiers,
-            &versions,
+            &r,
             |name| tiering_reconstruct(&rules.resolve(name).reconstruct),
             self.opts.tiering.clock.now(),
         )?;
@@ -211,60 +206,61 @@ impl Store {
     }
 
     /// Opens a read transaction and its tables.
-    pub(crate) fn read(&self) -> Result<ReadTables> {
-        let op = "starting a read";
-        let txn = self.db.begin_read().ctx(op)?;
-        Ok(ReadTables {
-            t: Tables {
-                versions: txn.open_table(VERSIONS).ctx(op)?,
-                segments: txn.open_table(SEGMENTS).ctx(op)?,
-                chunks: txn.open_table(CHUNKS).ctx(op)?,
-                tails: txn.open_table(TAILS).ctx(op)?,
-                tiers: txn.open_table(TIERS).ctx(op)?,
-            },
-            checkpoints: txn.open_table(CHECKPOINTS).ctx(op)?,
-            tags: txn.open_table(TAGS).ctx(op)?,
-        })
+    pub(crate) fn read(&self) -> Result<ReadTxn> {
+        ReadTxn::begin(&self.db)
     }
 
-    /// Runs `f` in a write transaction and commits if it succeeds (dropping it aborts).
-    pub(crate) fn write<T>(&self, f: impl FnOnce(&mut WriteTables<'_>) -> Result<T>) -> Result<T> {
+    /// Runs `f` in a write transaction and commits if it succeeds (dropping it aborts); the
+    /// tier state learns the transaction's changes after the commit.
+    pub(crate) fn write<T>(&self, f: impl FnOnce(&mut WriteTxn<'_>) -> Result<T>) -> Result<T> {
         let txn = self.db.begin_write().ctx("starting a write")?;
         let (out, changes) = {
-            let mut tables = WriteTables::open(&txn)?;
+            let mut tables = WriteTxn::open(&txn)?;
             let out = f(&mut tables)?;
             (out, std::mem::take(&mut tables.tier_changes))
         };
         txn.commit().ctx("committing")?;
-        changes.apply(&mut self.tiers.lock(), self.opts.tiering.clock.now())?;
+        self.tiers
+            .lock()
+            .apply(changes, self.opts.tiering.clock.now())?;
         Ok(out)
+    }
+
+    /// Size of the file on disk.
+    pub(crate) fn file_bytes(&self) -> Result<u64> {
+        std::fs::metadata(&self.path)
+            .map(|m| m.len())
+            .map_err(|source| StoreError::Io {
+                path: self.path.clone(),
+                source,
+            })
     }
 }
 
 fn open_error(path: &Path, e: DatabaseError) -> StoreError {
     let path = path.to_path_buf();
     match e {
-        DatabaseError::DatabaseAlreadyOpen => StoreError::InUse { path },
-        DatabaseError::UpgradeRequired(v) => StoreError::NotAStore {
+        DatabaseError::DatabaseAlreadyOpen => StoreError::Open(OpenError::InUse { path }),
+        DatabaseError::UpgradeRequired(v) => StoreError::Open(OpenError::NotAStore {
             path,
             reason: format!("a redb database of file format {v}, which this build does not read"),
-        },
+        }),
         DatabaseError::Storage(StorageError::Io(e))
             if matches!(
                 e.kind(),
                 std::io::ErrorKind::InvalidData | std::io::ErrorKind::UnexpectedEof
             ) =>
         {
-            StoreError::NotAStore {
+            StoreError::Open(OpenError::NotAStore {
                 path,
                 reason: format!("not a redb database ({e})"),
-            }
+            })
         }
         DatabaseError::Storage(StorageError::Io(source)) => StoreError::Io { path, source },
-        other => StoreError::Damaged {
+        other => StoreError::Open(OpenError::Damaged {
             path,
             reason: other.to_string(),
-        },
+        }),
     }
 }
 

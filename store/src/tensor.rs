@@ -1,8 +1,7 @@
-//! The values callers put in and get out.
+//! The values callers put in and get out, what a read is worth ([`Fidelity`]), and element
+//! values as `f64` for display and analysis.
 
 use strata_codec::DType;
-
-use crate::tiers::Fidelity;
 
 /// A borrowed tensor to write: element type, shape and little-endian element bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,4 +113,142 @@ pub struct CheckpointInfo {
     pub tensors: Vec<String>,
     /// The metadata text saved with it.
     pub metadata: String,
+}
+
+/// What a read returned, for the worst block of the tensor or range read.
+///
+/// Ordered from best to worst: `Exact < Bounded < Reconstructed < Zeros`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Fidelity {
+    /// Bit-exact data.
+    Exact,
+    /// Quantized data: every element is within `max_rel_error x max_abs(group)` of what
+    /// was written, the group being the element's quantization group (64 values by
+    /// default) in the data as written.
+    Bounded {
+        /// Fewest bits per value any encoding of the data used since it was written.
+        bits: u8,
+        /// The bound, relative to the group's largest magnitude; it includes the rounding
+        /// to the tensor's dtype (bf16, f16) on the way out.
+        max_rel_error: f64,
+    },
+    /// A Tier 0 block rebuilt through its reconstruct policy, through `depth` tensors.
+    /// No bound is claimed.
+    Reconstructed {
+        /// Blocks rebuilt in the chain (1 when the sources were held).
+        depth: u8,
+    },
+    /// A Tier 0 block with no reconstruct policy: the data returned is zeros.
+    Zeros,
+}
+
+impl Fidelity {
+    fn rank(&self) -> u8 {
+        match self {
+            Fidelity::Exact => 0,
+            Fidelity::Bounded { .. } => 1,
+            Fidelity::Reconstructed { .. } => 2,
+            Fidelity::Zeros => 3,
+        }
+    }
+
+    /// The worse of two (for two bounds: fewer bits, larger bound; for two
+    /// reconstructions: the deeper).
+    pub fn worst(self, other: Fidelity) -> Fidelity {
+        match (self, other) {
+            (
+                Fidelity::Bounded {
+                    bits: a,
+                    max_rel_error: x,
+                },
+                Fidelity::Bounded {
+                    bits: b,
+                    max_rel_error: y,
+                },
+            ) => Fidelity::Bounded {
+                bits: a.min(b),
+                max_rel_error: x.max(y),
+            },
+            (Fidelity::Reconstructed { depth: a }, Fidelity::Reconstructed { depth: b }) => {
+                Fidelity::Reconstructed { depth: a.max(b) }
+            }
+            (a, b) => {
+                if b.rank() > a.rank() {
+                    b
+                } else {
+                    a
+                }
+            }
+        }
+    }
+
+    /// Whether the data is bit-exact.
+    pub fn is_exact(&self) -> bool {
+        matches!(self, Fidelity::Exact)
+    }
+}
+
+/// The elements of little-endian `bytes` of `dtype` as `f64` (exact for every dtype but
+/// 64-bit integers above 2^53; bool is 0 or 1; NaN for a dtype added after this function).
+/// A trailing partial element is ignored.
+pub fn to_f64(dtype: DType, bytes: &[u8]) -> Vec<f64> {
+    use le_values as each;
+    match dtype {
+        DType::F32 => each(bytes, |a| f64::from(f32::from_le_bytes(a))),
+        DType::F16 => each(bytes, |a| half::f16::from_le_bytes(a).to_f64()),
+        DType::BF16 => each(bytes, |a| half::bf16::from_le_bytes(a).to_f64()),
+        DType::F64 => each(bytes, f64::from_le_bytes),
+        DType::I8 => each(bytes, |a: [u8; 1]| f64::from(a[0] as i8)),
+        DType::U8 => each(bytes, |a: [u8; 1]| f64::from(a[0])),
+        DType::Bool => each(bytes, |a: [u8; 1]| f64::from(u8::from(a[0] != 0))),
+        DType::I16 => each(bytes, |a| f64::from(i16::from_le_bytes(a))),
+        DType::U16 => each(bytes, |a| f64::from(u16::from_le_bytes(a))),
+        DType::I32 => each(bytes, |a| f64::from(i32::from_le_bytes(a))),
+        DType::U32 => each(bytes, |a| f64::from(u32::from_le_bytes(a))),
+        DType::I64 => each(bytes, |a| i64::from_le_bytes(a) as f64),
+        DType::U64 => each(bytes, |a| u64::from_le_bytes(a) as f64),
+        other => vec![f64::NAN; bytes.len() / other.size().max(1)],
+    }
+}
+
+/// `f` applied to each `N`-byte element of `bytes` (a trailing partial element is ignored).
+pub(crate) fn le_values<const N: usize, T>(bytes: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
+    bytes
+        .chunks_exact(N)
+        .map(|c| {
+            let mut a = [0u8; N];
+            a.copy_from_slice(c);
+            f(a)
+        })
+        .collect()
+}
+
+impl Tensor {
+    /// The elements as `f64` (see [`to_f64`]).
+    pub fn to_f64(&self) -> Vec<f64> {
+        to_f64(self.dtype, &self.data)
+    }
+}
+
+impl TensorSlice {
+    /// The elements of the slice as `f64` (see [`to_f64`]).
+    pub fn to_f64(&self) -> Vec<f64> {
+        to_f64(self.dtype, &self.data)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn converts_each_dtype() {
+        assert_eq!(to_f64(DType::F32, &1.5f32.to_le_bytes()), vec![1.5]);
+        assert_eq!(to_f64(DType::BF16, &[0x80, 0x3f]), vec![1.0]);
+        assert_eq!(to_f64(DType::F16, &[0x00, 0x3c]), vec![1.0]);
+        assert_eq!(to_f64(DType::I8, &[0xff]), vec![-1.0]);
+        assert_eq!(to_f64(DType::Bool, &[0, 7]), vec![0.0, 1.0]);
+        assert_eq!(to_f64(DType::I64, &(-3i64).to_le_bytes()), vec![-3.0]);
+        assert_eq!(to_f64(DType::F32, &[0, 0, 0]), Vec::<f64>::new());
+    }
 }

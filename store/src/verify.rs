@@ -5,9 +5,8 @@ use std::sync::Arc;
 
 use redb::ReadableTable;
 
-use crate::cache::BlockCache;
-use crate::error::{DbContext, Result, StoreError};
-use crate::reader::{decode_all, Fetcher};
+use crate::engine::{decode_all, row_blobs, BlockCache, Fetcher, ReadTxn};
+use crate::error::{Corruption, DbContext, Result, StoreError};
 use crate::record::Stored;
 use crate::record::{decode_version_key, CheckpointRecord, SegmentInfo, VersionRecord};
 use crate::store::Store;
@@ -115,13 +114,13 @@ impl Store {
     pub fn verify(&self) -> Result<VerifyReport> {
         let r = self.read()?;
         let cache = BlockCache::new(self.opts.cache_bytes);
-        let mut fetcher = Fetcher::new(&r.t, &cache);
+        let mut fetcher = Fetcher::new(&r, &cache);
         let mut report = VerifyReport::default();
         let mut refs: HashMap<u128, u64> = HashMap::new();
         let mut versions_seen: HashSet<(String, u64)> = HashSet::new();
 
         let mut keys = Vec::new();
-        for e in r.t.versions.iter().ctx("verifying versions")? {
+        for e in r.versions.iter().ctx("verifying versions")? {
             let (k, v) = e.ctx("verifying versions")?;
             keys.push((
                 k.value().to_vec(),
@@ -134,13 +133,13 @@ impl Store {
                 report.issues.push(Issue::Version {
                     tensor: String::from_utf8_lossy(&key).into_owned(),
                     step: 0,
-                    error: StoreError::Record {
+                    error: StoreError::Corrupt(Corruption::Record {
                         what: "a version key".into(),
                         source: crate::record::RecordError::BadValue {
                             field: "version key",
                             value: key.len() as u64,
                         },
-                    },
+                    }),
                 });
                 continue;
             };
@@ -151,10 +150,10 @@ impl Store {
                     report.issues.push(Issue::Version {
                         tensor: name.to_string(),
                         step,
-                        error: StoreError::Record {
+                        error: StoreError::Corrupt(Corruption::Record {
                             what: format!("version record of tensor {name:?} step {step}"),
                             source,
-                        },
+                        }),
                     });
                     continue;
                 }
@@ -214,12 +213,12 @@ impl Store {
     /// version is gone.
     fn audit_tier_rows(
         &self,
-        r: &crate::store::ReadTables,
+        r: &ReadTxn,
         versions_seen: &HashSet<(String, u64)>,
         refs: &mut HashMap<u128, u64>,
         report: &mut VerifyReport,
     ) -> Result<()> {
-        for e in r.t.tiers.iter().ctx("verifying tier rows")? {
+        for e in r.tiers.iter().ctx("verifying tier rows")? {
             let (k, v) = e.ctx("verifying tier rows")?;
             let key = crate::record::split_tier_key(k.value())
                 .and_then(|(vk, b)| Some((decode_version_key(vk)?, b)));
@@ -252,7 +251,7 @@ impl Store {
                     reason: "its version does not exist".into(),
                 });
             }
-            for address in crate::tiers::rows::row_blobs(&row) {
+            for address in row_blobs(&row) {
                 *refs.entry(address).or_default() += 1;
             }
         }
@@ -261,12 +260,12 @@ impl Store {
 
     fn audit_segments(
         &self,
-        r: &crate::store::ReadTables,
+        r: &ReadTxn,
         refs: &HashMap<u128, u64>,
         report: &mut VerifyReport,
     ) -> Result<()> {
         let mut ids = HashSet::new();
-        for e in r.t.segments.iter().ctx("verifying segments")? {
+        for e in r.segments.iter().ctx("verifying segments")? {
             let (k, v) = e.ctx("verifying segments")?;
             let address = k.value();
             report.segments += 1;
@@ -292,7 +291,7 @@ impl Store {
             }
         }
         let mut orphans = HashSet::new();
-        for (table, what) in [(&r.t.chunks, "chunks"), (&r.t.tails, "tail pieces")] {
+        for (table, what) in [(&r.chunks, "chunks"), (&r.tails, "tail pieces")] {
             for e in table.iter().ctx("verifying segment pieces")? {
                 let (k, _) = e.ctx("verifying segment pieces")?;
                 let mut id = [0u8; 8];
@@ -311,7 +310,7 @@ impl Store {
 
     fn audit_checkpoints(
         &self,
-        r: &crate::store::ReadTables,
+        r: &ReadTxn,
         versions: &HashSet<(String, u64)>,
         report: &mut VerifyReport,
     ) -> Result<()> {

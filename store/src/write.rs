@@ -1,74 +1,107 @@
-//! The write path shared by `put` and `save_checkpoint`: plan and encode in a read
-//! transaction, then insert everything in one write transaction.
+//! The write API of [`Store`]: `put`, `save_checkpoint`, `delete`, tags. Versions are
+//! written through a streaming write session (`writer.rs`): encoded a window at a time inside
+//! one write transaction.
 
-use crate::error::{DbContext, Result, StoreError};
-use crate::plan::{plan, NewVersion};
-use crate::reader::Fetcher;
-use crate::rebase::{delete_version, load_checkpoint_record};
-use crate::record::checkpoint_key;
-use crate::record::CheckpointRecord;
-use crate::record::Stored;
+use crate::engine::{check_name, delete_version, View};
+use crate::error::{DbContext, NotFound, Result, StoreError};
+use crate::options::PutOptions;
 use crate::store::Store;
+use crate::tensor::TensorRef;
+use crate::writer::Session;
 
 impl Store {
-    /// Writes `items` (and the checkpoint record, if any) atomically.
-    pub(crate) fn write_versions(
+    /// Writes version `step` of tensor `name`.
+    ///
+    /// # Errors
+    /// [`crate::InvalidInput::StepExists`] if the version exists (see [`Store::put_with`]),
+    /// [`crate::InvalidInput::DataLength`], [`crate::InvalidInput::Shape`], [`crate::InvalidInput::Name`].
+    pub fn put(&self, name: &str, step: u64, tensor: &TensorRef<'_>) -> Result<()> {
+        self.put_with(name, step, tensor, &PutOptions::default())
+    }
+
+    /// Writes version `step` of tensor `name` with options (e.g. overwrite).
+    ///
+    /// # Errors
+    /// Those of [`Store::put`].
+    pub fn put_with(
         &self,
-        items: &[NewVersion<'_>],
-        overwrite: bool,
-        checkpoint: Option<(u64, CheckpointRecord)>,
+        name: &str,
+        step: u64,
+        tensor: &TensorRef<'_>,
+        opts: &PutOptions,
     ) -> Result<()> {
+        let mut session = Session::begin(self, opts.overwrite)?;
+        session.put(step, name, tensor)?;
+        session.commit(step, |_| Ok(()))
+    }
+
+    /// Writes every tensor of a checkpoint at `step` in one transaction: after a crash
+    /// either all of them are there or none. `metadata` is stored as given (JSON or any text).
+    /// Memory stays bounded by [`crate::Options::write_window_bytes`] beyond the caller's
+    /// tensors (it is [`Store::begin_checkpoint`], a `put` per tensor, and `commit`).
+    ///
+    /// # Errors
+    /// [`crate::InvalidInput::CheckpointExists`], [`crate::InvalidInput::DuplicateTensor`],
+    /// [`crate::InvalidInput::StepExists`] if one of the tensors already has a version at `step`,
+    /// and the input errors of [`Store::put`].
+    pub fn save_checkpoint(
+        &self,
+        step: u64,
+        tensors: &[(&str, TensorRef<'_>)],
+        metadata: &str,
+    ) -> Result<()> {
+        let mut writer = self.begin_checkpoint(step, metadata)?;
+        for (name, t) in tensors {
+            writer.put(name, t)?;
+        }
+        writer.commit()
+    }
+
+    /// Deletes version `step` of `name`. Versions whose blocks are deltas against it are
+    /// re-encoded in the same transaction; the tensor leaves the checkpoint at `step`, if any
+    /// (an emptied checkpoint is removed with its tags).
+    ///
+    /// # Errors
+    /// [`crate::NotFound::Tensor`], [`crate::NotFound::Version`], and block errors
+    /// if a dependent cannot be decoded.
+    pub fn delete(&self, name: &str, step: u64) -> Result<()> {
+        check_name(name)?;
         let _writer = self.writer.lock();
-        let planned = {
-            let r = self.read()?;
-            if let Some((step, _)) = &checkpoint {
-                if r.checkpoints
-                    .get(*step)
-                    .ctx("reading checkpoints")?
-                    .is_some()
-                {
-                    return Err(StoreError::CheckpointExists { step: *step });
-                }
-            }
-            let mut fetcher = Fetcher::new(&r.t, &self.cache);
-            let rules = self.rules.read();
-            plan(
-                &mut fetcher,
-                &r.t.versions,
-                &self.cache,
-                &self.opts,
-                items,
-                overwrite,
-                &rules,
-            )?
-        };
+        self.write(|wt| delete_version(wt, &self.cache, &self.opts, name, step, true))
+    }
+
+    /// Names the checkpoint at `step` `tag` (moving the tag if it exists).
+    ///
+    /// # Errors
+    /// [`crate::NotFound::Checkpoint`], [`crate::InvalidInput::Name`] for an empty tag.
+    pub fn tag(&self, tag: &str, step: u64) -> Result<()> {
+        check_name(tag)?;
+        let _writer = self.writer.lock();
         self.write(|wt| {
-            for v in &planned {
-                if v.replaces {
-                    delete_version(wt, &self.cache, &self.opts, &v.name, v.step, false)?;
-                }
-                for (b, seg) in v.segments.iter().enumerate() {
-                    let block = v.record.blocks[b];
-                    wt.add_ref(&v.name, v.step, b as u64, block.address, seg.as_deref())?;
-                }
-                wt.put_version(&v.name, v.step, &v.record)?;
-                if let Some((policy, residuals)) = &v.tiered {
-                    crate::tiers::write::add_tier_rows(
-                        wt,
-                        v,
-                        policy,
-                        residuals,
-                        self.opts.tiering.clock.now(),
-                    )?;
-                }
+            if wt.checkpoint(step)?.is_none() {
+                return Err(StoreError::NotFound(NotFound::Checkpoint { step }));
             }
-            if let Some((step, cp)) = &checkpoint {
-                if load_checkpoint_record(&wt.checkpoints, *step)?.is_some() {
-                    return Err(StoreError::CheckpointExists { step: *step });
-                }
-                wt.checkpoints
-                    .insert(*step, cp.to_stored(&checkpoint_key(*step)).as_slice())
-                    .ctx("writing a checkpoint")?;
+            wt.tags.insert(tag.as_bytes(), step).ctx("writing a tag")?;
+            Ok(())
+        })
+    }
+
+    /// Removes a tag.
+    ///
+    /// # Errors
+    /// [`crate::NotFound::Tag`].
+    pub fn untag(&self, tag: &str) -> Result<()> {
+        let _writer = self.writer.lock();
+        self.write(|wt| {
+            if wt
+                .tags
+                .remove(tag.as_bytes())
+                .ctx("removing a tag")?
+                .is_none()
+            {
+                return Err(StoreError::NotFound(NotFound::Tag {
+                    tag: tag.to_string(),
+                }));
             }
             Ok(())
         })

@@ -3,7 +3,9 @@
 mod common;
 
 use common::{f32_bytes, temp_store};
-use strata_store::{DType, PutOptions, Store, StoreError, TensorRef};
+use strata_store::{
+    DType, InvalidInput, NotFound, OpenError, PutOptions, Store, StoreError, TensorRef,
+};
 
 fn t<'a>(shape: &'a [u64], bytes: &'a [u8]) -> TensorRef<'a> {
     TensorRef {
@@ -22,12 +24,12 @@ fn wrong_data_length() {
         .put("w", 1, &t(&[2, 2], &data))
         .expect_err("3 values for a 2x2");
     match err {
-        StoreError::DataLength {
+        StoreError::Invalid(InvalidInput::DataLength {
             tensor,
             step,
             expected,
             actual,
-        } => {
+        }) => {
             assert_eq!((tensor.as_str(), step, expected, actual), ("w", 1, 16, 12));
         }
         e => panic!("unexpected error {e}"),
@@ -35,9 +37,15 @@ fn wrong_data_length() {
     let err = store
         .put("w", 1, &t(&[u64::MAX, 4], &data))
         .expect_err("overflowing shape");
-    assert!(matches!(err, StoreError::BadShape { .. }), "{err}");
+    assert!(
+        matches!(err, StoreError::Invalid(InvalidInput::Shape { .. })),
+        "{err}"
+    );
     let err = store.put("", 1, &t(&[3], &data)).expect_err("empty name");
-    assert!(matches!(err, StoreError::InvalidName { .. }), "{err}");
+    assert!(
+        matches!(err, StoreError::Invalid(InvalidInput::Name { .. })),
+        "{err}"
+    );
     // Nothing was written by the failed puts.
     assert!(store.tensors().expect("tensors").is_empty());
 }
@@ -50,43 +58,43 @@ fn unknown_tensor_and_step() {
     store.put("w", 10, &t(&[2], &data)).expect("put");
     assert!(matches!(
         store.get("nope", 10),
-        Err(StoreError::TensorNotFound { tensor }) if tensor == "nope"
+        Err(StoreError::NotFound(NotFound::Tensor { tensor })) if tensor == "nope"
     ));
     assert!(matches!(
         store.get("w", 11),
-        Err(StoreError::VersionNotFound { tensor, step: 11 }) if tensor == "w"
+        Err(StoreError::NotFound(NotFound::Version { tensor, step: 11 })) if tensor == "w"
     ));
     assert!(matches!(
         store.get_at("w", 9),
-        Err(StoreError::NoVersionAtOrBefore { step: 9, .. })
+        Err(StoreError::NotFound(NotFound::AtOrBefore { step: 9, .. }))
     ));
     assert!(matches!(
         store.latest("nope"),
-        Err(StoreError::TensorNotFound { .. })
+        Err(StoreError::NotFound(NotFound::Tensor { .. }))
     ));
     assert!(matches!(
         store.versions("nope"),
-        Err(StoreError::TensorNotFound { .. })
+        Err(StoreError::NotFound(NotFound::Tensor { .. }))
     ));
     assert!(matches!(
         store.delete("w", 11),
-        Err(StoreError::VersionNotFound { step: 11, .. })
+        Err(StoreError::NotFound(NotFound::Version { step: 11, .. }))
     ));
     assert!(matches!(
         store.get_range("w", 10, 1..3),
-        Err(StoreError::RangeOutOfBounds { elements: 2, .. })
+        Err(StoreError::Invalid(InvalidInput::Range { elements: 2, .. }))
     ));
     assert!(matches!(
         store.load_checkpoint(5),
-        Err(StoreError::CheckpointNotFound { step: 5 })
+        Err(StoreError::NotFound(NotFound::Checkpoint { step: 5 }))
     ));
     assert!(matches!(
         store.tag("best", 5),
-        Err(StoreError::CheckpointNotFound { step: 5 })
+        Err(StoreError::NotFound(NotFound::Checkpoint { step: 5 }))
     ));
     assert!(matches!(
         store.untag("best"),
-        Err(StoreError::TagNotFound { .. })
+        Err(StoreError::NotFound(NotFound::Tag { .. }))
     ));
 }
 
@@ -99,7 +107,10 @@ fn step_written_twice() {
     store.put("w", 1, &t(&[2], &a)).expect("put");
     assert!(matches!(
         store.put("w", 1, &t(&[2], &b)),
-        Err(StoreError::StepExists { step: 1, .. })
+        Err(StoreError::Invalid(InvalidInput::StepExists {
+            step: 1,
+            ..
+        }))
     ));
     assert_eq!(store.get("w", 1).expect("get").data, a);
     store
@@ -112,20 +123,28 @@ fn step_written_twice() {
         .expect("checkpoint");
     assert!(matches!(
         store.save_checkpoint(5, &[("v", t(&[2], &a))], ""),
-        Err(StoreError::CheckpointExists { step: 5 })
+        Err(StoreError::Invalid(InvalidInput::CheckpointExists {
+            step: 5
+        }))
     ));
     assert!(matches!(
         store.save_checkpoint(6, &[("v", t(&[2], &a)), ("v", t(&[2], &b))], ""),
-        Err(StoreError::DuplicateTensor { step: 6, .. })
+        Err(StoreError::Invalid(InvalidInput::DuplicateTensor {
+            step: 6,
+            ..
+        }))
     ));
     // A checkpoint over a step a tensor already has fails whole: nothing of it is visible.
     assert!(matches!(
         store.save_checkpoint(1, &[("x", t(&[2], &a)), ("w", t(&[2], &b))], ""),
-        Err(StoreError::StepExists { step: 1, .. })
+        Err(StoreError::Invalid(InvalidInput::StepExists {
+            step: 1,
+            ..
+        }))
     ));
     assert!(matches!(
         store.get("x", 1),
-        Err(StoreError::TensorNotFound { .. })
+        Err(StoreError::NotFound(NotFound::Tensor { .. }))
     ));
     assert_eq!(store.checkpoints().expect("list"), vec![5]);
 }
@@ -136,22 +155,34 @@ fn non_store_files() {
     // Text.
     std::fs::write(&path, b"hello, this is not a database at all\n".repeat(100)).expect("write");
     let err = Store::open(&path).expect_err("text file");
-    assert!(matches!(err, StoreError::NotAStore { .. }), "{err}");
+    assert!(
+        matches!(err, StoreError::Open(OpenError::NotAStore { .. })),
+        "{err}"
+    );
     // A few bytes.
     std::fs::write(&path, b"xy").expect("write");
     let err = Store::open(&path).expect_err("tiny file");
-    assert!(matches!(err, StoreError::NotAStore { .. }), "{err}");
+    assert!(
+        matches!(err, StoreError::Open(OpenError::NotAStore { .. })),
+        "{err}"
+    );
     // A redb database of another application.
     let other = dir.path().join("other.redb");
     {
         create_foreign_redb(&other);
     }
     let err = Store::open(&other).expect_err("foreign redb");
-    assert!(matches!(err, StoreError::NotAStore { .. }), "{err}");
+    assert!(
+        matches!(err, StoreError::Open(OpenError::NotAStore { .. })),
+        "{err}"
+    );
     // A folder.
     let err = Store::open(dir.path()).expect_err("a folder");
     assert!(
-        matches!(err, StoreError::Io { .. } | StoreError::NotAStore { .. }),
+        matches!(
+            err,
+            StoreError::Io { .. } | StoreError::Open(OpenError::NotAStore { .. })
+        ),
         "{err}"
     );
 }
@@ -186,7 +217,10 @@ fn truncated_store_file() {
             opened.as_ref().err()
         );
         match opened {
-            Err(StoreError::NotAStore { .. } | StoreError::Damaged { .. }) => {}
+            Err(
+                StoreError::Open(OpenError::NotAStore { .. })
+                | StoreError::Open(OpenError::Damaged { .. }),
+            ) => {}
             Err(e) => panic!("truncated to {keep}: unexpected error {e}"),
             Ok(_) => panic!("truncated to {keep}: opened as if whole"),
         }
@@ -199,7 +233,7 @@ fn second_handle_is_refused() {
     let _store = Store::open(&path).expect("open");
     let err = Store::open(&path).expect_err("second open");
     match err {
-        StoreError::InUse { path: p } => assert_eq!(p, path),
+        StoreError::Open(OpenError::InUse { path: p }) => assert_eq!(p, path),
         e => panic!("unexpected error {e}"),
     }
 }
@@ -219,7 +253,7 @@ fn invalid_options() {
     ] {
         assert!(matches!(
             Store::open_with(&path, opts),
-            Err(StoreError::InvalidOptions { .. })
+            Err(StoreError::Invalid(InvalidInput::Options { .. }))
         ));
     }
 }

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use common::{f32_bytes, noise, temp_store};
-use strata_store::{DType, Options, Store, StoreError, TensorRef};
+use strata_store::{DType, NotFound, Options, Store, StoreError, TensorRef};
 
 const TENSORS: usize = 6;
 const STEPS: u64 = 24;
@@ -106,7 +106,8 @@ fn readers_during_writes_see_exact_data() {
                             assert!(got.data == expected[t][step as usize], "t{t} step {step}");
                         }
                         Err(
-                            StoreError::VersionNotFound { .. } | StoreError::TensorNotFound { .. },
+                            StoreError::NotFound(NotFound::Version { .. })
+                            | StoreError::NotFound(NotFound::Tensor { .. }),
                         ) => {
                             assert!(step >= visible, "t{t} step {step} missing after commit");
                         }

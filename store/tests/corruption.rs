@@ -4,7 +4,7 @@
 mod common;
 
 use common::{f32_bytes, noise, temp_store};
-use strata_store::{DType, Issue, Options, Store, StoreError, TensorRef};
+use strata_store::{Corruption, DType, Issue, Options, Store, StoreError, TensorRef};
 
 fn find_all(hay: &[u8], needle: &[u8]) -> Vec<usize> {
     hay.windows(needle.len())
@@ -81,7 +81,8 @@ fn corrupt_segment_is_detected_and_named() {
                     assert!(
                         matches!(
                             error,
-                            StoreError::Segment { .. } | StoreError::SegmentStorage { .. }
+                            StoreError::Corrupt(Corruption::Segment { .. })
+                                | StoreError::Corrupt(Corruption::SegmentStorage { .. })
                         ),
                         "{msg}"
                     );

@@ -3,7 +3,7 @@
 mod common;
 
 use common::{f32_bytes, noise, temp_store};
-use strata_store::{DType, DeltaPolicy, Options, Store, StoreError, TensorRef};
+use strata_store::{DType, DeltaPolicy, NotFound, Options, Store, StoreError, TensorRef};
 
 /// A slowly drifting tensor: version k changes a few values of version k-1.
 fn history(versions: usize, n: usize) -> Vec<Vec<u8>> {
@@ -98,7 +98,7 @@ fn delete_middle_versions_rebases_dependents() {
             check_all(&store, "w", &steps, &expect);
             assert!(matches!(
                 store.get("w", victim),
-                Err(StoreError::VersionNotFound { .. })
+                Err(StoreError::NotFound(NotFound::Version { .. }))
             ));
             let report = store.verify().expect("verify");
             assert!(

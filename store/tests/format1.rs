@@ -9,7 +9,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use strata_store::{Store, StoreError};
+use strata_store::{OpenError, Store, StoreError};
 
 #[test]
 fn a_format_1_store_is_refused_with_its_version() {
@@ -20,16 +20,19 @@ fn a_format_1_store_is_refused_with_its_version() {
     ));
     std::fs::copy(&fixture, &path).expect("copy the fixture");
     match Store::open(&path) {
-        Err(StoreError::UnsupportedFormat {
+        Err(StoreError::Open(OpenError::UnsupportedFormat {
             found: 1,
             supported: 2,
             ..
-        }) => {}
+        })) => {}
         other => panic!("expected UnsupportedFormat 1 vs 2, got {other:?}"),
     }
     // Refused again: nothing was rewritten in a newer format.
     assert!(matches!(
         Store::open(&path),
-        Err(StoreError::UnsupportedFormat { found: 1, .. })
+        Err(StoreError::Open(OpenError::UnsupportedFormat {
+            found: 1,
+            ..
+        }))
     ));
 }

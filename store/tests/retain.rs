@@ -6,7 +6,7 @@ mod common;
 use std::collections::BTreeSet;
 
 use common::{all_series, temp_store, Ckpt, Series};
-use strata_store::{DType, RetainPolicy, Store, StoreError, TensorRef};
+use strata_store::{DType, InvalidInput, RetainPolicy, Store, StoreError, TensorRef};
 
 fn assert_checkpoint_matches(store: &Store, c: &Ckpt) {
     let cp = store.load_checkpoint(c.step).expect("load checkpoint");
@@ -184,7 +184,7 @@ fn policies_that_keep_nothing_by_rule_are_refused() {
     ] {
         assert!(matches!(
             store.retain(&policy),
-            Err(StoreError::InvalidOptions { .. })
+            Err(StoreError::Invalid(InvalidInput::Options { .. }))
         ));
     }
     assert_eq!(store.checkpoints().expect("list"), vec![1, 2]);

@@ -9,7 +9,8 @@ use common::temp_store;
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
 use strata_store::{
-    dtype_from_safetensors, dtype_to_safetensors, DType, Store, StoreError, METADATA_KEY,
+    dtype_from_safetensors, dtype_to_safetensors, DType, InvalidInput, Store, StoreError,
+    METADATA_KEY,
 };
 
 /// Bytes of `n` elements of `size` bytes, deterministic per seed.
@@ -37,7 +38,7 @@ fn file_with(
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
     });
-    safetensors::serialize(views, &meta).expect("serialize")
+    safetensors::serialize(views, meta).expect("serialize")
 }
 
 #[test]
@@ -60,7 +61,7 @@ fn every_dtype_round_trips_bit_exact() {
     let mut tensors = Vec::new();
     for (i, d) in dtypes.iter().enumerate() {
         let shape = vec![3, i + 1];
-        let mut data = bytes(3 * (i + 1), d.size(), i as u8);
+        let mut data = bytes(3 * (i + 1), d.bitsize() / 8, i as u8);
         if *d == Dtype::BOOL {
             data.iter_mut().for_each(|b| *b &= 1);
         }
@@ -167,7 +168,7 @@ fn unsupported_dtype_names_the_tensor() {
         .import_safetensors_bytes(&file, 1, "model.safetensors")
         .expect_err("fp8 must be refused");
     match &err {
-        StoreError::UnsupportedDType { tensor, path, .. } => {
+        StoreError::Invalid(InvalidInput::UnsupportedDType { tensor, path, .. }) => {
             assert_eq!(tensor, "fp8");
             assert_eq!(path.to_str(), Some("model.safetensors"));
         }

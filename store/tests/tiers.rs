@@ -10,8 +10,9 @@ use std::sync::Arc;
 
 use common::{all_series, temp_store, Series};
 use strata_store::{
-    Budget, DType, Fidelity, Options, ReadClock, Reconstruct, Residual, Source, Store, StoreError,
-    Tensor, TensorRef, Tier, TierConfig, TierOptions, TierPolicy,
+    Budget, DType, Fidelity, InvalidInput, NotFound, Options, ReadClock, Reconstruct, Residual,
+    Source, Store, StoreError, Tensor, TensorRef, Tier, TierConfig, TierFailure, TierOptions,
+    TierPolicy,
 };
 
 const MINUTE: u64 = 60_000;
@@ -218,7 +219,7 @@ fn fail_fast_tier_zero_without_policy_is_an_error_on(src: &Series) {
     store.maintain(48 * HOUR).expect("maintain");
     assert!(matches!(
         store.get("a", 1),
-        Err(StoreError::TierZeroNoPolicy { .. })
+        Err(StoreError::Tier(TierFailure::ZeroNoPolicy { .. }))
     ));
 }
 
@@ -275,7 +276,7 @@ fn promoted_blocks_keep_their_real_precision_unless_an_exact_residual_is_kept_on
     assert_eq!(store.get_exact("kept", 5).expect("exact").data, w);
     assert!(matches!(
         store.get_exact("lossy", 5),
-        Err(StoreError::NotExact { .. })
+        Err(StoreError::Tier(TierFailure::NotExact { .. }))
     ));
     assert!(store.verify().expect("verify").is_ok());
 }
@@ -456,7 +457,10 @@ fn reconstruction_chains_are_bounded() {
     ));
     assert!(matches!(
         store.get("t4", 1),
-        Err(StoreError::ReconstructionDepthExceeded { limit: 3, .. })
+        Err(StoreError::Tier(TierFailure::DepthExceeded {
+            limit: 3,
+            ..
+        }))
     ));
 }
 
@@ -567,11 +571,11 @@ fn pins_win_and_state_survives_reopening_on(src: &Series) {
         .all(|t| *t == Tier::Cold3));
     assert!(matches!(
         store.remove_policy("*"),
-        Err(StoreError::PolicyNotFound { .. })
+        Err(StoreError::NotFound(NotFound::Policy { .. }))
     ));
     assert!(matches!(
         store.set_policy("x", TierPolicy::tiered(Tier::Exact)),
-        Err(StoreError::InvalidPolicy { .. })
+        Err(StoreError::Invalid(InvalidInput::Policy { .. }))
     ));
 }
 
@@ -698,17 +702,20 @@ fn frame_streams_share_scales_and_decode_one_frame_at_a_time() {
     // Bad input.
     assert!(matches!(
         store.append_frame("agent.state", 10, &frame(10, 1.0)),
-        Err(StoreError::StepNotAfter { latest: 42, .. })
+        Err(StoreError::Invalid(InvalidInput::StepNotAfter {
+            latest: 42,
+            ..
+        }))
     ));
     assert!(matches!(
         store.append_frame("agent.state", 42, &frame(42, 1.0)),
-        Err(StoreError::StepExists { .. })
+        Err(StoreError::Invalid(InvalidInput::StepExists { .. }))
     ));
     let mut bad = frame(50, 1.0);
     bad[3] = f32::NAN;
     assert!(matches!(
         store.append_frame("agent.state", 50, &bad),
-        Err(StoreError::Frame { .. })
+        Err(StoreError::Tier(TierFailure::Frame { .. }))
     ));
     assert!(store.verify().expect("verify").is_ok());
 }

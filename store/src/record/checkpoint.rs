@@ -35,13 +35,7 @@ impl CheckpointRecord {
 
     pub(crate) fn decode(bytes: &[u8]) -> Result<Self, RecordError> {
         let mut r = Reader::new(bytes);
-        let version = r.u8("record version")?;
-        if version != RECORD_VERSION {
-            return Err(RecordError::Version {
-                found: version,
-                supported: RECORD_VERSION,
-            });
-        }
+        r.version("record version", RECORD_VERSION)?;
         let metadata = r.string("metadata")?.to_owned();
         let count = r.u32("tensor count")? as usize;
         if count.saturating_mul(MIN_NAME_LEN) > r.remaining() {

@@ -7,6 +7,7 @@
 mod checkpoint;
 mod format;
 mod keys;
+mod policy;
 mod segment;
 mod tier;
 mod version;
@@ -14,6 +15,7 @@ mod version;
 pub(crate) use checkpoint::CheckpointRecord;
 pub(crate) use format::FormatRecord;
 pub(crate) use keys::{decode_version_key, piece_key, version_key, version_key_range};
+pub(crate) use policy::Rule;
 pub(crate) use segment::SegmentInfo;
 pub(crate) use tier::{
     split_tier_key, tier_code, tier_from_code, tier_key, Rebuild, ResidualRef, SourceAt, TierRow,
@@ -141,41 +143,21 @@ pub(crate) trait Stored: Sized {
     }
 }
 
-impl Stored for VersionRecord {
-    fn encode_body(&self) -> Vec<u8> {
-        self.encode()
-    }
-    fn decode_body(bytes: &[u8]) -> Result<Self, RecordError> {
-        Self::decode(bytes)
-    }
+/// Implements [`Stored`] for records with `encode` and `decode` methods.
+macro_rules! stored_records {
+    ($($t:ty),*) => {$(
+        impl Stored for $t {
+            fn encode_body(&self) -> Vec<u8> {
+                self.encode().into()
+            }
+            fn decode_body(bytes: &[u8]) -> Result<Self, RecordError> {
+                Self::decode(bytes)
+            }
+        }
+    )*};
 }
 
-impl Stored for CheckpointRecord {
-    fn encode_body(&self) -> Vec<u8> {
-        self.encode()
-    }
-    fn decode_body(bytes: &[u8]) -> Result<Self, RecordError> {
-        Self::decode(bytes)
-    }
-}
-
-impl Stored for SegmentInfo {
-    fn encode_body(&self) -> Vec<u8> {
-        self.encode().to_vec()
-    }
-    fn decode_body(bytes: &[u8]) -> Result<Self, RecordError> {
-        Self::decode(bytes)
-    }
-}
-
-impl Stored for TierRow {
-    fn encode_body(&self) -> Vec<u8> {
-        self.encode()
-    }
-    fn decode_body(bytes: &[u8]) -> Result<Self, RecordError> {
-        Self::decode(bytes)
-    }
-}
+stored_records!(VersionRecord, CheckpointRecord, SegmentInfo, TierRow);
 
 /// The checksum key of a checkpoint record (its step).
 pub(crate) fn checkpoint_key(step: u64) -> [u8; 8] {
@@ -220,6 +202,19 @@ impl<'a> Reader<'a> {
         let mut a = [0u8; N];
         a.copy_from_slice(self.take(N, field)?);
         Ok(a)
+    }
+
+    /// The record version byte every record starts with, which must be `supported`.
+    pub(crate) fn version(
+        &mut self,
+        field: &'static str,
+        supported: u8,
+    ) -> Result<(), RecordError> {
+        let found = self.u8(field)?;
+        if found != supported {
+            return Err(RecordError::Version { found, supported });
+        }
+        Ok(())
     }
 
     pub(crate) fn u8(&mut self, field: &'static str) -> Result<u8, RecordError> {

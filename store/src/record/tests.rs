@@ -164,7 +164,7 @@ mod arbitrary_bytes {
     //! record that decodes encodes back to the same bytes.
 
     use super::*;
-    use crate::tiers::policy::Rule;
+    use crate::record::Rule;
     use proptest::prelude::*;
 
     proptest! {

@@ -183,13 +183,7 @@ impl TierRow {
 
     pub(crate) fn decode(bytes: &[u8]) -> Result<Self, RecordError> {
         let mut r = Reader::new(bytes);
-        let version = r.u8("tier row version")?;
-        if version != ROW_VERSION {
-            return Err(RecordError::Version {
-                found: version,
-                supported: ROW_VERSION,
-            });
-        }
+        r.version("tier row version", ROW_VERSION)?;
         let id = r.u64("block id")?;
         let tier = tier_from_code("tier", r.u8("tier")?)?;
         let kind = r.u8("policy kind")?;

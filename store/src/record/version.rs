@@ -239,13 +239,7 @@ impl VersionRecord {
 
     pub(crate) fn decode(bytes: &[u8]) -> Result<Self, RecordError> {
         let mut r = Reader::new(bytes);
-        let version = r.u8("record version")?;
-        if version != RECORD_VERSION {
-            return Err(RecordError::Version {
-                found: version,
-                supported: RECORD_VERSION,
-            });
-        }
+        r.version("record version", RECORD_VERSION)?;
         let code = r.u8("dtype")?;
         let dtype = DType::from_code(code).ok_or(RecordError::BadValue {
             field: "dtype",

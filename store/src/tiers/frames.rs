@@ -18,33 +18,11 @@ use strata_codec::frames::{FrameParams, FramePush, FrameSegment, FrameStreamEnco
 use strata_codec::DType;
 use strata_tiering::{Policy, Precision, Tier};
 
-use crate::error::{Result, StoreError};
-use crate::plan::{at_or_before, check_name};
-use crate::reader::load_version;
+use crate::engine::{address_of, check_name, put_row, ReadTxn, View};
+use crate::error::{InvalidInput, Result, StoreError, TierFailure};
 use crate::record::{BlockRecord, Form, Rebuild, TierRow, VersionRecord};
-use crate::segstore::address_of;
 use crate::store::Store;
-use crate::tiers::rows::put_row;
-use crate::tiers::runtime::{spec_of, tiering_reconstruct};
-
-/// Settings of frame streams.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct FrameOptions {
-    /// Drift tolerance: a frame reuses the epoch's scales while each group's largest
-    /// magnitude is within a factor `1 + drift` of the epoch's (up or down). Default 0.1.
-    pub drift: f32,
-    /// Frames per multi-frame segment. Default 16.
-    pub max_frames: u32,
-}
-
-impl Default for FrameOptions {
-    fn default() -> Self {
-        FrameOptions {
-            drift: 0.1,
-            max_frames: 16,
-        }
-    }
-}
+use crate::tiers::runtime::{spec_of, tiering_reconstruct, Stream};
 
 /// What [`Store::append_frame`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,16 +33,6 @@ pub struct FrameAppend {
     pub new_epoch: bool,
     /// Bytes of the epoch's segment after the append.
     pub segment_bytes: u64,
-}
-
-/// An open frame stream: its encoder and the steps of the open epoch's frames.
-#[derive(Debug)]
-pub(crate) struct Stream {
-    encoder: FrameStreamEncoder,
-    /// Address of the open epoch's segment as last written.
-    address: u128,
-    /// Steps of the frames of the open epoch, in order.
-    steps: Vec<u64>,
 }
 
 /// The tier frames of a tensor with `policy` are stored at.
@@ -94,16 +62,18 @@ impl Store {
     /// ```
     ///
     /// # Errors
-    /// [`StoreError::StepExists`], [`StoreError::StepNotAfter`], [`StoreError::Frame`] for
-    /// NaN or infinite values or an empty frame, [`StoreError::InvalidName`].
+    /// [`crate::InvalidInput::StepExists`], [`crate::InvalidInput::StepNotAfter`], [`crate::TierFailure::Frame`] for
+    /// NaN or infinite values or an empty frame, [`crate::InvalidInput::Name`].
     pub fn append_frame(&self, name: &str, step: u64, values: &[f32]) -> Result<FrameAppend> {
         check_name(name)?;
         let _writer = self.writer.lock();
-        let frame_err = |source| StoreError::Frame {
-            tensor: name.to_string(),
-            step,
-            address: 0,
-            source: Box::new(source),
+        let frame_err = |source| {
+            StoreError::Tier(TierFailure::Frame {
+                tensor: name.to_string(),
+                step,
+                address: 0,
+                source: Box::new(source),
+            })
         };
         let policy = self.rules.read().resolve(name);
         let tier = frame_tier(policy.policy);
@@ -119,20 +89,20 @@ impl Store {
         let taken = self.tiers.lock().streams.remove(name);
         let mut stream = {
             let r = self.read()?;
-            let latest = at_or_before(&r.t.versions, name, u64::MAX)?;
+            let latest = r.at_or_before(name, u64::MAX)?;
             if let Some((latest_step, _)) = &latest {
                 if *latest_step == step {
-                    return Err(StoreError::StepExists {
+                    return Err(StoreError::Invalid(InvalidInput::StepExists {
                         tensor: name.to_string(),
                         step,
-                    });
+                    }));
                 }
                 if *latest_step > step {
-                    return Err(StoreError::StepNotAfter {
+                    return Err(StoreError::Invalid(InvalidInput::StepNotAfter {
                         tensor: name.to_string(),
                         step,
                         latest: *latest_step,
-                    });
+                    }));
                 }
             }
             match taken {
@@ -174,7 +144,7 @@ impl Store {
                 |index: u32| BlockRecord::standalone(address, segment.len(), Form::Frame { index });
             // Earlier frames of the open epoch move to the new copy of the segment.
             for &s in &steps {
-                let Some(mut rec) = load_version(&wt.t.versions, name, s)? else {
+                let Some(mut rec) = wt.version(name, s)? else {
                     continue;
                 };
                 let Some(Form::Frame { index }) = rec.blocks.first().map(|b| b.form) else {
@@ -229,7 +199,7 @@ impl Store {
     /// (same frame length and parameters), else a new stream starts.
     fn resume_stream(
         &self,
-        r: &crate::store::ReadTables,
+        r: &ReadTxn,
         name: &str,
         latest: Option<(u64, VersionRecord)>,
         len: usize,
@@ -238,12 +208,12 @@ impl Store {
         let fresh = || -> Result<Stream> {
             Ok(Stream {
                 encoder: FrameStreamEncoder::new(DType::F32, len, params).map_err(|source| {
-                    StoreError::Frame {
+                    StoreError::Tier(TierFailure::Frame {
                         tensor: name.to_string(),
                         step: 0,
                         address: 0,
                         source: Box::new(source),
-                    }
+                    })
                 })?,
                 address: 0,
                 steps: Vec::new(),
@@ -256,12 +226,14 @@ impl Store {
             [b] if matches!(b.form, Form::Frame { .. }) && rec.elements == len as u64 => *b,
             _ => return fresh(),
         };
-        let bytes = r.t.fetch_segment(name, step, 0, block.address)?;
-        let frame_err = |source| StoreError::Frame {
-            tensor: name.to_string(),
-            step,
-            address: block.address,
-            source: Box::new(source),
+        let bytes = r.fetch_segment(name, step, 0, block.address)?;
+        let frame_err = |source| {
+            StoreError::Tier(TierFailure::Frame {
+                tensor: name.to_string(),
+                step,
+                address: block.address,
+                source: Box::new(source),
+            })
         };
         let seg = FrameSegment::parse(&bytes).map_err(frame_err)?;
         if seg.bits() != params.bits
@@ -273,10 +245,7 @@ impl Store {
         let encoder = FrameStreamEncoder::resume(&bytes, params.max_frames).map_err(frame_err)?;
         // The epoch's frames: the latest versions that point at this segment.
         let mut steps = Vec::new();
-        for (s, rec) in crate::rebase::versions_of(&r.t.versions, name)?
-            .into_iter()
-            .rev()
-        {
+        for (s, rec) in r.versions_of(name)?.into_iter().rev() {
             match rec.blocks.first() {
                 Some(b) if b.address == block.address => steps.push(s),
                 _ => break,

@@ -19,18 +19,15 @@ use std::sync::Arc;
 use rayon::prelude::*;
 use strata_tiering::{AccessStats, Move, Plan, Precision, Tick, Tier};
 
+use crate::engine::{
+    address_of, lossy, put_row, rebase_dependents, remove_rows, row_blobs, store_residual, Fetcher,
+    ReadTxn, ResidualBytes, VersionId, View, WriteTxn,
+};
 use crate::error::{Result, StoreError};
-use crate::plan::{at_or_before, predecessor};
-use crate::reader::{load_version, Fetcher};
-use crate::rebase::{rebase_dependents, WriteTables};
 use crate::record::{BlockRecord, Form, Rebuild, ResidualRef, SourceAt, TierRow, VersionRecord};
-use crate::segstore::address_of;
-use crate::store::{ReadTables, Store};
-use crate::tiers::lossy::{self, ResidualBytes};
+use crate::store::Store;
 use crate::tiers::policy::{self, Reconstruct, Residual, SourceStep, TierPolicy};
-use crate::tiers::rows::{load_row, load_rows, put_row, remove_rows, row_blobs};
-use crate::tiers::runtime::{spec_of, tier_error, tiering_reconstruct, VersionId};
-use crate::tiers::write::store_residual;
+use crate::tiers::runtime::{spec_of, tier_error, tiering_reconstruct};
 use crate::tiers::MaintainReport;
 
 /// A block's new form, ready to write.
@@ -150,7 +147,7 @@ impl Store {
     }
 
     /// Decodes and re-encodes every moved block (in parallel).
-    fn prepare_moves(&self, r: &ReadTables, plan: &Plan) -> Result<Vec<Prepared>> {
+    fn prepare_moves(&self, r: &ReadTxn, plan: &Plan) -> Result<Vec<Prepared>> {
         let rt = self.tiers.lock();
         let located: Vec<(Move, VersionId, u32, Precision, bool)> = plan
             .moves
@@ -169,7 +166,7 @@ impl Store {
             let rec = match records.get(&vid) {
                 Some(r) => r.clone(),
                 None => {
-                    let Some(rec) = load_version(&r.t.versions, &vid.0, vid.1)? else {
+                    let Some(rec) = r.version(&vid.0, vid.1)? else {
                         continue;
                     };
                     let rec = Arc::new(rec);
@@ -177,7 +174,7 @@ impl Store {
                     rec
                 }
             };
-            let Some(row) = load_row(&r.t.tiers, &vid.0, vid.1, u64::from(block))? else {
+            let Some(row) = r.tier_row(&vid.0, vid.1, u64::from(block))? else {
                 continue;
             };
             let (values, exact) = self.best_data(r, &vid, &rec, block)?;
@@ -296,19 +293,19 @@ impl Store {
     /// exact bytes when it holds them.
     fn best_data(
         &self,
-        r: &ReadTables,
+        r: &ReadTxn,
         vid: &VersionId,
         rec: &VersionRecord,
         block: u32,
     ) -> Result<(Vec<f32>, Option<Vec<u8>>)> {
         let b = u64::from(block);
-        let mut fetcher = Fetcher::new(&r.t, &self.cache);
+        let mut fetcher = Fetcher::new(r, &self.cache);
         let job = fetcher.fetch(&vid.0, vid.1, rec, b)?;
-        let row = fetcher.tier_row(&vid.0, vid.1, b)?;
+        let row = r.required_tier_row(&vid.0, vid.1, b)?;
         let bytes = job.decode(&self.cache)?;
         let exact = match row.residual {
             Some(ResidualRef::Exact { address, .. }) => {
-                Some(r.t.apply_exact_residual(&vid.0, vid.1, b, address, &bytes)?)
+                Some(r.apply_exact_residual(&vid.0, vid.1, b, address, &bytes)?)
             }
             _ => None,
         };
@@ -321,7 +318,7 @@ impl Store {
     /// is the block's own version (the move is deferred then).
     fn freeze_rebuild(
         &self,
-        r: &ReadTables,
+        r: &ReadTxn,
         vid: &VersionId,
         rec: &VersionRecord,
         block: u32,
@@ -330,9 +327,9 @@ impl Store {
     ) -> Result<Option<(Rebuild, Option<Vec<u8>>)>> {
         let resolve = |s: &policy::Source| -> Result<Option<SourceAt>> {
             let found = match s.step {
-                SourceStep::Same => at_or_before(&r.t.versions, &s.tensor, vid.1)?.map(|x| x.0),
-                SourceStep::Before => predecessor(&r.t.versions, &s.tensor, vid.1)?.map(|x| x.0),
-                SourceStep::At(step) => load_version(&r.t.versions, &s.tensor, step)?.map(|_| step),
+                SourceStep::Same => r.at_or_before(&s.tensor, vid.1)?.map(|x| x.0),
+                SourceStep::Before => r.predecessor(&s.tensor, vid.1)?.map(|x| x.0),
+                SourceStep::At(step) => r.version(&s.tensor, step)?.map(|_| step),
             };
             Ok(found
                 .filter(|&step| !(s.tensor == *vid.0 && step == vid.1))
@@ -398,12 +395,12 @@ impl Store {
     }
 
     /// Lossless versions to convert: every block decoded and quantized at the start tier.
-    fn prepare_conversions(&self, r: &ReadTables, pending: &[VersionId]) -> Result<Vec<Converted>> {
+    fn prepare_conversions(&self, r: &ReadTxn, pending: &[VersionId]) -> Result<Vec<Converted>> {
         let rules = self.rules.read();
         let mut out = Vec::new();
         for vid in pending {
             let policy = rules.resolve(&vid.0);
-            let Some(rec) = load_version(&r.t.versions, &vid.0, vid.1)? else {
+            let Some(rec) = r.version(&vid.0, vid.1)? else {
                 continue;
             };
             let Some(bits) = policy.policy.write_tier().quant_bits() else {
@@ -456,9 +453,9 @@ impl Store {
     }
 
     /// Writes a converted version; returns the bytes of new segments.
-    fn write_conversion(&self, wt: &mut WriteTables<'_>, c: &Converted, now: Tick) -> Result<u64> {
+    fn write_conversion(&self, wt: &mut WriteTxn<'_>, c: &Converted, now: Tick) -> Result<u64> {
         let (name, step) = (&*c.vid.0, c.vid.1);
-        let Some(mut rec) = load_version(&wt.t.versions, name, step)? else {
+        let Some(mut rec) = wt.version(name, step)? else {
             return Ok(0);
         };
         // The pending rows go either way (and the version leaves the pending set).
@@ -508,12 +505,7 @@ impl Store {
     }
 
     /// Writes the moved blocks; returns the bytes of new segments.
-    fn write_moves(
-        &self,
-        wt: &mut WriteTables<'_>,
-        prepared: &[Prepared],
-        now: Tick,
-    ) -> Result<u64> {
+    fn write_moves(&self, wt: &mut WriteTxn<'_>, prepared: &[Prepared], now: Tick) -> Result<u64> {
         let mut by_version: BTreeMap<&VersionId, Vec<&Prepared>> = BTreeMap::new();
         for p in prepared {
             by_version.entry(&p.vid).or_default().push(p);
@@ -521,12 +513,12 @@ impl Store {
         let mut written = 0;
         for (vid, moves) in by_version {
             let (name, step) = (&*vid.0, vid.1);
-            let Some(mut rec) = load_version(&wt.t.versions, name, step)? else {
+            let Some(mut rec) = wt.version(name, step)? else {
                 continue;
             };
             for p in moves {
                 let b = u64::from(p.block);
-                let Some(mut row) = load_row(&wt.t.tiers, name, step, b)? else {
+                let Some(mut row) = wt.tier_row(name, step, b)? else {
                     continue;
                 };
                 let old = rec.blocks[p.block as usize];
@@ -572,12 +564,12 @@ impl Store {
 
 /// Writes read statistics into the tier rows of the versions read since the last pass.
 fn save_stats(
-    wt: &mut WriteTables<'_>,
+    wt: &mut WriteTxn<'_>,
     stats: &[(VersionId, HashMap<u64, AccessStats>)],
 ) -> Result<usize> {
     let mut saved = 0;
     for (vid, by_id) in stats {
-        for (block, mut row) in load_rows(&wt.t.tiers, &vid.0, vid.1)? {
+        for (block, mut row) in wt.tier_rows(&vid.0, vid.1)? {
             if let Some(s) = by_id.get(&row.id) {
                 row.stats = Some(*s);
                 put_row(wt, &vid.0, vid.1, block, &row)?;

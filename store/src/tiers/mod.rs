@@ -1,167 +1,23 @@
 //! Tiers in the store: per-tensor policies, quantized and Tier 0 blocks, access recording,
 //! and [`crate::Store::maintain`], driven by `strata-tiering` (ADR 0007).
 //!
-//! - [`policy`]: [`TierPolicy`] rules by name pattern, pins.
-//! - `lossy`: float blocks to and from quantized segments, residuals.
+//! - `policy`: the public [`crate::TierPolicy`] and its parts (residual, reconstruct).
+//! - `rules`: rules by name pattern, pins, and how a name resolves to a policy.
+//! - `set_policy`: [`crate::Store::set_policy`] and what a rule change does to stored versions.
 //! - `runtime`: the in-memory tier state and read recording (no write per read).
-//! - `maintain`: plans applied in one transaction.
+//! - `maintain`: [`crate::Store::maintain`], plans applied in one transaction.
 //! - `rebuild`: reading Tier 0 blocks through their reconstruct policy.
+//! - `frames`: frame streams ([`crate::Store::append_frame`]).
+//!
+//! Quantized blocks themselves are encoded and decoded by the engine (`engine::lossy`).
 
 pub(crate) mod frames;
-pub(crate) mod lossy;
-pub(crate) mod maintain;
-pub(crate) mod policies;
+mod maintain;
 pub(crate) mod policy;
-pub(crate) mod rebuild;
-pub(crate) mod rows;
+mod rebuild;
+pub(crate) mod rules;
 pub(crate) mod runtime;
-pub(crate) mod write;
-
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-
-use strata_tiering::{Budget, Tick, TierConfig};
-
-/// What a read returned, for the worst block of the tensor or range read.
-///
-/// Ordered from best to worst: `Exact < Bounded < Reconstructed < Zeros`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Fidelity {
-    /// Bit-exact data.
-    Exact,
-    /// Quantized data: every element is within `max_rel_error x max_abs(group)` of what
-    /// was written, the group being the element's quantization group (64 values by
-    /// default) in the data as written.
-    Bounded {
-        /// Fewest bits per value any encoding of the data used since it was written.
-        bits: u8,
-        /// The bound, relative to the group's largest magnitude; it includes the rounding
-        /// to the tensor's dtype (bf16, f16) on the way out.
-        max_rel_error: f64,
-    },
-    /// A Tier 0 block rebuilt through its reconstruct policy, through `depth` tensors.
-    /// No bound is claimed.
-    Reconstructed {
-        /// Blocks rebuilt in the chain (1 when the sources were held).
-        depth: u8,
-    },
-    /// A Tier 0 block with no reconstruct policy: the data returned is zeros.
-    Zeros,
-}
-
-impl Fidelity {
-    fn rank(&self) -> u8 {
-        match self {
-            Fidelity::Exact => 0,
-            Fidelity::Bounded { .. } => 1,
-            Fidelity::Reconstructed { .. } => 2,
-            Fidelity::Zeros => 3,
-        }
-    }
-
-    /// The worse of two (for two bounds: fewer bits, larger bound; for two
-    /// reconstructions: the deeper).
-    pub fn worst(self, other: Fidelity) -> Fidelity {
-        match (self, other) {
-            (
-                Fidelity::Bounded {
-                    bits: a,
-                    max_rel_error: x,
-                },
-                Fidelity::Bounded {
-                    bits: b,
-                    max_rel_error: y,
-                },
-            ) => Fidelity::Bounded {
-                bits: a.min(b),
-                max_rel_error: x.max(y),
-            },
-            (Fidelity::Reconstructed { depth: a }, Fidelity::Reconstructed { depth: b }) => {
-                Fidelity::Reconstructed { depth: a.max(b) }
-            }
-            (a, b) => {
-                if b.rank() > a.rank() {
-                    b
-                } else {
-                    a
-                }
-            }
-        }
-    }
-
-    /// Whether the data is bit-exact.
-    pub fn is_exact(&self) -> bool {
-        matches!(self, Fidelity::Exact)
-    }
-}
-
-/// The time source reads are recorded with (milliseconds; the tier policy uses only
-/// differences). [`crate::Store::maintain`] takes its time from the caller.
-#[derive(Debug, Clone, Default)]
-pub enum ReadClock {
-    /// Milliseconds since the Unix epoch.
-    #[default]
-    System,
-    /// A clock the caller sets: tests and simulations.
-    Manual(Arc<AtomicU64>),
-}
-
-impl ReadClock {
-    /// A manual clock standing at `start`, and the handle that moves it.
-    pub fn manual(start: Tick) -> (ReadClock, Arc<AtomicU64>) {
-        let t = Arc::new(AtomicU64::new(start));
-        (ReadClock::Manual(t.clone()), t)
-    }
-
-    /// The current time.
-    pub fn now(&self) -> Tick {
-        match self {
-            ReadClock::System => std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_millis() as Tick)
-                .unwrap_or(0),
-            ReadClock::Manual(t) => t.load(Ordering::Relaxed),
-        }
-    }
-}
-
-impl PartialEq for ReadClock {
-    fn eq(&self, other: &Self) -> bool {
-        match (self, other) {
-            (ReadClock::System, ReadClock::System) => true,
-            (ReadClock::Manual(a), ReadClock::Manual(b)) => Arc::ptr_eq(a, b),
-            _ => false,
-        }
-    }
-}
-
-/// Settings of tiering in a store handle.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TierOptions {
-    /// The tier policy's settings (thresholds, hysteresis, `warm_byte_cap`, Tier 0).
-    pub config: TierConfig,
-    /// What one [`crate::Store::maintain`] pass may re-encode.
-    pub budget: Budget,
-    /// The clock reads are recorded with.
-    pub clock: ReadClock,
-    /// Reads of a Tier 0 block without a reconstruct policy fail with
-    /// [`crate::StoreError::TierZeroNoPolicy`] instead of returning zeros.
-    pub fail_fast: bool,
-    /// Frame streams ([`crate::Store::append_frame`]).
-    pub frames: frames::FrameOptions,
-}
-
-impl Default for TierOptions {
-    fn default() -> Self {
-        TierOptions {
-            config: TierConfig::default(),
-            budget: Budget::new(256 << 20, 100_000),
-            clock: ReadClock::System,
-            fail_fast: false,
-            frames: frames::FrameOptions::default(),
-        }
-    }
-}
+mod set_policy;
 
 /// What one [`crate::Store::maintain`] pass did.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -3,17 +3,16 @@
 //!
 //! A rebuild reads other versions through the same snapshot; if one of them is at Tier 0
 //! too, its rebuild counts one more level. More than `TierConfig::max_reconstruct_depth`
-//! levels is [`StoreError::ReconstructionDepthExceeded`].
+//! levels is [`crate::TierFailure::DepthExceeded`].
 
 use std::ops::Range;
 use std::sync::Arc;
 
-use crate::cache::Block;
-use crate::error::{Result, StoreError};
-use crate::reader::Job;
+use crate::engine::{lossy, Block, Job, ReadTxn, View};
+use crate::error::{Result, StoreError, TierFailure};
 use crate::record::{Rebuild, SourceAt, VersionRecord};
-use crate::store::{ReadTables, Store};
-use crate::tiers::{lossy, Fidelity};
+use crate::store::Store;
+use crate::tensor::Fidelity;
 
 /// Largest tensor a low-rank or permuted rebuild reads whole, in elements.
 const MAX_REBUILD_SOURCE: u64 = 1 << 28;
@@ -22,17 +21,19 @@ impl Store {
     /// Rebuilds the Tier 0 block of `job` (a block of `rec`) at rebuild level `depth`.
     pub(crate) fn rebuild_block(
         &self,
-        r: &ReadTables,
+        r: &ReadTxn,
         job: &Job,
         rec: &VersionRecord,
         depth: u8,
     ) -> Result<(Block, Fidelity)> {
         let (name, step, block) = job.at();
-        let fail = |reason: String| StoreError::Reconstruct {
-            tensor: name.to_string(),
-            step,
-            block,
-            reason,
+        let fail = |reason: String| {
+            StoreError::Tier(TierFailure::Reconstruct {
+                tensor: name.to_string(),
+                step,
+                block,
+                reason,
+            })
         };
         let row = job
             .row
@@ -44,24 +45,24 @@ impl Store {
         let limit = self.opts.tiering.config.max_reconstruct_depth;
         let level = depth.saturating_add(1);
         if level > limit && !matches!(row.rebuild, Rebuild::None) {
-            return Err(StoreError::ReconstructionDepthExceeded {
+            return Err(StoreError::Tier(TierFailure::DepthExceeded {
                 tensor: name.to_string(),
                 step,
                 limit,
-            });
+            }));
         }
         let (values, inner) = match &row.rebuild {
             Rebuild::None if self.opts.tiering.fail_fast => {
-                return Err(StoreError::TierZeroNoPolicy {
+                return Err(StoreError::Tier(TierFailure::ZeroNoPolicy {
                     tensor: name.to_string(),
                     step,
                     block,
-                })
+                }))
             }
             Rebuild::None => return Ok((Arc::new(vec![0u8; len]), Fidelity::Zeros)),
             Rebuild::Delta { base, address, .. } => {
                 let (mut values, f) = self.source_values(r, base, rec, elems.clone(), level)?;
-                let blob = r.t.fetch_segment(name, step, block, *address)?;
+                let blob = r.fetch_segment(name, step, block, *address)?;
                 lossy::apply_sparse(&blob, &mut values)
                     .map_err(|e| fail(format!("sparse delta: {e}")))?;
                 (values, f)
@@ -77,7 +78,7 @@ impl Store {
                 let (values, f) = match permutation {
                     None => self.source_values(r, source, rec, elems.clone(), level)?,
                     Some((address, _)) => {
-                        let perm = r.t.fetch_segment(name, step, block, *address)?;
+                        let perm = r.fetch_segment(name, step, block, *address)?;
                         self.permuted(r, source, rec, elems.clone(), &perm, level, &fail)?
                     }
                 };
@@ -106,7 +107,7 @@ impl Store {
     /// Elements `elems` of a source with as many elements as `rec`, as f32.
     fn source_values(
         &self,
-        r: &ReadTables,
+        r: &ReadTxn,
         source: &SourceAt,
         rec: &VersionRecord,
         elems: Range<u64>,
@@ -114,7 +115,7 @@ impl Store {
     ) -> Result<(Vec<f32>, Fidelity)> {
         let srec = self.version_record(r, &source.tensor, source.step)?;
         if srec.elements != rec.elements || !srec.dtype.is_float() {
-            return Err(StoreError::Reconstruct {
+            return Err(StoreError::Tier(TierFailure::Reconstruct {
                 tensor: source.tensor.clone(),
                 step: source.step,
                 block: 0,
@@ -122,7 +123,7 @@ impl Store {
                     "a source of {} {} elements cannot rebuild a tensor of {} elements",
                     srec.elements, srec.dtype, rec.elements
                 ),
-            });
+            }));
         }
         let (bytes, f) = self.read_elems(r, &source.tensor, source.step, &srec, elems, level)?;
         let values = lossy::to_f32(srec.dtype, &bytes).unwrap_or_default();
@@ -133,7 +134,7 @@ impl Store {
     #[allow(clippy::too_many_arguments)]
     fn low_rank(
         &self,
-        r: &ReadTables,
+        r: &ReadTxn,
         left: &SourceAt,
         right: &SourceAt,
         rec: &VersionRecord,
@@ -193,7 +194,7 @@ impl Store {
     #[allow(clippy::too_many_arguments)]
     fn permuted(
         &self,
-        r: &ReadTables,
+        r: &ReadTxn,
         source: &SourceAt,
         rec: &VersionRecord,
         elems: Range<u64>,

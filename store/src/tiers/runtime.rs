@@ -10,19 +10,18 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use redb::ReadableTable;
+use strata_codec::frames::FrameStreamEncoder;
 use strata_tiering::{
     BlockHandle, BlockId, BlockSpec, ReconstructPolicy, Tick, Tier, TierConfig, TierError,
     TierState,
 };
 
-use crate::error::{DbContext, Result, StoreError};
-use crate::reader::load_version;
-use crate::record::Stored;
-use crate::record::{decode_version_key, split_tier_key, ResidualRef, TierRow, VersionRecord};
+use crate::engine::{ReadTxn, TierChanges, VersionId, View};
+use crate::error::{Corruption, DbContext, Result, StoreError, TierFailure};
+use crate::record::{
+    decode_version_key, split_tier_key, RecordError, ResidualRef, Stored, TierRow, VersionRecord,
+};
 use crate::tiers::policy::Reconstruct;
-
-/// A version: tensor name and step.
-pub(crate) type VersionId = (Arc<str>, u64);
 /// The blocks of a version: their ids and handles, in block order.
 type BlockHandles = Vec<(BlockId, BlockHandle)>;
 
@@ -40,7 +39,17 @@ pub(crate) struct Runtime {
     /// Versions read since the last `maintain`: their statistics are saved then.
     pub(crate) read_since_save: HashSet<VersionId>,
     /// Open frame streams by tensor name (resumed from the file when missing).
-    pub(crate) streams: HashMap<Arc<str>, crate::tiers::frames::Stream>,
+    pub(crate) streams: HashMap<Arc<str>, Stream>,
+}
+
+/// An open frame stream: its encoder and the steps of the open epoch's frames.
+#[derive(Debug)]
+pub(crate) struct Stream {
+    pub(crate) encoder: FrameStreamEncoder,
+    /// Address of the open epoch's segment as last written.
+    pub(crate) address: u128,
+    /// Steps of the frames of the open epoch, in order.
+    pub(crate) steps: Vec<u64>,
 }
 
 /// The tiering policy's reconstruct policy for a block whose tensor has `r`: a source the
@@ -83,38 +92,39 @@ impl Runtime {
     /// Rebuilds the state from the tier rows of a store.
     pub(crate) fn load(
         config: TierConfig,
-        tiers: &impl ReadableTable<&'static [u8], &'static [u8]>,
-        versions: &impl ReadableTable<&'static [u8], &'static [u8]>,
+        r: &ReadTxn,
         reconstruct_of: impl Fn(&str) -> ReconstructPolicy,
         now: Tick,
     ) -> Result<Runtime> {
         let mut rt = Runtime::new(config)?;
         let mut current: Option<(VersionId, Arc<VersionRecord>)> = None;
-        for entry in tiers.iter().ctx("loading tier rows")? {
+        for entry in r.tiers.iter().ctx("loading tier rows")? {
             let (k, v) = entry.ctx("loading tier rows")?;
-            let bad_key = || StoreError::Record {
-                what: "a tier row key".into(),
-                source: crate::record::RecordError::BadValue {
-                    field: "tier key",
-                    value: k.value().len() as u64,
-                },
+            let bad_key = || {
+                StoreError::Corrupt(Corruption::Record {
+                    what: "a tier row key".into(),
+                    source: RecordError::BadValue {
+                        field: "tier key",
+                        value: k.value().len() as u64,
+                    },
+                })
             };
             let (vkey, block) = split_tier_key(k.value()).ok_or_else(bad_key)?;
             let (name, step) = decode_version_key(vkey).ok_or_else(bad_key)?;
             let row = TierRow::from_stored(k.value(), v.value()).map_err(|source| {
-                StoreError::Record {
+                StoreError::Corrupt(Corruption::Record {
                     what: format!("tier row of tensor {name:?} step {step} block {block}"),
                     source,
-                }
+                })
             })?;
             let same = matches!(&current, Some(((n, s), _)) if &**n == name && *s == step);
             if !same {
-                let rec = load_version(versions, name, step)?.ok_or_else(|| {
-                    StoreError::TierRowOrphan {
+                let rec = r.version(name, step)?.ok_or_else(|| {
+                    StoreError::Corrupt(Corruption::TierRowOrphan {
                         tensor: name.to_string(),
                         step,
                         block: u64::from(block),
-                    }
+                    })
                 })?;
                 current = Some(((Arc::from(name), step), Arc::new(rec)));
             }
@@ -126,10 +136,12 @@ impl Runtime {
                 continue;
             }
             let values = rec.block_len(u64::from(block));
-            let values = u32::try_from(values).map_err(|_| StoreError::TierRowOrphan {
-                tensor: name.to_string(),
-                step,
-                block: u64::from(block),
+            let values = u32::try_from(values).map_err(|_| {
+                StoreError::Corrupt(Corruption::TierRowOrphan {
+                    tensor: name.to_string(),
+                    step,
+                    block: u64::from(block),
+                })
             })?;
             let spec = spec_of(&row, values, reconstruct_of(name));
             // Residency and idle time go on from the row's last write or move.
@@ -216,41 +228,37 @@ impl Runtime {
         self.state.is_empty() && self.pending.is_empty()
     }
 }
+
 pub(crate) fn tier_error(e: TierError) -> StoreError {
-    StoreError::Tiering {
+    StoreError::Tier(TierFailure::Policy {
         source: Box::new(e),
-    }
+    })
 }
 
-/// Changes to the tier state made by a write transaction, applied once it commits.
-#[derive(Debug, Default)]
-pub(crate) struct TierChanges {
-    /// Versions deleted or overwritten.
-    pub(crate) forgotten: Vec<VersionId>,
-    /// Blocks written or re-registered (after `forgotten`).
-    pub(crate) registered: Vec<(VersionId, u32, BlockSpec)>,
-    /// Lossless versions to convert at the next `maintain`.
-    pub(crate) pending: Vec<VersionId>,
-}
-
-impl TierChanges {
-    /// Applies the changes to the runtime.
-    pub(crate) fn apply(self, rt: &mut Runtime, now: Tick) -> Result<()> {
+impl Runtime {
+    /// Takes in the changes a committed write transaction made.
+    pub(crate) fn apply(&mut self, changes: TierChanges, now: Tick) -> Result<()> {
+        let rt = self;
+        let TierChanges {
+            forgotten,
+            registered,
+            pending,
+        } = changes;
         // Any change to a tensor's versions ends its in-memory stream: the next append
         // resumes from the file.
-        for v in self.forgotten.iter().chain(self.pending.iter()) {
+        for v in forgotten.iter().chain(pending.iter()) {
             rt.streams.remove(&v.0);
         }
-        for (v, _, _) in &self.registered {
+        for (v, _, _) in &registered {
             rt.streams.remove(&v.0);
         }
-        for v in &self.forgotten {
+        for v in &forgotten {
             rt.forget(v);
         }
-        for v in self.pending {
+        for v in pending {
             rt.pending.insert(v);
         }
-        for (vid, block, spec) in self.registered {
+        for (vid, block, spec) in registered {
             rt.register(vid, block, spec, now)?;
         }
         Ok(())

@@ -16,9 +16,10 @@
 use redb::{ReadableTable, Table};
 use xxhash_rust::xxh3::xxh3_128;
 
-use crate::error::{DbContext, Result, StoreError};
+use super::buffers::POOL;
+use super::tables::NEXT_SEGMENT_ID_KEY;
+use crate::error::{Corruption, DbContext, Result, StoreError};
 use crate::record::{piece_key, segment_key, SegmentInfo, Stored};
-use crate::tables::NEXT_SEGMENT_ID_KEY;
 
 /// redb's page size (the default; redb does not let applications change it).
 const PAGE: usize = 4096;
@@ -82,6 +83,29 @@ impl From<StoreError> for FetchError {
     }
 }
 
+/// The store error for a failed fetch of the segment at `address`, held for block `block` of
+/// `(name, step)`.
+pub(crate) fn fetch_error(
+    e: FetchError,
+    name: &str,
+    step: u64,
+    block: u64,
+    address: u128,
+) -> StoreError {
+    let reason = match e {
+        FetchError::Store(e) => return e,
+        FetchError::Missing => "is not stored".to_string(),
+        FetchError::Damaged(r) => r,
+    };
+    StoreError::Corrupt(Corruption::SegmentStorage {
+        tensor: name.to_string(),
+        step,
+        block,
+        address,
+        reason,
+    })
+}
+
 /// Reads the index entry of a segment.
 pub(crate) fn info(
     segments: &impl ReadableTable<u128, &'static [u8]>,
@@ -109,7 +133,7 @@ pub(crate) fn fetch(
             info.len
         )));
     }
-    let mut out = crate::buffers::POOL.take(info.len as usize);
+    let mut out = POOL.take(info.len as usize);
     let found_chunks = read_pieces(chunks, info.id, info.len, &mut out, "chunk")?;
     let found_tail = read_pieces(tails, info.id, info.len, &mut out, "tail piece")?;
     if found_chunks != info.chunks || found_tail != info.tail_pieces || out.len() as u64 != info.len

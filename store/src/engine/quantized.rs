@@ -2,7 +2,7 @@
 //!
 //! Quantization works on `f32`: f16 and bf16 widen exactly, f64 narrows (round to nearest).
 //! On the way out, values are rounded to the tensor's dtype (nearest even), and the
-//! [`Fidelity`](super::Fidelity) bound includes that rounding.
+//! [`Fidelity`] bound includes that rounding.
 
 use strata_codec::frames::{FrameError, FrameSegment};
 use strata_codec::hpdkv::{HalfDType, HpdkvView};
@@ -13,11 +13,12 @@ use strata_codec::segment::{self, Segment, SegmentError};
 use strata_codec::DType;
 use strata_tiering::Precision;
 
+use crate::tensor::Fidelity;
 use crate::tiers::policy::Residual;
 
 /// The values of float `bytes` as `f32` (`None` for an integer dtype).
 pub(crate) fn to_f32(dtype: DType, bytes: &[u8]) -> Option<Vec<f32>> {
-    use crate::values::le_values as each;
+    use crate::tensor::le_values as each;
     Some(match dtype {
         DType::F32 => each(bytes, f32::from_le_bytes),
         DType::F16 => each(bytes, |a| half::f16::from_le_bytes(a).to_f32()),
@@ -46,17 +47,17 @@ pub(crate) fn dtype_rounding(dtype: DType) -> f64 {
 }
 
 /// The fidelity of data of `precision` read back as `dtype`.
-pub(crate) fn fidelity_of(precision: Precision, dtype: DType) -> super::Fidelity {
+pub(crate) fn fidelity_of(precision: Precision, dtype: DType) -> Fidelity {
     match precision {
-        Precision::Exact => super::Fidelity::Exact,
+        Precision::Exact => Fidelity::Exact,
         Precision::Lossy {
             min_bits,
             bound_rel,
-        } => super::Fidelity::Bounded {
+        } => Fidelity::Bounded {
             bits: min_bits,
             max_rel_error: bound_rel + dtype_rounding(dtype),
         },
-        Precision::NoData => super::Fidelity::Zeros,
+        Precision::NoData => Fidelity::Zeros,
     }
 }
 

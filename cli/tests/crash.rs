@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{load_series, series_root, Ckpt};
-use strata_store::{Store, StoreError};
+use strata_store::{OpenError, Store, StoreError};
 
 /// Kills per run.
 const ITERATIONS: usize = 20;
@@ -47,7 +47,9 @@ fn open_retrying(path: &Path) -> Store {
     loop {
         match Store::open(path) {
             Ok(s) => return s,
-            Err(StoreError::InUse { .. }) if start.elapsed() < Duration::from_secs(5) => {
+            Err(StoreError::Open(OpenError::InUse { .. }))
+                if start.elapsed() < Duration::from_secs(5) =>
+            {
                 std::thread::sleep(Duration::from_millis(20));
             }
             Err(e) => panic!("store does not open after a kill: {e}"),

@@ -1,15 +1,20 @@
 //! The `strata` binary end to end on the real bf16 fine-tuning series: import, export
-//! (byte for byte against the source files), stats, verify (clean and corrupted), get, log,
-//! tag, retain, and exit statuses.
+//! (byte for byte against the source files), stats, verify (clean and corrupted), get (and
+//! the fidelity it prints), log, tag, retain, and exit statuses.
 
 mod common;
+// The tool's own .npy module, for its header parser (the binary exports no library).
+#[allow(dead_code)]
+#[path = "../src/npy.rs"]
+mod npy;
 
 use std::path::Path;
 use std::process::{Command, Output};
 
-use common::{load_series, series_root};
+use common::{f32_bytes, load_series, noise, series_root};
+use npy::parse_npy_header;
 use safetensors::SafeTensors;
-use strata_store::{parse_npy_header, Store};
+use strata_store::{DType, Fidelity, Store, TensorRef};
 
 fn strata(args: &[&str]) -> Output {
     let out = Command::new(env!("CARGO_BIN_EXE_strata"))
@@ -68,8 +73,8 @@ fn cli_round_trip_on_dev_ft_bf16() {
             .expect("read source");
         let a = SafeTensors::deserialize(&exported).expect("parse export");
         let b = SafeTensors::deserialize(&original).expect("parse source");
-        let mut names_a: Vec<_> = a.names().into_iter().cloned().collect();
-        let mut names_b: Vec<_> = b.names().into_iter().cloned().collect();
+        let mut names_a: Vec<_> = a.names().into_iter().map(str::to_string).collect();
+        let mut names_b: Vec<_> = b.names().into_iter().map(str::to_string).collect();
         names_a.sort();
         names_b.sort();
         assert_eq!(names_a, names_b, "step {}", c.step);
@@ -277,4 +282,67 @@ fn cli_tier_policies_and_maintenance() {
     let out = strata(&["policy", p(&store), "nope", "--remove"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no tier policy rule"));
+}
+
+#[test]
+fn get_prints_fidelity_exact_and_tiered() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = dir.path().join("fidelity.strata");
+    // A rule through the tool: tensors named kv.* are written at 5 bits.
+    ok(&["policy", p(&store), "kv.*", "--tiered", "warm5"]);
+    let values = noise(64 * 256, 7);
+    let bytes = f32_bytes(&values);
+    let t = TensorRef {
+        dtype: DType::F32,
+        shape: &[64, 256],
+        bytes: &bytes,
+    };
+    let s = Store::open(&store).expect("open");
+    s.put("w", 7, &t).expect("put w");
+    s.put("kv.0", 7, &t).expect("put kv.0");
+    let bounded = s.get("kv.0", 7).expect("get kv.0").fidelity;
+    assert_eq!(s.get("w", 7).expect("get w").fidelity, Fidelity::Exact);
+    drop(s);
+    let Fidelity::Bounded {
+        bits,
+        max_rel_error,
+    } = bounded
+    else {
+        panic!("kv.0 is not quantized: {bounded:?}");
+    };
+    assert_eq!(bits, 5);
+
+    // Text: a line of its own, after the summary line.
+    let out = ok(&["get", p(&store), "w", "--step", "7"]);
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].starts_with("w step 7: f32 [64, 256]"), "{out}");
+    assert_eq!(lines[1], "fidelity: exact", "{out}");
+    let out = ok(&["get", p(&store), "kv.0", "--step", "7"]);
+    let want =
+        format!("fidelity: 5 bits, max rel. error {max_rel_error:.4} (of each group's max |x|)");
+    assert_eq!(out.lines().nth(1), Some(want.as_str()), "{out}");
+    // Writing a file says it too.
+    let npy = dir.path().join("kv.npy");
+    let out = ok(&["get", p(&store), "kv.0", "--step", "7", "-o", p(&npy)]);
+    assert!(out.contains(&want), "{out}");
+
+    // JSON.
+    let doc = |name: &str| -> serde_json::Value {
+        serde_json::from_str(&ok(&["get", p(&store), name, "--step", "7", "--json"]))
+            .expect("get --json")
+    };
+    let w = doc("w");
+    assert_eq!(w["fidelity"], serde_json::json!({ "kind": "exact" }), "{w}");
+    assert_eq!(w["step"].as_u64(), Some(7));
+    assert_eq!(w["shape"], serde_json::json!([64, 256]));
+    assert_eq!(w["bytes"].as_u64(), Some(bytes.len() as u64));
+    assert_eq!(w["head"].as_array().map(Vec::len), Some(8));
+    let kv = doc("kv.0");
+    assert_eq!(kv["fidelity"]["kind"], "bounded", "{kv}");
+    assert_eq!(kv["fidelity"]["bits"].as_u64(), Some(5), "{kv}");
+    assert_eq!(
+        kv["fidelity"]["max_rel_error"].as_f64(),
+        Some(max_rel_error),
+        "{kv}"
+    );
 }

@@ -3,6 +3,11 @@
 //!
 //! Exit status: 0 on success, 1 on a failure (or a corrupt store for `verify`), 2 on a usage
 //! error.
+//!
+//! A crate of its own, beside the library (ADR 0009): programs that embed `strata-store` do
+//! not build clap, indicatif or mimalloc. `cargo install --path cli` installs `strata`.
+
+#![forbid(unsafe_code)]
 
 /// mimalloc keeps freed pages for reuse: importing a checkpoint allocates and frees about
 /// three times its size in block buffers, and the system allocator's fresh pages cost a page
@@ -23,6 +28,7 @@ mod fmt;
 mod import;
 mod inspect;
 mod maintain;
+mod npy;
 mod progress;
 mod read;
 mod synth;
@@ -81,7 +87,8 @@ enum Command {
         #[arg(short, long)]
         output: PathBuf,
     },
-    /// Read one tensor at a step; write it as .npy, or print a summary and its first values.
+    /// Read one tensor at a step; write it as .npy, or print a summary (with its fidelity:
+    /// exact, or what a tier's bound is) and its first values.
     Get {
         /// The store file.
         store: PathBuf,
@@ -93,6 +100,10 @@ enum Command {
         /// Take the latest version at or before --step.
         #[arg(long)]
         at: bool,
+        /// Print the summary as JSON (tensor, step, dtype, shape, bytes, fidelity, read_ms,
+        /// output, head).
+        #[arg(long)]
+        json: bool,
         /// The .npy file to write (bf16 is written as '<u2' raw bits).
         #[arg(short, long)]
         output: Option<PathBuf>,
@@ -241,8 +252,9 @@ fn main() -> ExitCode {
             tensor,
             step,
             at,
+            json,
             output,
-        } => read::get(&store, &tensor, step, at, output.as_deref()),
+        } => read::get(&store, &tensor, step, at, json, output.as_deref()),
         Command::Log { store, tensor } => inspect::log(&store, tensor.as_deref()),
         Command::Stats { store, json } => inspect::stats(&store, json),
         Command::Verify { store } => maintain::verify(&out, &store),

@@ -13,13 +13,12 @@ use std::sync::Arc;
 
 use strata_tiering::{AccessStats, Policy, Precision, Tier};
 
-use crate::error::{DbContext, Result, StoreError};
-use crate::plan::check_name;
-use crate::rebase::{versions_of, WriteTables};
-use crate::record::{Rebuild, TierRow};
+use crate::engine::{check_name, put_row, remove_rows, View, WriteTxn};
+use crate::error::{DbContext, InvalidInput, NotFound, Result, StoreError};
+use crate::record::{Rebuild, Rule, TierRow};
 use crate::store::Store;
-use crate::tiers::policy::{Rule, RuleSet, TierPolicy};
-use crate::tiers::rows::{load_rows, put_row, remove_rows};
+use crate::tiers::policy::TierPolicy;
+use crate::tiers::rules::RuleSet;
 use crate::tiers::runtime::{spec_of, tiering_reconstruct};
 
 impl Store {
@@ -37,7 +36,7 @@ impl Store {
     /// ```
     ///
     /// # Errors
-    /// [`StoreError::InvalidPolicy`], [`StoreError::InvalidName`] for an empty pattern.
+    /// [`crate::InvalidInput::Policy`], [`crate::InvalidInput::Name`] for an empty pattern.
     pub fn set_policy(&self, pattern: &str, policy: TierPolicy) -> Result<()> {
         self.change_rule(pattern, Some((false, policy)))
     }
@@ -54,7 +53,7 @@ impl Store {
     /// Removes the rule with this exact pattern.
     ///
     /// # Errors
-    /// [`StoreError::PolicyNotFound`].
+    /// [`crate::NotFound::Policy`].
     pub fn remove_policy(&self, pattern: &str) -> Result<()> {
         self.change_rule(pattern, None)
     }
@@ -76,9 +75,11 @@ impl Store {
     fn change_rule(&self, pattern: &str, change: Option<(bool, TierPolicy)>) -> Result<()> {
         check_name(pattern)?;
         if let Some((_, p)) = &change {
-            p.validate().map_err(|reason| StoreError::InvalidPolicy {
-                pattern: pattern.to_string(),
-                reason,
+            p.validate().map_err(|reason| {
+                StoreError::Invalid(InvalidInput::Policy {
+                    pattern: pattern.to_string(),
+                    reason,
+                })
             })?;
         }
         let _writer = self.writer.lock();
@@ -95,9 +96,9 @@ impl Store {
                 policy: policy.clone(),
             }),
             None if new.len() == old.len() => {
-                return Err(StoreError::PolicyNotFound {
+                return Err(StoreError::NotFound(NotFound::Policy {
                     pattern: pattern.to_string(),
-                })
+                }))
             }
             None => {}
         }
@@ -118,8 +119,10 @@ impl Store {
                     let rule = new_set
                         .rules()
                         .find(|r| r.pattern == pattern)
-                        .ok_or_else(|| StoreError::PolicyNotFound {
-                            pattern: pattern.to_string(),
+                        .ok_or_else(|| {
+                            StoreError::NotFound(NotFound::Policy {
+                                pattern: pattern.to_string(),
+                            })
                         })?;
                     wt.policies
                         .insert(pattern.as_bytes(), rule.encode_value().as_slice())
@@ -146,16 +149,16 @@ impl Store {
 
 /// Brings the tier rows of every version of `name` in line with `policy`.
 fn follow_policy(
-    wt: &mut WriteTables<'_>,
+    wt: &mut WriteTxn<'_>,
     name: &str,
     policy: &TierPolicy,
     stats: &HashMap<u64, AccessStats>,
     now: u64,
 ) -> Result<()> {
     let reconstruct = tiering_reconstruct(&policy.reconstruct);
-    for (step, rec) in versions_of(&wt.t.versions, name)? {
+    for (step, rec) in wt.versions_of(name)? {
         let vid: (Arc<str>, u64) = (Arc::from(name), step);
-        let rows = load_rows(&wt.t.tiers, name, step)?;
+        let rows = wt.tier_rows(name, step)?;
         if rows.is_empty() {
             // A lossless version.
             if policy.is_lossy() && rec.dtype.is_float() {

@@ -25,7 +25,7 @@ pub(crate) const TAGS: TableDefinition<'static, &[u8], u64> = TableDefinition::n
 /// Tier key (version key ++ u32 BE block) -> [`crate::record::TierRow`].
 pub(crate) const TIERS: TableDefinition<'static, &[u8], &[u8]> =
     TableDefinition::new("strata.tiers");
-/// Name pattern (UTF-8 bytes) -> tier policy rule (`crate::tiers::policy::Rule`).
+/// Name pattern (UTF-8 bytes) -> tier policy rule ([`crate::record::Rule`]).
 pub(crate) const POLICIES: TableDefinition<'static, &[u8], &[u8]> =
     TableDefinition::new("strata.policies");
 

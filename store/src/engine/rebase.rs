@@ -14,159 +14,16 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use redb::{ReadableTable, Table};
 use strata_codec::segment;
 
-use crate::cache::{Block, BlockCache};
-use crate::error::{DbContext, Result, StoreError};
+use super::blocks::Fetcher;
+use super::cache::{Block, BlockCache};
+use super::segments::address_of;
+use super::tier_rows::remove_rows;
+use super::txn::{View, WriteTxn};
+use crate::error::{Corruption, DbContext, NotFound, Result, StoreError};
 use crate::options::Options;
-use crate::reader::{fetch_error, load_version, Fetcher, Tables, WritableTables};
-use crate::record::checkpoint_key;
-use crate::record::Stored;
-use crate::record::{
-    decode_version_key, version_key, version_key_range, BlockRecord, CheckpointRecord, Form,
-    VersionRecord,
-};
-use crate::segstore::{address_of, SegmentWriter};
-use crate::tables::{CHECKPOINTS, TAGS};
-use crate::tiers::runtime::TierChanges;
-
-/// The tables of a write transaction.
-pub(crate) struct WriteTables<'txn> {
-    pub(crate) t: WritableTables<'txn>,
-    pub(crate) meta: Table<'txn, &'static [u8], &'static [u8]>,
-    pub(crate) checkpoints: Table<'txn, u64, &'static [u8]>,
-    pub(crate) tags: Table<'txn, &'static [u8], u64>,
-    pub(crate) policies: Table<'txn, &'static [u8], &'static [u8]>,
-    /// What the tier state must learn once this transaction commits.
-    pub(crate) tier_changes: TierChanges,
-}
-
-impl<'txn> WriteTables<'txn> {
-    pub(crate) fn open(txn: &'txn redb::WriteTransaction) -> Result<Self> {
-        let op = "opening tables";
-        Ok(WriteTables {
-            t: Tables {
-                versions: txn.open_table(crate::tables::VERSIONS).ctx(op)?,
-                segments: txn.open_table(crate::tables::SEGMENTS).ctx(op)?,
-                chunks: txn.open_table(crate::tables::CHUNKS).ctx(op)?,
-                tails: txn.open_table(crate::tables::TAILS).ctx(op)?,
-                tiers: txn.open_table(crate::tables::TIERS).ctx(op)?,
-            },
-            meta: txn.open_table(crate::tables::META).ctx(op)?,
-            checkpoints: txn.open_table(CHECKPOINTS).ctx(op)?,
-            tags: txn.open_table(TAGS).ctx(op)?,
-            policies: txn.open_table(crate::tables::POLICIES).ctx(op)?,
-            tier_changes: TierChanges::default(),
-        })
-    }
-
-    /// Takes `count` new tier block ids; returns the first.
-    pub(crate) fn take_block_ids(&mut self, count: u64) -> Result<u64> {
-        let op = "allocating tier block ids";
-        let key = crate::tables::NEXT_BLOCK_ID_KEY;
-        let next = match self.meta.get(key).ctx(op)? {
-            Some(v) => {
-                let b: [u8; 8] = v.value().try_into().map_err(|_| StoreError::Record {
-                    what: "next tier block id".into(),
-                    source: crate::record::RecordError::BadValue {
-                        field: "next_block_id",
-                        value: v.value().len() as u64,
-                    },
-                })?;
-                u64::from_le_bytes(b)
-            }
-            None => 1,
-        };
-        let after = next.checked_add(count).ok_or(StoreError::Record {
-            what: "next tier block id".into(),
-            source: crate::record::RecordError::BadValue {
-                field: "next_block_id",
-                value: next,
-            },
-        })?;
-        self.meta
-            .insert(key, after.to_le_bytes().as_slice())
-            .ctx(op)?;
-        Ok(next)
-    }
-
-    pub(crate) fn segment_writer(&mut self) -> SegmentWriter<'_, 'txn> {
-        SegmentWriter {
-            meta: &mut self.meta,
-            segments: &mut self.t.segments,
-            chunks: &mut self.t.chunks,
-            tails: &mut self.t.tails,
-        }
-    }
-
-    /// Adds a reference to a segment (storing it if new), naming the block on failure.
-    pub(crate) fn add_ref(
-        &mut self,
-        name: &str,
-        step: u64,
-        block: u64,
-        address: u128,
-        bytes: Option<&[u8]>,
-    ) -> Result<()> {
-        self.segment_writer()
-            .add_ref(address, bytes)
-            .map(|_| ())
-            .map_err(|e| fetch_error(e, name, step, block, address))
-    }
-
-    /// Drops a reference to a segment, naming the block on failure.
-    pub(crate) fn release(
-        &mut self,
-        name: &str,
-        step: u64,
-        block: u64,
-        address: u128,
-    ) -> Result<()> {
-        self.segment_writer()
-            .release(address)
-            .map_err(|e| fetch_error(e, name, step, block, address))
-    }
-
-    /// Writes a version record.
-    pub(crate) fn put_version(&mut self, name: &str, step: u64, rec: &VersionRecord) -> Result<()> {
-        let key = version_key(name, step);
-        self.t
-            .versions
-            .insert(key.as_slice(), rec.to_stored(&key).as_slice())
-            .ctx("writing a version record")?;
-        Ok(())
-    }
-
-    /// Every version of `name`, in step order.
-    pub(crate) fn versions_of(&self, name: &str) -> Result<Vec<(u64, VersionRecord)>> {
-        versions_of(&self.t.versions, name)
-    }
-}
-
-/// Every version of `name`, in step order.
-pub(crate) fn versions_of(
-    versions: &impl ReadableTable<&'static [u8], &'static [u8]>,
-    name: &str,
-) -> Result<Vec<(u64, VersionRecord)>> {
-    let range = version_key_range(name, 0..=u64::MAX);
-    let mut out = Vec::new();
-    for entry in versions
-        .range(range.start().as_slice()..=range.end().as_slice())
-        .ctx("listing versions")?
-    {
-        let (k, v) = entry.ctx("listing versions")?;
-        let step = decode_version_key(k.value()).map(|(_, s)| s).unwrap_or(0);
-        let rec = VersionRecord::from_stored(k.value(), v.value()).map_err(|source| {
-            StoreError::Record {
-                what: format!("version record of tensor {name:?} step {step}"),
-                source,
-            }
-        })?;
-        out.push((step, rec));
-    }
-    Ok(out)
-}
+use crate::record::{version_key, BlockRecord, Form, VersionRecord};
 
 /// A re-based block: its new record and, if new, its segment.
 #[derive(Clone)]
@@ -179,23 +36,23 @@ struct Rebased {
 /// tensor is also taken out of the checkpoint at `step` (and an emptied checkpoint and its
 /// tags are removed).
 pub(crate) fn delete_version(
-    wt: &mut WriteTables<'_>,
+    wt: &mut WriteTxn<'_>,
     cache: &BlockCache,
     opts: &Options,
     name: &str,
     step: u64,
     from_checkpoint: bool,
 ) -> Result<()> {
-    let Some(doomed) = load_version(&wt.t.versions, name, step)? else {
-        return Err(if wt.versions_of(name)?.is_empty() {
-            StoreError::TensorNotFound {
+    let Some(doomed) = wt.version(name, step)? else {
+        return Err(if !wt.has_versions(name)? {
+            StoreError::NotFound(NotFound::Tensor {
                 tensor: name.to_string(),
-            }
+            })
         } else {
-            StoreError::VersionNotFound {
+            StoreError::NotFound(NotFound::Version {
                 tensor: name.to_string(),
                 step,
-            }
+            })
         });
     };
     rebase_dependents(wt, cache, opts, name, step, &doomed)?;
@@ -204,9 +61,9 @@ pub(crate) fn delete_version(
             wt.release(name, step, b as u64, block.address)?;
         }
     }
-    crate::tiers::rows::remove_rows(wt, name, step)?;
+    remove_rows(wt, name, step)?;
     let key = version_key(name, step);
-    wt.t.versions
+    wt.versions
         .remove(key.as_slice())
         .ctx("removing a version record")?;
     if from_checkpoint {
@@ -219,7 +76,7 @@ pub(crate) fn delete_version(
 /// `doomed`) so that it no longer needs it: before the version is deleted, or before its
 /// blocks are made lossy.
 pub(crate) fn rebase_dependents(
-    wt: &mut WriteTables<'_>,
+    wt: &mut WriteTxn<'_>,
     cache: &BlockCache,
     opts: &Options,
     name: &str,
@@ -252,7 +109,7 @@ type Changes = Vec<(u64, VersionRecord, Vec<(u64, Rebased)>)>;
 
 /// Computes the new records of every block that depends on `(name, step)`.
 fn plan_rebase(
-    wt: &WriteTables<'_>,
+    wt: &WriteTxn<'_>,
     cache: &BlockCache,
     opts: &Options,
     name: &str,
@@ -261,7 +118,7 @@ fn plan_rebase(
     all: &[(u64, VersionRecord)],
 ) -> Result<Changes> {
     let name_arc: Arc<str> = Arc::from(name);
-    let mut fetcher = Fetcher::new(&wt.t, cache);
+    let mut fetcher = Fetcher::new(wt, cache);
     // Per block: the dependent that became the new keyframe, as (step, record).
     let mut new_root: HashMap<u64, (u64, BlockRecord)> = HashMap::new();
     // Old segment address -> its re-based form (dependents sharing a segment share bytes).
@@ -296,24 +153,23 @@ fn plan_rebase(
             let d = doomed.blocks[b as usize];
             let candidate = match d.base {
                 Some(c) => {
-                    let crec =
-                        fetcher
-                            .record(&name_arc, c)?
-                            .ok_or_else(|| StoreError::BadBase {
-                                tensor: name.to_string(),
-                                step,
-                                block: b,
-                                base: c,
-                                reason: "does not exist",
-                            })?;
+                    let crec = fetcher.record(&name_arc, c)?.ok_or_else(|| {
+                        StoreError::Corrupt(Corruption::BadBase {
+                            tensor: name.to_string(),
+                            step,
+                            block: b,
+                            base: c,
+                            reason: "does not exist",
+                        })
+                    })?;
                     if !crec.same_layout(doomed) {
-                        return Err(StoreError::BadBase {
+                        return Err(StoreError::Corrupt(Corruption::BadBase {
                             tensor: name.to_string(),
                             step,
                             block: b,
                             base: c,
                             reason: "has another dtype, shape or block size",
-                        });
+                        }));
                     }
                     Some((c, crec.blocks[b as usize], Some(crec)))
                 }
@@ -321,19 +177,18 @@ fn plan_rebase(
             };
             let rebased = match candidate {
                 Some((c, c_block, crec)) => {
-                    let crec =
-                        match crec {
-                            Some(r) => r,
-                            None => fetcher.record(&name_arc, c)?.ok_or_else(|| {
-                                StoreError::BadBase {
-                                    tensor: name.to_string(),
-                                    step: *vstep,
-                                    block: b,
-                                    base: c,
-                                    reason: "does not exist",
-                                }
-                            })?,
-                        };
+                    let crec = match crec {
+                        Some(r) => r,
+                        None => fetcher.record(&name_arc, c)?.ok_or_else(|| {
+                            StoreError::Corrupt(Corruption::BadBase {
+                                tensor: name.to_string(),
+                                step: *vstep,
+                                block: b,
+                                base: c,
+                                reason: "does not exist",
+                            })
+                        })?,
+                    };
                     let base = decode_with(&mut fetcher, cache, &name_arc, c, &crec, b, c_block)?;
                     if base.as_slice() == data.as_slice() {
                         Rebased {
@@ -378,38 +233,28 @@ fn plan_rebase(
     Ok(changes)
 }
 
-fn decode<V, S, C>(
-    fetcher: &mut Fetcher<'_, V, S, C>,
+fn decode(
+    fetcher: &mut Fetcher<'_>,
     cache: &BlockCache,
     name: &Arc<str>,
     step: u64,
     rec: &VersionRecord,
     b: u64,
-) -> Result<Block>
-where
-    V: ReadableTable<&'static [u8], &'static [u8]>,
-    S: ReadableTable<u128, &'static [u8]>,
-    C: ReadableTable<[u8; 12], &'static [u8]>,
-{
+) -> Result<Block> {
     fetcher.fetch(name, step, rec, b)?.decode(cache)
 }
 
 /// Decodes block `b` of version `step` whose block record is `block` (which may differ from
 /// `rec.blocks[b]` when `step` is a dependent re-based earlier in this pass).
-fn decode_with<V, S, C>(
-    fetcher: &mut Fetcher<'_, V, S, C>,
+fn decode_with(
+    fetcher: &mut Fetcher<'_>,
     cache: &BlockCache,
     name: &Arc<str>,
     step: u64,
     rec: &VersionRecord,
     b: u64,
     block: BlockRecord,
-) -> Result<Block>
-where
-    V: ReadableTable<&'static [u8], &'static [u8]>,
-    S: ReadableTable<u128, &'static [u8]>,
-    C: ReadableTable<[u8; 12], &'static [u8]>,
-{
+) -> Result<Block> {
     if let Some(hit) = cache.get(block.address) {
         return Ok(hit);
     }
@@ -456,36 +301,14 @@ fn encode(
 
 /// Takes `name` out of the checkpoint at `step`; removes the checkpoint (and its tags) when
 /// it has no tensor left.
-fn drop_from_checkpoint(wt: &mut WriteTables<'_>, name: &str, step: u64) -> Result<()> {
-    let Some(mut cp) = load_checkpoint_record(&wt.checkpoints, step)? else {
+fn drop_from_checkpoint(wt: &mut WriteTxn<'_>, name: &str, step: u64) -> Result<()> {
+    let Some(mut cp) = wt.checkpoint(step)? else {
         return Ok(());
     };
     cp.tensors.retain(|t| t != name);
-    if !cp.tensors.is_empty() {
-        wt.checkpoints
-            .insert(step, cp.to_stored(&checkpoint_key(step)).as_slice())
-            .ctx("updating a checkpoint")?;
-        return Ok(());
+    if cp.tensors.is_empty() {
+        wt.remove_checkpoint(step)
+    } else {
+        wt.put_checkpoint(step, &cp)
     }
-    wt.checkpoints.remove(step).ctx("removing a checkpoint")?;
-    wt.tags
-        .retain(|_, s| s != step)
-        .ctx("removing the tags of a checkpoint")?;
-    Ok(())
-}
-
-/// Reads the checkpoint record at `step`.
-pub(crate) fn load_checkpoint_record(
-    checkpoints: &impl ReadableTable<u64, &'static [u8]>,
-    step: u64,
-) -> Result<Option<CheckpointRecord>> {
-    let Some(v) = checkpoints.get(step).ctx("reading a checkpoint")? else {
-        return Ok(None);
-    };
-    CheckpointRecord::from_stored(&checkpoint_key(step), v.value())
-        .map(Some)
-        .map_err(|source| StoreError::Record {
-            what: format!("checkpoint record of step {step}"),
-            source,
-        })
 }

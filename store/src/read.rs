@@ -1,57 +1,30 @@
-//! The tensor API of [`Store`]: put, get, partial reads, history, delete.
+//! The read API of [`Store`]: tensors (`get`, `get_at`, partial reads, `get_exact`, version
+//! lists) and checkpoints (`load_checkpoint`, lists, tags). Every call reads one committed
+//! snapshot.
 
 use std::ops::Range;
 use std::sync::Arc;
 
-use crate::error::{DbContext, Result, StoreError};
-use crate::options::PutOptions;
-use crate::plan::{at_or_before, check_name, NewVersion};
-use crate::reader::{read_blocks, Fetcher};
-use crate::rebase::{delete_version, versions_of};
-use crate::record::{decode_version_key, VersionRecord};
-use crate::store::{ReadTables, Store};
-use crate::tensor::{BlockEncoding, Tensor, TensorRef, TensorSlice, VersionInfo};
-use crate::tiers::Fidelity;
 use strata_tiering::Tier;
+
+use crate::engine::{
+    checkpoint_steps, lossy, read_blocks, tag_list, tensor_names, Fetcher, ReadTxn, Span, View,
+};
+use crate::error::{InvalidInput, NotFound, Result, StoreError, TierFailure};
+use crate::record::{Form, ResidualRef, VersionRecord, CHECKSUM_LEN};
+use crate::store::Store;
+use crate::tensor::{BlockEncoding, CheckpointInfo, Fidelity, Tensor, TensorSlice, VersionInfo};
 
 /// Bytes reserved up front for a read; larger tensors grow as their blocks decode, so a
 /// damaged record cannot make the store reserve memory its data does not fill.
-const RESERVE_LIMIT: u64 = 64 << 20;
+pub(crate) const RESERVE_LIMIT: u64 = 64 << 20;
 
 impl Store {
-    /// Writes version `step` of tensor `name`.
-    ///
-    /// # Errors
-    /// [`StoreError::StepExists`] if the version exists (see [`Store::put_with`]),
-    /// [`StoreError::DataLength`], [`StoreError::BadShape`], [`StoreError::InvalidName`].
-    pub fn put(&self, name: &str, step: u64, tensor: &TensorRef<'_>) -> Result<()> {
-        self.put_with(name, step, tensor, &PutOptions::default())
-    }
-
-    /// Writes version `step` of tensor `name` with options (e.g. overwrite).
-    ///
-    /// # Errors
-    /// Those of [`Store::put`].
-    pub fn put_with(
-        &self,
-        name: &str,
-        step: u64,
-        tensor: &TensorRef<'_>,
-        opts: &PutOptions,
-    ) -> Result<()> {
-        let item = NewVersion {
-            name: Arc::from(name),
-            step,
-            tensor: *tensor,
-        };
-        self.write_versions(std::slice::from_ref(&item), opts.overwrite, None)
-    }
-
     /// Reads version `step` of tensor `name`, bit-exact.
     ///
     /// # Errors
-    /// [`StoreError::TensorNotFound`], [`StoreError::VersionNotFound`], and for a damaged
-    /// store [`StoreError::Segment`] and the other block errors, naming the block.
+    /// [`crate::NotFound::Tensor`], [`crate::NotFound::Version`], and for a damaged
+    /// store [`crate::Corruption::Segment`] and the other block errors, naming the block.
     pub fn get(&self, name: &str, step: u64) -> Result<Tensor> {
         let r = self.read()?;
         let rec = self.version_record(&r, name, step)?;
@@ -62,7 +35,7 @@ impl Store {
     /// through their exact residual ([`crate::Residual::Exact`]).
     ///
     /// # Errors
-    /// [`StoreError::NotExact`] naming the first block that holds only lossy (or no) data,
+    /// [`crate::TierFailure::NotExact`] naming the first block that holds only lossy (or no) data,
     /// and the errors of [`Store::get`].
     pub fn get_exact(&self, name: &str, step: u64) -> Result<Tensor> {
         let r = self.read()?;
@@ -74,28 +47,21 @@ impl Store {
         let size = rec.dtype.size() as u64;
         for (b, block) in rec.blocks.iter().enumerate() {
             let b = b as u64;
-            if block.form == crate::record::Form::Lossless {
+            if block.form == Form::Lossless {
                 continue;
             }
-            let row = crate::tiers::rows::load_row(&r.t.tiers, name, step, b)?.ok_or(
-                StoreError::TierRowMissing {
+            let row = r.required_tier_row(name, step, b)?;
+            let Some(ResidualRef::Exact { address, .. }) = row.residual else {
+                return Err(StoreError::Tier(TierFailure::NotExact {
                     tensor: name.to_string(),
                     step,
                     block: b,
-                },
-            )?;
-            let Some(crate::record::ResidualRef::Exact { address, .. }) = row.residual else {
-                return Err(StoreError::NotExact {
-                    tensor: name.to_string(),
-                    step,
-                    block: b,
-                    fidelity: crate::tiers::lossy::fidelity_of(row.precision, rec.dtype),
-                });
+                    fidelity: lossy::fidelity_of(row.precision, rec.dtype),
+                }));
             };
             let lo = (b * rec.block_elems * size) as usize;
             let hi = lo + (rec.block_len(b) * size) as usize;
-            let exact =
-                r.t.apply_exact_residual(name, step, b, address, &t.data[lo..hi])?;
+            let exact = r.apply_exact_residual(name, step, b, address, &t.data[lo..hi])?;
             t.data[lo..hi].copy_from_slice(&exact);
         }
         t.fidelity = Fidelity::Exact;
@@ -105,18 +71,18 @@ impl Store {
     /// Reads the latest version of `name` at or before `step`; returns its step too.
     ///
     /// # Errors
-    /// [`StoreError::NoVersionAtOrBefore`] (or [`StoreError::TensorNotFound`]), and the
+    /// [`crate::NotFound::AtOrBefore`] (or [`crate::NotFound::Tensor`]), and the
     /// block errors of [`Store::get`].
     pub fn get_at(&self, name: &str, step: u64) -> Result<(u64, Tensor)> {
         let r = self.read()?;
-        let Some((s, rec)) = at_or_before(&r.t.versions, name, step)? else {
+        let Some((s, rec)) = r.at_or_before(name, step)? else {
             return Err(self.missing(
                 &r,
                 name,
-                StoreError::NoVersionAtOrBefore {
+                StoreError::NotFound(NotFound::AtOrBefore {
                     tensor: name.to_string(),
                     step,
-                },
+                }),
             )?);
         };
         Ok((s, self.read_tensor(&r, name, s, &rec)?))
@@ -125,10 +91,12 @@ impl Store {
     /// Reads the latest version of `name`; returns its step too.
     ///
     /// # Errors
-    /// [`StoreError::TensorNotFound`], and the block errors of [`Store::get`].
+    /// [`crate::NotFound::Tensor`], and the block errors of [`Store::get`].
     pub fn latest(&self, name: &str) -> Result<(u64, Tensor)> {
         self.get_at(name, u64::MAX).map_err(|e| match e {
-            StoreError::NoVersionAtOrBefore { tensor, .. } => StoreError::TensorNotFound { tensor },
+            StoreError::NotFound(NotFound::AtOrBefore { tensor, .. }) => {
+                StoreError::NotFound(NotFound::Tensor { tensor })
+            }
             e => e,
         })
     }
@@ -137,18 +105,18 @@ impl Store {
     /// that overlap them.
     ///
     /// # Errors
-    /// [`StoreError::RangeOutOfBounds`], and those of [`Store::get`].
+    /// [`crate::InvalidInput::Range`], and those of [`Store::get`].
     pub fn get_range(&self, name: &str, step: u64, elems: Range<u64>) -> Result<TensorSlice> {
         let r = self.read()?;
         let rec = self.version_record(&r, name, step)?;
         if elems.start > elems.end || elems.end > rec.elements {
-            return Err(StoreError::RangeOutOfBounds {
+            return Err(StoreError::Invalid(InvalidInput::Range {
                 tensor: name.to_string(),
                 step,
                 start: elems.start,
                 end: elems.end,
                 elements: rec.elements,
-            });
+            }));
         }
         let (data, fidelity) = self.read_elems(&r, name, step, &rec, elems.clone(), 0)?;
         if elems.start < elems.end {
@@ -168,23 +136,18 @@ impl Store {
     /// Every version of `name`, in step order.
     ///
     /// # Errors
-    /// [`StoreError::TensorNotFound`].
+    /// [`crate::NotFound::Tensor`].
     pub fn versions(&self, name: &str) -> Result<Vec<VersionInfo>> {
         let r = self.read()?;
-        let all = versions_of(&r.t.versions, name)?;
+        let all = r.versions_of(name)?;
         if all.is_empty() {
-            return Err(StoreError::TensorNotFound {
+            return Err(StoreError::NotFound(NotFound::Tensor {
                 tensor: name.to_string(),
-            });
+            }));
         }
         all.into_iter()
             .map(|(step, rec)| {
-                let rows = crate::tiers::rows::load_rows_by_block(
-                    &r.t.tiers,
-                    name,
-                    step,
-                    rec.blocks.len(),
-                )?;
+                let rows = r.tier_rows_by_block(name, step, rec.blocks.len())?;
                 let tiers: Vec<Tier> = rows
                     .iter()
                     .map(|row| row.as_ref().map_or(Tier::Exact, |row| row.tier))
@@ -199,91 +162,88 @@ impl Store {
     /// # Errors
     /// Database errors only.
     pub fn tensors(&self) -> Result<Vec<String>> {
-        let r = self.read()?;
-        let mut names = Vec::new();
-        let mut from: Vec<u8> = Vec::new();
-        loop {
-            let mut iter =
-                r.t.versions
-                    .range::<&[u8]>((
-                        std::ops::Bound::Excluded(from.as_slice()),
-                        std::ops::Bound::Unbounded,
-                    ))
-                    .ctx("listing tensors")?;
-            let Some(entry) = iter.next() else { break };
-            let (k, _) = entry.ctx("listing tensors")?;
-            let Some((name, _)) = decode_version_key(k.value()) else {
-                return Err(StoreError::Record {
-                    what: "a version key".into(),
-                    source: crate::record::RecordError::BadValue {
-                        field: "version key",
-                        value: k.value().len() as u64,
-                    },
-                });
-            };
-            names.push(name.to_string());
-            // Skip the rest of this tensor's versions.
-            from = crate::record::version_key(name, u64::MAX);
-        }
+        let mut names = tensor_names(&self.read()?.versions)?;
         names.sort();
         Ok(names)
     }
 
-    /// Deletes version `step` of `name`. Versions whose blocks are deltas against it are
-    /// re-encoded in the same transaction; the tensor leaves the checkpoint at `step`, if any
-    /// (an emptied checkpoint is removed with its tags).
+    /// Steps of every checkpoint, ascending.
     ///
     /// # Errors
-    /// [`StoreError::TensorNotFound`], [`StoreError::VersionNotFound`], and block errors
-    /// if a dependent cannot be decoded.
-    pub fn delete(&self, name: &str, step: u64) -> Result<()> {
-        check_name(name)?;
-        let _writer = self.writer.lock();
-        self.write(|wt| delete_version(wt, &self.cache, &self.opts, name, step, true))
+    /// Database errors only.
+    pub fn checkpoints(&self) -> Result<Vec<u64>> {
+        checkpoint_steps(&self.read()?.checkpoints)
+    }
+
+    /// The metadata text of the checkpoint at `step`.
+    ///
+    /// # Errors
+    /// [`crate::NotFound::Checkpoint`].
+    pub fn checkpoint_metadata(&self, step: u64) -> Result<String> {
+        self.read()?
+            .checkpoint(step)?
+            .map(|cp| cp.metadata)
+            .ok_or(StoreError::NotFound(NotFound::Checkpoint { step }))
+    }
+
+    /// The tensor names and metadata of the checkpoint at `step`, without reading its data.
+    ///
+    /// # Errors
+    /// [`crate::NotFound::Checkpoint`].
+    pub fn checkpoint_info(&self, step: u64) -> Result<CheckpointInfo> {
+        self.read()?
+            .checkpoint(step)?
+            .map(|cp| CheckpointInfo {
+                step,
+                tensors: cp.tensors,
+                metadata: cp.metadata,
+            })
+            .ok_or(StoreError::NotFound(NotFound::Checkpoint { step }))
+    }
+
+    /// Every tag and the checkpoint step it names, sorted by tag.
+    ///
+    /// # Errors
+    /// Database errors; a tag name that is not UTF-8 is a [`crate::Corruption::Record`].
+    pub fn tags(&self) -> Result<Vec<(String, u64)>> {
+        tag_list(&self.read()?.tags)
     }
 
     /// The record of a version, or the right not-found error.
     pub(crate) fn version_record(
         &self,
-        r: &ReadTables,
+        r: &ReadTxn,
         name: &str,
         step: u64,
     ) -> Result<VersionRecord> {
-        match crate::reader::load_version(&r.t.versions, name, step)? {
+        match r.version(name, step)? {
             Some(rec) => Ok(rec),
             None => Err(self.missing(
                 r,
                 name,
-                StoreError::VersionNotFound {
+                StoreError::NotFound(NotFound::Version {
                     tensor: name.to_string(),
                     step,
-                },
+                }),
             )?),
         }
     }
 
     /// `TensorNotFound` if `name` has no version at all, else `otherwise`.
-    fn missing(&self, r: &ReadTables, name: &str, otherwise: StoreError) -> Result<StoreError> {
-        let range = crate::record::version_key_range(name, 0..=u64::MAX);
-        let any =
-            r.t.versions
-                .range(range.start().as_slice()..=range.end().as_slice())
-                .ctx("looking up a tensor")?
-                .next()
-                .is_some();
-        Ok(if any {
+    fn missing(&self, r: &ReadTxn, name: &str, otherwise: StoreError) -> Result<StoreError> {
+        Ok(if r.has_versions(name)? {
             otherwise
         } else {
-            StoreError::TensorNotFound {
+            StoreError::NotFound(NotFound::Tensor {
                 tensor: name.to_string(),
-            }
+            })
         })
     }
 
     /// Decodes every block of a version.
     pub(crate) fn read_tensor(
         &self,
-        r: &ReadTables,
+        r: &ReadTxn,
         name: &str,
         step: u64,
         rec: &VersionRecord,
@@ -302,7 +262,7 @@ impl Store {
     /// counts the Tier 0 rebuilds this read is part of.
     pub(crate) fn read_elems(
         &self,
-        r: &ReadTables,
+        r: &ReadTxn,
         name: &str,
         step: u64,
         rec: &VersionRecord,
@@ -318,22 +278,25 @@ impl Store {
         }
         let first = elems.start / rec.block_elems;
         let last = (elems.end - 1) / rec.block_elems;
-        let name_arc: Arc<str> = Arc::from(name);
-        let mut fetcher = Fetcher::new(&r.t, &self.cache);
+        let span = Span {
+            name: Arc::from(name),
+            step,
+            rec,
+            blocks: first..last + 1,
+        };
+        let mut fetcher = Fetcher::new(r, &self.cache);
         read_blocks(
             &mut fetcher,
             &self.cache,
-            &name_arc,
-            step,
-            rec,
-            first..last + 1,
-            |job| self.rebuild_block(r, job, rec, depth),
-            |b, bytes, f| {
+            std::slice::from_ref(&span),
+            |_, job| self.rebuild_block(r, job, rec, depth),
+            |_, b, bytes, f| {
                 let block_start = b * rec.block_elems;
                 let lo = elems.start.max(block_start) - block_start;
                 let hi = elems.end.min(block_start + rec.block_len(b)) - block_start;
                 data.extend_from_slice(&bytes[(lo * size) as usize..(hi * size) as usize]);
                 fidelity = fidelity.worst(f);
+                Ok(())
             },
         )?;
         Ok((data, fidelity))
@@ -366,7 +329,7 @@ pub(crate) fn version_info(step: u64, rec: &VersionRecord, tiers: &[Tier]) -> Ve
             },
         })
         .collect();
-    let record_bytes = (rec.encode().len() + crate::record::CHECKSUM_LEN) as u64;
+    let record_bytes = (rec.encode().len() + CHECKSUM_LEN) as u64;
     VersionInfo {
         step,
         dtype: rec.dtype,

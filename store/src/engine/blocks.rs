@@ -1,0 +1,516 @@
+//! Reading blocks: follow a block's delta chain down to a keyframe or a cached block, fetch
+//! those segments (sequential I/O), then decode them (in parallel across blocks).
+//!
+//! Works on the tables of a read transaction or of a write transaction (re-basing reads
+//! inside the transaction that changes things).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use rayon::prelude::*;
+use strata_codec::segment::{Segment, SegmentError, SegmentHeader};
+use strata_codec::DType;
+
+use super::buffers::POOL;
+use super::cache::{Block, BlockCache};
+use super::quantized;
+use super::txn::View;
+use crate::error::{Corruption, Result, StoreError, TierFailure};
+use crate::record::{BlockRecord, Form, ResidualRef, TierRow, VersionRecord};
+use crate::tensor::Fidelity;
+
+/// Longest chain a reader follows: above any `max_chain` the store writes (255), so only a
+/// loop in damaged metadata reaches it.
+pub(crate) const MAX_HOPS: usize = 256;
+/// Decoded bytes of one batch of [`read_blocks`]: bounds what a read holds at once.
+pub(crate) const BATCH_BYTES: usize = 64 << 20;
+/// Blocks of one batch of [`read_blocks`], however small.
+const BATCH_JOBS: usize = 4096;
+
+/// One segment to decode: which block of which version it is.
+#[derive(Debug)]
+struct Link {
+    step: u64,
+    address: u128,
+    bytes: Vec<u8>,
+}
+
+/// Everything needed to decode one block without touching the database.
+#[derive(Debug)]
+pub(crate) struct Job {
+    name: Arc<str>,
+    /// The version asked for.
+    step: u64,
+    block: u64,
+    dtype: DType,
+    /// Decoded bytes of the block.
+    len: usize,
+    /// Segments from the requested block down; the last is a keyframe unless `base` is set.
+    links: Vec<Link>,
+    /// The decoded block under the last link (from the cache), or the requested block itself
+    /// when `links` is empty.
+    base: Option<Block>,
+    /// Lossless chain, quantized segment, or Tier 0 (rebuilt by the caller).
+    form: Form,
+    /// What the decoded bytes are worth.
+    pub(crate) fidelity: Fidelity,
+    /// A quantized block's sparse residual (HPΔKV blob), applied after dequantizing.
+    sparse: Option<Vec<u8>>,
+    /// A Tier 0 block's row (how to rebuild it).
+    pub(crate) row: Option<TierRow>,
+}
+
+/// Fetches chains through a memo of version records.
+pub(crate) struct Fetcher<'a> {
+    view: &'a dyn View,
+    cache: &'a BlockCache,
+    records: HashMap<(Arc<str>, u64), Arc<VersionRecord>>,
+}
+
+impl<'a> Fetcher<'a> {
+    pub(crate) fn new(view: &'a dyn View, cache: &'a BlockCache) -> Self {
+        Fetcher {
+            view,
+            cache,
+            records: HashMap::new(),
+        }
+    }
+
+    /// The record of a version, through the memo.
+    pub(crate) fn record(
+        &mut self,
+        name: &Arc<str>,
+        step: u64,
+    ) -> Result<Option<Arc<VersionRecord>>> {
+        let key = (name.clone(), step);
+        if let Some(r) = self.records.get(&key) {
+            return Ok(Some(r.clone()));
+        }
+        let Some(rec) = self.view.version(name, step)? else {
+            return Ok(None);
+        };
+        let rec = Arc::new(rec);
+        self.records.insert(key, rec.clone());
+        Ok(Some(rec))
+    }
+
+    /// Gathers the segments that block `block` of `(name, step)` (record `rec`) needs.
+    pub(crate) fn fetch(
+        &mut self,
+        name: &Arc<str>,
+        step: u64,
+        rec: &VersionRecord,
+        block: u64,
+    ) -> Result<Job> {
+        let mut job = Job {
+            name: name.clone(),
+            step,
+            block,
+            dtype: rec.dtype,
+            len: block_bytes(rec, block),
+            links: Vec::new(),
+            base: None,
+            form: Form::Lossless,
+            fidelity: Fidelity::Exact,
+            sparse: None,
+            row: None,
+        };
+        let (mut cur_step, mut cur) = (step, block_record(name, step, rec, block)?);
+        if cur.form != Form::Lossless {
+            return self.fetch_tiered(job, cur);
+        }
+        loop {
+            if let Some(hit) = self.cache.get(cur.address) {
+                job.base = Some(hit);
+                return Ok(job);
+            }
+            let bytes = self
+                .view
+                .fetch_segment(name, cur_step, block, cur.address)?;
+            job.links.push(Link {
+                step: cur_step,
+                address: cur.address,
+                bytes,
+            });
+            let Some(base_step) = cur.base else {
+                return Ok(job);
+            };
+            if job.links.len() >= MAX_HOPS {
+                return Err(StoreError::Corrupt(Corruption::ChainTooLong {
+                    tensor: name.to_string(),
+                    step,
+                    block,
+                    limit: MAX_HOPS,
+                }));
+            }
+            let bad_base = |reason| {
+                StoreError::Corrupt(Corruption::BadBase {
+                    tensor: name.to_string(),
+                    step: cur_step,
+                    block,
+                    base: base_step,
+                    reason,
+                })
+            };
+            let base_rec = self
+                .record(name, base_step)?
+                .ok_or_else(|| bad_base("does not exist"))?;
+            if !base_rec.same_layout(rec) {
+                return Err(bad_base("has another dtype, shape or block size"));
+            }
+            cur = block_record(name, base_step, &base_rec, block)?;
+            cur_step = base_step;
+        }
+    }
+}
+
+impl Fetcher<'_> {
+    /// Gathers a quantized block (its segment and sparse residual) or a Tier 0 block's row.
+    fn fetch_tiered(&mut self, mut job: Job, cur: BlockRecord) -> Result<Job> {
+        let row = self
+            .view
+            .required_tier_row(&job.name, job.step, job.block)?;
+        job.form = cur.form;
+        job.fidelity = quantized::fidelity_of(row.precision, job.dtype);
+        if cur.form == Form::Absent {
+            job.row = Some(row);
+            return Ok(job);
+        }
+        let fetch = |address| {
+            self.view
+                .fetch_segment(&job.name, job.step, job.block, address)
+        };
+        if let Some(ResidualRef::Sparse { address, .. }) = row.residual {
+            job.sparse = Some(fetch(address)?);
+        }
+        if let Some(hit) = self.cache.get(cache_key(cur.address, cur.form)) {
+            job.base = Some(hit);
+        } else {
+            let bytes = fetch(cur.address)?;
+            job.links.push(Link {
+                step: job.step,
+                address: cur.address,
+                bytes,
+            });
+        }
+        Ok(job)
+    }
+}
+
+/// The cache key of a decoded block: its segment's address, or for a frame of a
+/// multi-frame segment, the address mixed with the frame index.
+pub(crate) fn cache_key(address: u128, form: Form) -> u128 {
+    match form {
+        Form::Frame { index } => {
+            address
+                ^ (u128::from(index) + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835)
+        }
+        _ => address,
+    }
+}
+
+fn block_record(name: &str, step: u64, rec: &VersionRecord, block: u64) -> Result<BlockRecord> {
+    usize::try_from(block)
+        .ok()
+        .and_then(|b| rec.blocks.get(b))
+        .copied()
+        .ok_or_else(|| {
+            StoreError::Corrupt(Corruption::BlockMismatch {
+                tensor: name.to_string(),
+                step,
+                block,
+                reason: format!("the version has only {} blocks", rec.blocks.len()),
+            })
+        })
+}
+
+/// Decoded bytes of block `block` (bounded by the record checks: at most 1 GiB).
+pub(crate) fn block_bytes(rec: &VersionRecord, block: u64) -> usize {
+    (rec.block_len(block) * rec.dtype.size() as u64) as usize
+}
+
+impl Job {
+    /// Whether the block is at Tier 0: the caller rebuilds it from [`Job::row`].
+    pub(crate) fn is_absent(&self) -> bool {
+        self.form == Form::Absent
+    }
+
+    /// The version asked for and the block.
+    pub(crate) fn at(&self) -> (&Arc<str>, u64, u64) {
+        (&self.name, self.step, self.block)
+    }
+
+    /// Decodes the chain bottom-up, caching every block decoded on the way.
+    pub(crate) fn decode(self, cache: &BlockCache) -> Result<Block> {
+        match self.form {
+            Form::Lossless => self.decode_lossless(cache),
+            Form::Quantized | Form::Frame { .. } => self.decode_quantized(cache),
+            Form::Absent => Err(StoreError::Tier(TierFailure::Reconstruct {
+                tensor: self.name.to_string(),
+                step: self.step,
+                block: self.block,
+                reason: "a Tier 0 block has no segment to decode".into(),
+            })),
+        }
+    }
+
+    fn segment_error(&self, link: &Link, source: SegmentError) -> StoreError {
+        StoreError::Corrupt(Corruption::Segment {
+            tensor: self.name.to_string(),
+            step: link.step,
+            block: self.block,
+            address: link.address,
+            source: Box::new(source),
+        })
+    }
+
+    /// Parses a link's segment and checks its dtype, and its size with `size_ok`.
+    fn parse_checked<'l>(
+        &self,
+        link: &'l Link,
+        size_ok: impl Fn(&SegmentHeader) -> bool,
+    ) -> Result<Segment<'l>> {
+        let seg = Segment::parse(&link.bytes).map_err(|e| self.segment_error(link, e))?;
+        let h = seg.header();
+        if h.dtype != self.dtype || !size_ok(h) {
+            return Err(StoreError::Corrupt(Corruption::BlockMismatch {
+                tensor: self.name.to_string(),
+                step: link.step,
+                block: self.block,
+                reason: format!(
+                    "segment holds {} elements of {}, the record expects {} bytes of {}",
+                    h.elements, h.dtype, self.len, self.dtype
+                ),
+            }));
+        }
+        Ok(seg)
+    }
+
+    /// Dequantizes the block (cached by segment address) and applies its sparse residual.
+    fn decode_quantized(mut self, cache: &BlockCache) -> Result<Block> {
+        let block = match (self.base.take(), self.links.first()) {
+            (Some(hit), _) => hit,
+            (None, Some(link)) => {
+                let seg_err = |source| self.segment_error(link, source);
+                // A frame segment's element count is per frame, like a block's.
+                self.parse_checked(link, |h| {
+                    h.elements.checked_mul(self.dtype.size() as u64) == Some(self.len as u64)
+                })?;
+                let out = match self.form {
+                    Form::Frame { index } => {
+                        quantized::decode_frame(self.dtype, &link.bytes, index, self.len).map_err(
+                            |e| {
+                                StoreError::Tier(TierFailure::Frame {
+                                    tensor: self.name.to_string(),
+                                    step: link.step,
+                                    address: link.address,
+                                    source: Box::new(e),
+                                })
+                            },
+                        )?
+                    }
+                    _ => quantized::decode(self.dtype, &link.bytes, self.len).map_err(seg_err)?,
+                };
+                let block = Arc::new(out);
+                cache.insert(cache_key(link.address, self.form), block.clone());
+                block
+            }
+            (None, None) => {
+                return Err(StoreError::Corrupt(Corruption::BlockMismatch {
+                    tensor: self.name.to_string(),
+                    step: self.step,
+                    block: self.block,
+                    reason: "a quantized block without its segment".into(),
+                }))
+            }
+        };
+        if block.len() != self.len {
+            return Err(StoreError::Corrupt(Corruption::BlockMismatch {
+                tensor: self.name.to_string(),
+                step: self.step,
+                block: self.block,
+                reason: format!(
+                    "the block decodes to {} bytes, the record expects {}",
+                    block.len(),
+                    self.len
+                ),
+            }));
+        }
+        match &self.sparse {
+            None => Ok(block),
+            Some(blob) => {
+                let mut values = quantized::to_f32(self.dtype, &block).unwrap_or_default();
+                quantized::apply_sparse(blob, &mut values).map_err(|source| {
+                    StoreError::Corrupt(Corruption::Residual {
+                        tensor: self.name.to_string(),
+                        step: self.step,
+                        block: self.block,
+                        source: Box::new(source),
+                    })
+                })?;
+                Ok(Arc::new(quantized::from_f32(self.dtype, &values)))
+            }
+        }
+    }
+
+    fn decode_lossless(mut self, cache: &BlockCache) -> Result<Block> {
+        if !cache.wants(self.len) {
+            return self.decode_lossless_uncached();
+        }
+        let mut base = self.base.take();
+        let links = std::mem::take(&mut self.links);
+        for link in links.into_iter().rev() {
+            let seg = self.parse_checked(&link, |h| h.decoded_len().ok() == Some(self.len))?;
+            let out = seg
+                .decode_lossless(base.as_deref().map(Vec::as_slice), self.len)
+                .map_err(|e| self.segment_error(&link, e))?;
+            let block = Arc::new(out);
+            cache.insert(link.address, block.clone());
+            base = Some(block);
+            POOL.give(link.bytes);
+        }
+        match base {
+            Some(block) if block.len() == self.len => Ok(block),
+            other => Err(StoreError::Corrupt(Corruption::BlockMismatch {
+                tensor: self.name.to_string(),
+                step: self.step,
+                block: self.block,
+                reason: format!(
+                    "the block decodes to {} bytes, the record expects {}",
+                    other.map_or(0, |b| b.len()),
+                    self.len
+                ),
+            })),
+        }
+    }
+}
+
+impl Job {
+    /// The chain decoded in two buffers that trade places at each link: nothing decoded on
+    /// the way is kept (the cache would not take it), so no link allocates (fresh pages cost
+    /// a page fault each; at chain depth 5 this halves a 4 MiB read, ADR 0006).
+    fn decode_lossless_uncached(mut self) -> Result<Block> {
+        let cached = self.base.take();
+        let mut prev: Option<Vec<u8>> = None;
+        let mut out = POOL.take_filled(self.len);
+        let links = std::mem::take(&mut self.links);
+        let count = links.len();
+        for (i, link) in links.into_iter().rev().enumerate() {
+            let seg = self.parse_checked(&link, |h| h.decoded_len().ok() == Some(self.len))?;
+            let base = prev.as_deref().or(cached.as_deref().map(Vec::as_slice));
+            seg.decode_lossless_into(base, &mut out)
+                .map_err(|e| self.segment_error(&link, e))?;
+            POOL.give(link.bytes);
+            let next = match prev.take() {
+                Some(buf) => buf,
+                None if i + 1 < count => POOL.take_filled(self.len),
+                None => Vec::new(),
+            };
+            prev = Some(std::mem::replace(&mut out, next));
+        }
+        POOL.give(out);
+        match (prev, cached) {
+            (Some(block), _) => Ok(Arc::new(block)),
+            (None, Some(block)) if block.len() == self.len => Ok(block),
+            _ => Err(StoreError::Corrupt(Corruption::BlockMismatch {
+                tensor: self.name.to_string(),
+                step: self.step,
+                block: self.block,
+                reason: "the block has no segment to decode".into(),
+            })),
+        }
+    }
+}
+
+/// Decodes jobs, in parallel when there is more than one; results in job order.
+pub(crate) fn decode_all(jobs: Vec<Job>, cache: &BlockCache) -> Vec<Result<Block>> {
+    if jobs.len() <= 1 {
+        return jobs.into_iter().map(|j| j.decode(cache)).collect();
+    }
+    jobs.into_par_iter().map(|j| j.decode(cache)).collect()
+}
+
+/// Blocks of one version to read, for [`read_blocks`].
+pub(crate) struct Span<'r> {
+    pub(crate) name: Arc<str>,
+    pub(crate) step: u64,
+    pub(crate) rec: &'r VersionRecord,
+    pub(crate) blocks: std::ops::Range<u64>,
+}
+
+/// Reads the blocks of `spans` in order, fetching them a batch at a time (at most
+/// [`BATCH_BYTES`] of decoded data, or [`BATCH_JOBS`] blocks) and decoding each batch in
+/// parallel, so many small tensors decode together and a large one in bounded memory. Tier 0
+/// blocks go to `rebuild`; `sink` gets each block's bytes and fidelity (span index, block
+/// index) in order.
+pub(crate) fn read_blocks(
+    fetcher: &mut Fetcher<'_>,
+    cache: &BlockCache,
+    spans: &[Span<'_>],
+    mut rebuild: impl FnMut(usize, &Job) -> Result<(Block, Fidelity)>,
+    mut sink: impl FnMut(usize, u64, &[u8], Fidelity) -> Result<()>,
+) -> Result<()> {
+    let mut todo = spans
+        .iter()
+        .enumerate()
+        .flat_map(|(si, s)| s.blocks.clone().map(move |b| (si, b)))
+        .peekable();
+    while todo.peek().is_some() {
+        let mut batch: Vec<(usize, u64)> = Vec::new();
+        let mut bytes = 0usize;
+        while let Some(&(si, b)) = todo.peek() {
+            let len = block_bytes(spans[si].rec, b);
+            if !batch.is_empty() && (bytes + len > BATCH_BYTES || batch.len() >= BATCH_JOBS) {
+                break;
+            }
+            bytes += len;
+            batch.push((si, b));
+            todo.next();
+        }
+        let jobs = batch
+            .iter()
+            .map(|&(si, b)| {
+                let s = &spans[si];
+                fetcher.fetch(&s.name, s.step, s.rec, b)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut rebuilt = Vec::with_capacity(jobs.len());
+        let mut decodable = Vec::with_capacity(jobs.len());
+        let mut fidelity = Vec::with_capacity(jobs.len());
+        for (job, &(si, _)) in jobs.into_iter().zip(&batch) {
+            fidelity.push(job.fidelity);
+            if job.is_absent() {
+                rebuilt.push(Some(rebuild(si, &job)?));
+            } else {
+                rebuilt.push(None);
+                decodable.push(job);
+            }
+        }
+        let mut decoded = decode_all(decodable, cache).into_iter();
+        for ((&(si, b), done), f) in batch.iter().zip(rebuilt).zip(fidelity) {
+            let block = match done {
+                Some((block, f)) => {
+                    sink(si, b, &block, f)?;
+                    block
+                }
+                None => {
+                    let block = decoded.next().ok_or_else(|| {
+                        StoreError::Corrupt(Corruption::BlockMismatch {
+                            tensor: spans[si].name.to_string(),
+                            step: spans[si].step,
+                            block: b,
+                            reason: "a block was not decoded".into(),
+                        })
+                    })??;
+                    sink(si, b, &block, f)?;
+                    block
+                }
+            };
+            // Not held by the cache: the buffer serves the next read.
+            if let Ok(buf) = Arc::try_unwrap(block) {
+                POOL.give(buf);
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,438 @@
+//! Planning and encoding writes: a [`VersionPlan`] per version (checked, its predecessor and
+//! tier policy resolved), then its blocks encoded window by window ([`encode_window`]): each
+//! block's base picked by the [`DeltaPolicy`], bases decoded, segments encoded in parallel.
+//! The caller inserts each window's segments before encoding the next, so memory is bounded
+//! by the window, not by the tensor or the checkpoint.
+
+use std::sync::Arc;
+
+use rayon::prelude::*;
+use strata_codec::segment;
+
+use super::blocks::{Fetcher, Job};
+use super::cache::BlockCache;
+use super::quantized::{self, ResidualBytes};
+use super::segments::address_of;
+use super::txn::View;
+use super::versions::check_name;
+use crate::error::{Corruption, InvalidInput, Result, StoreError};
+use crate::options::{DeltaPolicy, Options};
+use crate::record::{BlockRecord, Form, VersionRecord, MAX_DIMS};
+use crate::tiers::policy::{Residual, TierPolicy};
+use crate::tiers::rules::RuleSet;
+use crate::DType;
+
+/// A version being written: checked, its predecessor and tier policy resolved; its block
+/// records are filled in as windows are encoded and inserted.
+#[derive(Debug)]
+pub(crate) struct VersionPlan {
+    pub(crate) name: Arc<str>,
+    pub(crate) step: u64,
+    /// The record, its `blocks` pushed in block order by the caller.
+    pub(crate) record: VersionRecord,
+    /// A version exists at this step and is being overwritten.
+    pub(crate) replaces: bool,
+    /// The tier policy of a version stored quantized.
+    pub(crate) tiered: Option<TierPolicy>,
+    /// The latest earlier version with the same dtype and shape: the base of deltas.
+    pred: Option<(u64, Arc<VersionRecord>)>,
+    /// Quantize instead: the start tier and residual.
+    lossy: Option<(strata_tiering::Tier, Residual)>,
+    /// Blocks of the version.
+    pub(crate) blocks: u64,
+}
+
+impl VersionPlan {
+    /// Byte range of block `b` in the tensor's data.
+    pub(crate) fn block_range(&self, b: u64) -> std::ops::Range<u64> {
+        let size = self.record.dtype.size() as u64;
+        let start = b * self.record.block_elems * size;
+        start..start + self.record.block_len(b) * size
+    }
+}
+
+/// Checks a tensor's name, shape and data length; returns its element count.
+pub(crate) fn check_shape(
+    name: &str,
+    step: u64,
+    dtype: DType,
+    shape: &[u64],
+    data_len: u64,
+) -> Result<u64> {
+    check_name(name)?;
+    let bad_shape = || {
+        StoreError::Invalid(InvalidInput::Shape {
+            tensor: name.to_string(),
+            step,
+            shape: shape.iter().take(MAX_DIMS + 1).copied().collect(),
+        })
+    };
+    if shape.len() > MAX_DIMS {
+        return Err(bad_shape());
+    }
+    let elements = shape
+        .iter()
+        .try_fold(1u64, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(bad_shape)?;
+    let expected = elements
+        .checked_mul(dtype.size() as u64)
+        .ok_or_else(bad_shape)?;
+    if expected != data_len {
+        return Err(StoreError::Invalid(InvalidInput::DataLength {
+            tensor: name.to_string(),
+            step,
+            expected,
+            actual: data_len,
+        }));
+    }
+    Ok(elements)
+}
+
+/// Plans version `step` of `name` against the versions visible through `view`. `elements`
+/// comes from [`check_shape`].
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn plan_version(
+    view: &dyn View,
+    opts: &Options,
+    rules: &RuleSet,
+    name: Arc<str>,
+    step: u64,
+    dtype: DType,
+    shape: &[u64],
+    elements: u64,
+    overwrite: bool,
+) -> Result<VersionPlan> {
+    let replaces = view.version(&name, step)?.is_some();
+    if replaces && !overwrite {
+        return Err(StoreError::Invalid(InvalidInput::StepExists {
+            tensor: name.to_string(),
+            step,
+        }));
+    }
+    let policy = rules.resolve(&name);
+    let lossy = (policy.is_lossy() && dtype.is_float())
+        .then(|| (policy.policy.write_tier(), policy.residual));
+    let pred = match lossy {
+        Some(_) => None,
+        None => view
+            .predecessor(&name, step)?
+            .filter(|(_, p)| p.dtype == dtype && p.shape == shape)
+            .map(|(s, p)| (s, Arc::new(p))),
+    };
+    let block_elems = match &pred {
+        Some((_, p)) => p.block_elems,
+        None => opts.block_elems(dtype.size()),
+    };
+    let blocks = VersionRecord::block_count(elements, block_elems);
+    Ok(VersionPlan {
+        record: VersionRecord {
+            dtype,
+            shape: shape.to_vec(),
+            elements,
+            block_elems,
+            blocks: Vec::with_capacity(blocks.min(1 << 20) as usize),
+        },
+        name,
+        step,
+        replaces,
+        tiered: lossy.map(|_| policy.clone()),
+        pred,
+        lossy,
+        blocks,
+    })
+}
+
+/// One block to encode: its version's plan, its index, its bytes.
+pub(crate) struct BlockWork<'p, 'd> {
+    pub(crate) plan: &'p VersionPlan,
+    pub(crate) block: u64,
+    pub(crate) data: &'d [u8],
+}
+
+/// An encoded block, ready to insert.
+#[derive(Debug)]
+pub(crate) struct Encoded {
+    /// The block's record (its address names the segment, new or referenced).
+    pub(crate) record: BlockRecord,
+    /// The segment bytes, unless the block is a reference to a stored segment.
+    pub(crate) segment: Option<Vec<u8>>,
+    /// What a quantized block keeps of its quantization error.
+    pub(crate) residual: Option<ResidualBytes>,
+}
+
+/// Encodes a window of blocks (of one or more versions) in parallel; results in input order.
+/// Bases are fetched through `view` first, in order.
+pub(crate) fn encode_window(
+    view: &dyn View,
+    cache: &BlockCache,
+    opts: &Options,
+    work: &[BlockWork<'_, '_>],
+) -> Result<Vec<Encoded>> {
+    let mut fetcher = Fetcher::new(view, cache);
+    let mut tasks = Vec::with_capacity(work.len());
+    for w in work {
+        let plan = w.plan;
+        let mut task = Task {
+            name: &plan.name,
+            step: plan.step,
+            block: w.block,
+            data: w.data,
+            dtype: plan.record.dtype,
+            pred: None,
+            base: None,
+            depth: 1,
+            run: 1,
+            anchor: false,
+            lossy: plan.lossy,
+        };
+        if let Some((pstep, prec)) = &plan.pred {
+            choose_base(
+                &mut fetcher,
+                opts,
+                &plan.name,
+                *pstep,
+                prec,
+                w.block,
+                &mut task,
+            )?;
+        }
+        tasks.push(task);
+    }
+    drop(fetcher);
+    if tasks.len() <= 1 {
+        return tasks
+            .into_iter()
+            .map(|t| encode_task(t, cache, opts))
+            .collect();
+    }
+    tasks
+        .into_par_iter()
+        .map(|t| encode_task(t, cache, opts))
+        .collect()
+}
+
+/// What one block of a new version will be compared and encoded against.
+struct Task<'d> {
+    name: &'d Arc<str>,
+    step: u64,
+    block: u64,
+    data: &'d [u8],
+    dtype: strata_codec::DType,
+    /// The previous version's block: a reference when the data equals it.
+    pred: Option<(BlockRecord, Job)>,
+    /// The base to encode a delta against (`None` job: the same block as `pred`), with the
+    /// depth and run the delta gets; `None`: a keyframe.
+    base: Option<(u64, BlockRecord, Option<Job>)>,
+    depth: u8,
+    run: u8,
+    /// The base is the lineage's keyframe, taken because the chain was full: keep the
+    /// delta only if it is clearly smaller than a new keyframe would be.
+    anchor: bool,
+    /// Quantize instead: the tier policy's start tier and residual.
+    lossy: Option<(strata_tiering::Tier, Residual)>,
+}
+
+/// Fills in the predecessor block and the base of `task` by the policy.
+fn choose_base(
+    fetcher: &mut Fetcher<'_>,
+    opts: &Options,
+    name: &Arc<str>,
+    pstep: u64,
+    prec: &VersionRecord,
+    b: u64,
+    task: &mut Task<'_>,
+) -> Result<()> {
+    let p = prec.blocks[b as usize];
+    if p.form != Form::Lossless {
+        // A quantized or Tier 0 block is no base: a keyframe.
+        return Ok(());
+    }
+    task.pred = Some((p, fetcher.fetch(name, pstep, prec, b)?));
+    let run = p.run.saturating_add(1);
+    match opts.policy {
+        DeltaPolicy::Chain => {
+            let depth = p.depth.saturating_add(1);
+            if depth <= opts.max_chain {
+                task.base = Some((pstep, p, None));
+                (task.depth, task.run) = (depth, run);
+            } else if opts.max_chain >= 2 {
+                // The chain is full: anchor on the lineage's keyframe (depth 2) rather than
+                // writing a new keyframe.
+                if let Some((root_step, root)) = lineage_root(fetcher, name, pstep, p, prec, b)? {
+                    let rrec = fetcher.record(name, root_step)?;
+                    if let Some(rrec) = rrec {
+                        let job = fetcher.fetch(name, root_step, &rrec, b)?;
+                        task.base = Some((root_step, root, Some(job)));
+                        (task.depth, task.run, task.anchor) = (2, run, true);
+                    }
+                }
+            }
+        }
+        DeltaPolicy::Star => {
+            let (root_step, root, job) = match p.base {
+                None => (pstep, p, None),
+                Some(root_step) => {
+                    let rrec = fetcher.record(name, root_step)?;
+                    match rrec {
+                        Some(r) if r.same_layout(prec) => {
+                            let root = r.blocks[b as usize];
+                            let job = fetcher.fetch(name, root_step, &r, b)?;
+                            (root_step, root, Some(job))
+                        }
+                        // A damaged or missing root: start a new keyframe.
+                        _ => return Ok(()),
+                    }
+                }
+            };
+            let depth = root.depth.saturating_add(1);
+            if run <= opts.max_chain && depth <= opts.max_chain {
+                task.base = Some((root_step, root, job));
+                (task.depth, task.run) = (depth, run);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The keyframe a block's chain starts from: follows base steps from the predecessor's
+/// block down to depth 1, at most `u8::MAX` records. `None` if a record on the way is
+/// missing or laid out differently (the caller writes a keyframe then).
+fn lineage_root(
+    fetcher: &mut Fetcher<'_>,
+    name: &Arc<str>,
+    pstep: u64,
+    p: BlockRecord,
+    prec: &VersionRecord,
+    b: u64,
+) -> Result<Option<(u64, BlockRecord)>> {
+    let (mut step, mut block) = (pstep, p);
+    for _ in 0..u8::MAX {
+        let Some(base_step) = block.base else {
+            return Ok(Some((step, block)));
+        };
+        match fetcher.record(name, base_step)? {
+            Some(r) if r.same_layout(prec) => {
+                block = r.blocks[b as usize];
+                step = base_step;
+            }
+            _ => return Ok(None),
+        }
+    }
+    Ok(None)
+}
+
+fn encode_task(task: Task<'_>, cache: &BlockCache, opts: &Options) -> Result<Encoded> {
+    let encode_err = |source| StoreError::Encode {
+        tensor: task.name.to_string(),
+        step: task.step,
+        block: task.block,
+        source: Box::new(source),
+    };
+    if let Some((tier, residual)) = task.lossy {
+        return encode_lossy(&task, tier, residual, opts).map_err(|source| StoreError::Encode {
+            tensor: task.name.to_string(),
+            step: task.step,
+            block: task.block,
+            source,
+        });
+    }
+    let reference = |r: BlockRecord| Encoded {
+        record: BlockRecord {
+            reference: true,
+            ..r
+        },
+        segment: None,
+        residual: None,
+    };
+    let mut pred_bytes = None;
+    if let Some((p, job)) = task.pred {
+        let bytes = job.decode(cache)?;
+        if bytes.as_slice() == task.data {
+            return Ok(reference(p));
+        }
+        pred_bytes = Some(bytes);
+    }
+    let (segment, base) = match task.base {
+        Some((base_step, base_rec, job)) => {
+            let base_bytes = match (job, pred_bytes) {
+                (Some(job), _) => job.decode(cache)?,
+                (None, Some(p)) => p,
+                (None, None) => {
+                    return Err(StoreError::Corrupt(Corruption::BadBase {
+                        tensor: task.name.to_string(),
+                        step: task.step,
+                        block: task.block,
+                        base: base_step,
+                        reason: "was not read",
+                    }))
+                }
+            };
+            if base_bytes.as_slice() == task.data {
+                return Ok(reference(base_rec));
+            }
+            let seg = segment::encode_delta(task.dtype, task.data, &base_bytes, &opts.lossless)
+                .map_err(encode_err)?;
+            if task.anchor && seg.len() >= base_rec.segment_len as usize {
+                // No smaller than the keyframe itself (the size a new one would have):
+                // the tensor has drifted far; start a new lineage.
+                let key = segment::encode_keyframe(task.dtype, task.data, &opts.lossless)
+                    .map_err(encode_err)?;
+                (key, None)
+            } else {
+                (seg, Some(base_step))
+            }
+        }
+        None => (
+            segment::encode_keyframe(task.dtype, task.data, &opts.lossless).map_err(encode_err)?,
+            None,
+        ),
+    };
+    let address = address_of(&segment);
+    if cache.wants(task.data.len()) {
+        // The next version of this tensor will read this block as its base.
+        cache.insert(address, Arc::new(task.data.to_vec()));
+    }
+    Ok(Encoded {
+        record: BlockRecord {
+            address,
+            base,
+            reference: false,
+            depth: if base.is_some() { task.depth } else { 1 },
+            run: if base.is_some() { task.run } else { 1 },
+            segment_len: segment.len() as u32,
+            form: Form::Lossless,
+        },
+        segment: Some(segment),
+        residual: None,
+    })
+}
+
+/// Quantizes a block of a tiered tensor at its start tier, with the policy's residual.
+fn encode_lossy(
+    task: &Task<'_>,
+    tier: strata_tiering::Tier,
+    residual: Residual,
+    opts: &Options,
+) -> std::result::Result<Encoded, Box<dyn std::error::Error + Send + Sync>> {
+    let not_float = strata_codec::segment::SegmentError::NotFloat { dtype: task.dtype };
+    let bits = tier.quant_bits().ok_or(not_float.clone())?;
+    let values = quantized::to_f32(task.dtype, task.data).ok_or(not_float)?;
+    let block = quantized::encode(
+        task.dtype,
+        &values,
+        bits,
+        opts.tiering.config.group_size,
+        Some(task.data),
+        residual,
+        &opts.lossless,
+    )?;
+    Ok(Encoded {
+        record: BlockRecord::standalone(
+            address_of(&block.segment),
+            block.segment.len(),
+            Form::Quantized,
+        ),
+        segment: Some(block.segment),
+        residual: block.residual,
+    })
+}

@@ -1,0 +1,53 @@
+//! The storage engine under the [`crate::Store`] API: tables and transactions, lookups,
+//! content-addressed segment storage, block reads down delta chains, write planning and
+//! encoding, re-basing, the block cache.
+//!
+//! The modules are private; the rest of the crate uses only the names re-exported here.
+//!
+//! | module | holds |
+//! |---|---|
+//! | `tables` | the redb table definitions and meta keys |
+//! | `txn` | [`ReadTxn`], [`WriteTxn`] and the [`View`] both give the read path |
+//! | `versions` | lookups of versions, checkpoints, tags and tier rows; the name check |
+//! | `segments` | segments stored once per content address, in page-filling pieces |
+//! | `blocks` | reading blocks: fetch a chain ([`Fetcher`]), decode it ([`Job`]) |
+//! | `encode` | planning a write: bases by the delta policy, encoding in parallel |
+//! | `rebase` | deleting a version, re-basing the blocks that depend on it |
+//! | `quantized` | float blocks to and from quantized segments and residuals |
+//! | `tier_rows` | writing tier rows and the blobs they hold |
+//! | `cache`, `buffers` | decoded blocks kept for reads; reused read buffers |
+
+mod blocks;
+mod buffers;
+mod cache;
+mod encode;
+mod quantized;
+mod rebase;
+mod segments;
+mod tables;
+mod tier_rows;
+mod txn;
+mod versions;
+
+pub(crate) use blocks::{decode_all, read_blocks, Fetcher, Job, Span};
+pub(crate) use cache::{Block, BlockCache};
+pub(crate) use encode::{
+    check_shape, encode_window, plan_version, BlockWork, Encoded, VersionPlan,
+};
+pub(crate) use quantized::ResidualBytes;
+pub(crate) use rebase::{delete_version, rebase_dependents};
+pub(crate) use segments::address_of;
+pub(crate) use tables::{
+    CHECKPOINTS, CHUNKS, FORMAT_KEY, META, POLICIES, SEGMENTS, TAGS, TAILS, TIERS, VERSIONS,
+    WRITER_KEY,
+};
+pub(crate) use tier_rows::{put_row, remove_rows, row_blobs, store_residual};
+pub(crate) use txn::{ReadTxn, TierChanges, VersionId, View, WriteTxn};
+pub(crate) use versions::{check_name, checkpoint_steps, tag_list, tensor_names};
+
+/// Quantized blocks and residuals (the `quantized` module), for tiers and frame streams.
+pub(crate) mod lossy {
+    pub(crate) use super::quantized::{
+        apply_sparse, encode, fidelity_of, from_f32, sparse_residual, to_f32,
+    };
+}

@@ -1,0 +1,311 @@
+//! Transactions and the tables they open: one read set ([`ReadTxn`]), one write set
+//! ([`WriteTxn`]), and the [`View`] through which the read path (block fetches, lookups)
+//! works on either, so that a write can read what it is changing.
+
+use std::sync::Arc;
+
+use redb::{Database, ReadOnlyTable, ReadableDatabase, ReadableTable, Table, WriteTransaction};
+use strata_tiering::BlockSpec;
+
+use super::quantized;
+use super::segments::{self, fetch_error, FetchError, SegmentWriter};
+use super::tables::{
+    CHECKPOINTS, CHUNKS, META, NEXT_BLOCK_ID_KEY, POLICIES, SEGMENTS, TAGS, TAILS, TIERS, VERSIONS,
+};
+use super::versions;
+use crate::error::{Corruption, DbContext, Result, StoreError};
+use crate::record::{version_key, CheckpointRecord, RecordError, Stored, TierRow, VersionRecord};
+
+/// A version: tensor name and step.
+pub(crate) type VersionId = (Arc<str>, u64);
+
+/// The tables of a read transaction (which they keep alive): one committed snapshot.
+pub(crate) struct ReadTxn {
+    pub(crate) versions: ReadOnlyTable<&'static [u8], &'static [u8]>,
+    pub(crate) segments: ReadOnlyTable<u128, &'static [u8]>,
+    pub(crate) chunks: ReadOnlyTable<[u8; 12], &'static [u8]>,
+    pub(crate) tails: ReadOnlyTable<[u8; 12], &'static [u8]>,
+    pub(crate) tiers: ReadOnlyTable<&'static [u8], &'static [u8]>,
+    pub(crate) checkpoints: ReadOnlyTable<u64, &'static [u8]>,
+    pub(crate) tags: ReadOnlyTable<&'static [u8], u64>,
+    pub(crate) policies: ReadOnlyTable<&'static [u8], &'static [u8]>,
+}
+
+impl ReadTxn {
+    /// Opens a read transaction and its tables.
+    pub(crate) fn begin(db: &Database) -> Result<ReadTxn> {
+        let op = "starting a read";
+        let txn = db.begin_read().ctx(op)?;
+        Ok(ReadTxn {
+            versions: txn.open_table(VERSIONS).ctx(op)?,
+            segments: txn.open_table(SEGMENTS).ctx(op)?,
+            chunks: txn.open_table(CHUNKS).ctx(op)?,
+            tails: txn.open_table(TAILS).ctx(op)?,
+            tiers: txn.open_table(TIERS).ctx(op)?,
+            checkpoints: txn.open_table(CHECKPOINTS).ctx(op)?,
+            tags: txn.open_table(TAGS).ctx(op)?,
+            policies: txn.open_table(POLICIES).ctx(op)?,
+        })
+    }
+}
+
+/// The tables of a write transaction, and what the in-memory tier state must learn once it
+/// commits.
+pub(crate) struct WriteTxn<'txn> {
+    pub(crate) versions: Table<'txn, &'static [u8], &'static [u8]>,
+    pub(crate) segments: Table<'txn, u128, &'static [u8]>,
+    pub(crate) chunks: Table<'txn, [u8; 12], &'static [u8]>,
+    pub(crate) tails: Table<'txn, [u8; 12], &'static [u8]>,
+    pub(crate) tiers: Table<'txn, &'static [u8], &'static [u8]>,
+    pub(crate) checkpoints: Table<'txn, u64, &'static [u8]>,
+    pub(crate) tags: Table<'txn, &'static [u8], u64>,
+    pub(crate) policies: Table<'txn, &'static [u8], &'static [u8]>,
+    pub(crate) meta: Table<'txn, &'static [u8], &'static [u8]>,
+    /// Applied to the tier state after the commit.
+    pub(crate) tier_changes: TierChanges,
+}
+
+/// Changes to the tier state made by a write transaction, applied once it commits.
+#[derive(Debug, Default)]
+pub(crate) struct TierChanges {
+    /// Versions deleted or overwritten.
+    pub(crate) forgotten: Vec<VersionId>,
+    /// Blocks written or re-registered (after `forgotten`).
+    pub(crate) registered: Vec<(VersionId, u32, BlockSpec)>,
+    /// Lossless versions to convert at the next `maintain`.
+    pub(crate) pending: Vec<VersionId>,
+}
+
+impl<'txn> WriteTxn<'txn> {
+    /// Opens the tables of `txn`.
+    pub(crate) fn open(txn: &'txn WriteTransaction) -> Result<Self> {
+        let op = "opening tables";
+        Ok(WriteTxn {
+            versions: txn.open_table(VERSIONS).ctx(op)?,
+            segments: txn.open_table(SEGMENTS).ctx(op)?,
+            chunks: txn.open_table(CHUNKS).ctx(op)?,
+            tails: txn.open_table(TAILS).ctx(op)?,
+            tiers: txn.open_table(TIERS).ctx(op)?,
+            checkpoints: txn.open_table(CHECKPOINTS).ctx(op)?,
+            tags: txn.open_table(TAGS).ctx(op)?,
+            policies: txn.open_table(POLICIES).ctx(op)?,
+            meta: txn.open_table(META).ctx(op)?,
+            tier_changes: TierChanges::default(),
+        })
+    }
+
+    /// Takes `count` new tier block ids; returns the first.
+    pub(crate) fn take_block_ids(&mut self, count: u64) -> Result<u64> {
+        let op = "allocating tier block ids";
+        let bad = |value| {
+            StoreError::Corrupt(Corruption::Record {
+                what: "next tier block id".into(),
+                source: RecordError::BadValue {
+                    field: "next_block_id",
+                    value,
+                },
+            })
+        };
+        let next = match self.meta.get(NEXT_BLOCK_ID_KEY).ctx(op)? {
+            Some(v) => {
+                let b: [u8; 8] = v
+                    .value()
+                    .try_into()
+                    .map_err(|_| bad(v.value().len() as u64))?;
+                u64::from_le_bytes(b)
+            }
+            None => 1,
+        };
+        let after = next.checked_add(count).ok_or_else(|| bad(next))?;
+        self.meta
+            .insert(NEXT_BLOCK_ID_KEY, after.to_le_bytes().as_slice())
+            .ctx(op)?;
+        Ok(next)
+    }
+
+    fn segment_writer(&mut self) -> SegmentWriter<'_, 'txn> {
+        SegmentWriter {
+            meta: &mut self.meta,
+            segments: &mut self.segments,
+            chunks: &mut self.chunks,
+            tails: &mut self.tails,
+        }
+    }
+
+    /// Adds a reference to a segment (storing it if new), naming the block on failure.
+    pub(crate) fn add_ref(
+        &mut self,
+        name: &str,
+        step: u64,
+        block: u64,
+        address: u128,
+        bytes: Option<&[u8]>,
+    ) -> Result<()> {
+        self.segment_writer()
+            .add_ref(address, bytes)
+            .map(|_| ())
+            .map_err(|e| fetch_error(e, name, step, block, address))
+    }
+
+    /// Drops a reference to a segment, naming the block on failure.
+    pub(crate) fn release(
+        &mut self,
+        name: &str,
+        step: u64,
+        block: u64,
+        address: u128,
+    ) -> Result<()> {
+        self.segment_writer()
+            .release(address)
+            .map_err(|e| fetch_error(e, name, step, block, address))
+    }
+
+    /// Writes a version record.
+    pub(crate) fn put_version(&mut self, name: &str, step: u64, rec: &VersionRecord) -> Result<()> {
+        let key = version_key(name, step);
+        self.versions
+            .insert(key.as_slice(), rec.to_stored(&key).as_slice())
+            .ctx("writing a version record")?;
+        Ok(())
+    }
+
+    /// Writes a checkpoint record.
+    pub(crate) fn put_checkpoint(&mut self, step: u64, cp: &CheckpointRecord) -> Result<()> {
+        self.checkpoints
+            .insert(
+                step,
+                cp.to_stored(&crate::record::checkpoint_key(step))
+                    .as_slice(),
+            )
+            .ctx("writing a checkpoint")?;
+        Ok(())
+    }
+
+    /// Removes the checkpoint at `step` and the tags naming it.
+    pub(crate) fn remove_checkpoint(&mut self, step: u64) -> Result<()> {
+        self.checkpoints.remove(step).ctx("removing a checkpoint")?;
+        self.tags
+            .retain(|_, s| s != step)
+            .ctx("removing the tags of a checkpoint")?;
+        Ok(())
+    }
+}
+
+/// What the read path needs from a transaction, read or write.
+pub(crate) trait View {
+    /// The record of version `step` of `name`, if any.
+    fn version(&self, name: &str, step: u64) -> Result<Option<VersionRecord>>;
+    /// The latest version of `name` at or before `step`.
+    fn at_or_before(&self, name: &str, step: u64) -> Result<Option<(u64, VersionRecord)>>;
+    /// Every version of `name`, in step order.
+    fn versions_of(&self, name: &str) -> Result<Vec<(u64, VersionRecord)>>;
+    /// Whether `name` has any version.
+    fn has_versions(&self, name: &str) -> Result<bool>;
+    /// The tier row of a block, if any.
+    fn tier_row(&self, name: &str, step: u64, block: u64) -> Result<Option<TierRow>>;
+    /// Every tier row of a version, as (block, row), in block order.
+    fn tier_rows(&self, name: &str, step: u64) -> Result<Vec<(u32, TierRow)>>;
+    /// The checkpoint record at `step`, if any.
+    fn checkpoint(&self, step: u64) -> Result<Option<CheckpointRecord>>;
+    /// The bytes stored at a content address, their hash checked.
+    fn segment_bytes(&self, address: u128) -> Result<Vec<u8>, FetchError>;
+
+    /// The latest version of `name` strictly before `step`.
+    fn predecessor(&self, name: &str, step: u64) -> Result<Option<(u64, VersionRecord)>> {
+        match step.checked_sub(1) {
+            Some(before) => self.at_or_before(name, before),
+            None => Ok(None),
+        }
+    }
+
+    /// The tier rows of a version's `count` blocks, by block index (`None`: no row, a
+    /// lossless block).
+    fn tier_rows_by_block(
+        &self,
+        name: &str,
+        step: u64,
+        count: usize,
+    ) -> Result<Vec<Option<TierRow>>> {
+        let mut out: Vec<Option<TierRow>> = (0..count).map(|_| None).collect();
+        for (block, row) in self.tier_rows(name, step)? {
+            if let Some(slot) = out.get_mut(block as usize) {
+                *slot = Some(row);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The tier row of a quantized or Tier 0 block, which must exist.
+    fn required_tier_row(&self, name: &str, step: u64, block: u64) -> Result<TierRow> {
+        self.tier_row(name, step, block)?.ok_or_else(|| {
+            StoreError::Corrupt(Corruption::TierRowMissing {
+                tensor: name.to_string(),
+                step,
+                block,
+            })
+        })
+    }
+
+    /// The bytes stored at `address` (a segment or a blob held for block `block` of
+    /// `(name, step)`), their content hash checked; errors name the block.
+    fn fetch_segment(&self, name: &str, step: u64, block: u64, address: u128) -> Result<Vec<u8>> {
+        self.segment_bytes(address)
+            .map_err(|e| fetch_error(e, name, step, block, address))
+    }
+
+    /// The exact bytes of a quantized block from its decoded `lossy` bytes and the exact
+    /// residual stored at `address`.
+    fn apply_exact_residual(
+        &self,
+        name: &str,
+        step: u64,
+        block: u64,
+        address: u128,
+        lossy: &[u8],
+    ) -> Result<Vec<u8>> {
+        let residual = self.fetch_segment(name, step, block, address)?;
+        quantized::apply_exact_residual(lossy, &residual, lossy.len()).map_err(|source| {
+            StoreError::Corrupt(Corruption::Residual {
+                tensor: name.to_string(),
+                step,
+                block,
+                source: Box::new(source),
+            })
+        })
+    }
+}
+
+/// Implements [`View`] for a transaction type by the lookups of [`versions`] on its tables.
+macro_rules! view_over_tables {
+    ($t:ty) => {
+        impl View for $t {
+            fn version(&self, name: &str, step: u64) -> Result<Option<VersionRecord>> {
+                versions::load_version(&self.versions, name, step)
+            }
+            fn at_or_before(&self, name: &str, step: u64) -> Result<Option<(u64, VersionRecord)>> {
+                versions::at_or_before(&self.versions, name, step)
+            }
+            fn versions_of(&self, name: &str) -> Result<Vec<(u64, VersionRecord)>> {
+                versions::versions_of(&self.versions, name)
+            }
+            fn has_versions(&self, name: &str) -> Result<bool> {
+                versions::has_versions(&self.versions, name)
+            }
+            fn tier_row(&self, name: &str, step: u64, block: u64) -> Result<Option<TierRow>> {
+                versions::load_row(&self.tiers, name, step, block)
+            }
+            fn tier_rows(&self, name: &str, step: u64) -> Result<Vec<(u32, TierRow)>> {
+                versions::load_rows(&self.tiers, name, step)
+            }
+            fn checkpoint(&self, step: u64) -> Result<Option<CheckpointRecord>> {
+                versions::load_checkpoint(&self.checkpoints, step)
+            }
+            fn segment_bytes(&self, address: u128) -> Result<Vec<u8>, FetchError> {
+                segments::fetch(&self.segments, &self.chunks, &self.tails, address)
+            }
+        }
+    };
+}
+
+view_over_tables!(ReadTxn);
+view_over_tables!(WriteTxn<'_>);

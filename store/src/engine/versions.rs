@@ -1,0 +1,240 @@
+//! Lookups in the tables, each written once over any table that can be read (a read
+//! transaction's or a write transaction's): version records by name and step, checkpoint
+//! records, tier rows; and the name check every entry point applies.
+//!
+//! [`super::View`] is how the rest of the crate calls these.
+
+use redb::ReadableTable;
+
+use crate::error::{Corruption, DbContext, InvalidInput, Result, StoreError};
+use crate::record::{
+    checkpoint_key, decode_version_key, split_tier_key, tier_key, version_key, version_key_range,
+    CheckpointRecord, RecordError, Stored, TierRow, VersionRecord,
+};
+
+/// Longest tensor name (and tag or pattern) accepted, in bytes.
+pub(crate) const MAX_NAME_BYTES: usize = 4096;
+
+/// A table keyed by byte strings with byte-string values (versions, tier rows).
+pub(crate) trait BytesTable: ReadableTable<&'static [u8], &'static [u8]> {}
+impl<T: ReadableTable<&'static [u8], &'static [u8]>> BytesTable for T {}
+
+/// Checks a tensor name, tag or pattern: not empty, at most [`MAX_NAME_BYTES`].
+pub(crate) fn check_name(name: &str) -> Result<()> {
+    let reason = if name.is_empty() {
+        "empty"
+    } else if name.len() > MAX_NAME_BYTES {
+        "longer than 4096 bytes"
+    } else {
+        return Ok(());
+    };
+    Err(StoreError::Invalid(InvalidInput::Name {
+        name: name.chars().take(64).collect(),
+        reason,
+    }))
+}
+
+fn version_error(name: &str, step: u64, source: RecordError) -> StoreError {
+    StoreError::Corrupt(Corruption::Record {
+        what: format!("version record of tensor {name:?} step {step}"),
+        source,
+    })
+}
+
+fn bad_version_key(name: &str, key: &[u8]) -> StoreError {
+    StoreError::Corrupt(Corruption::Record {
+        what: format!("a version key of tensor {name:?}"),
+        source: RecordError::BadValue {
+            field: "version key",
+            value: key.len() as u64,
+        },
+    })
+}
+
+/// The record of version `step` of `name`, if any.
+pub(crate) fn load_version(
+    versions: &impl BytesTable,
+    name: &str,
+    step: u64,
+) -> Result<Option<VersionRecord>> {
+    let key = version_key(name, step);
+    let Some(v) = versions
+        .get(key.as_slice())
+        .ctx("reading a version record")?
+    else {
+        return Ok(None);
+    };
+    VersionRecord::from_stored(&key, v.value())
+        .map(Some)
+        .map_err(|source| version_error(name, step, source))
+}
+
+/// The latest version of `name` at or before `step`.
+pub(crate) fn at_or_before(
+    versions: &impl BytesTable,
+    name: &str,
+    step: u64,
+) -> Result<Option<(u64, VersionRecord)>> {
+    let range = version_key_range(name, 0..=step);
+    let mut iter = versions
+        .range(range.start().as_slice()..=range.end().as_slice())
+        .ctx("looking up versions")?;
+    let Some(entry) = iter.next_back() else {
+        return Ok(None);
+    };
+    let (k, v) = entry.ctx("looking up versions")?;
+    let (_, s) = decode_version_key(k.value()).ok_or_else(|| bad_version_key(name, k.value()))?;
+    let rec = VersionRecord::from_stored(k.value(), v.value())
+        .map_err(|source| version_error(name, s, source))?;
+    Ok(Some((s, rec)))
+}
+
+/// Every version of `name`, in step order.
+pub(crate) fn versions_of(
+    versions: &impl BytesTable,
+    name: &str,
+) -> Result<Vec<(u64, VersionRecord)>> {
+    let range = version_key_range(name, 0..=u64::MAX);
+    let mut out = Vec::new();
+    for entry in versions
+        .range(range.start().as_slice()..=range.end().as_slice())
+        .ctx("listing versions")?
+    {
+        let (k, v) = entry.ctx("listing versions")?;
+        let (_, step) =
+            decode_version_key(k.value()).ok_or_else(|| bad_version_key(name, k.value()))?;
+        let rec = VersionRecord::from_stored(k.value(), v.value())
+            .map_err(|source| version_error(name, step, source))?;
+        out.push((step, rec));
+    }
+    Ok(out)
+}
+
+/// Whether `name` has any version.
+pub(crate) fn has_versions(versions: &impl BytesTable, name: &str) -> Result<bool> {
+    let range = version_key_range(name, 0..=u64::MAX);
+    Ok(versions
+        .range(range.start().as_slice()..=range.end().as_slice())
+        .ctx("looking up a tensor")?
+        .next()
+        .is_some())
+}
+
+/// Names of every tensor with at least one version, in key order (by name length, then
+/// bytes): one range query per tensor, skipping its versions.
+pub(crate) fn tensor_names(versions: &impl BytesTable) -> Result<Vec<String>> {
+    let mut names = Vec::new();
+    let mut from: Vec<u8> = Vec::new();
+    loop {
+        let mut iter = versions
+            .range::<&[u8]>((
+                std::ops::Bound::Excluded(from.as_slice()),
+                std::ops::Bound::Unbounded,
+            ))
+            .ctx("listing tensors")?;
+        let Some(entry) = iter.next() else { break };
+        let (k, _) = entry.ctx("listing tensors")?;
+        let Some((name, _)) = decode_version_key(k.value()) else {
+            return Err(bad_version_key("?", k.value()));
+        };
+        names.push(name.to_string());
+        from = version_key(name, u64::MAX);
+    }
+    Ok(names)
+}
+
+/// The checkpoint record at `step`, if any.
+pub(crate) fn load_checkpoint(
+    checkpoints: &impl ReadableTable<u64, &'static [u8]>,
+    step: u64,
+) -> Result<Option<CheckpointRecord>> {
+    let Some(v) = checkpoints.get(step).ctx("reading a checkpoint")? else {
+        return Ok(None);
+    };
+    CheckpointRecord::from_stored(&checkpoint_key(step), v.value())
+        .map(Some)
+        .map_err(|source| {
+            StoreError::Corrupt(Corruption::Record {
+                what: format!("checkpoint record of step {step}"),
+                source,
+            })
+        })
+}
+
+/// Steps of every checkpoint, ascending.
+pub(crate) fn checkpoint_steps(
+    checkpoints: &impl ReadableTable<u64, &'static [u8]>,
+) -> Result<Vec<u64>> {
+    let mut out = Vec::new();
+    for e in checkpoints.iter().ctx("listing checkpoints")? {
+        out.push(e.ctx("listing checkpoints")?.0.value());
+    }
+    Ok(out)
+}
+
+/// Every tag and the step it names, sorted by tag.
+pub(crate) fn tag_list(
+    tags: &impl ReadableTable<&'static [u8], u64>,
+) -> Result<Vec<(String, u64)>> {
+    let mut out = Vec::new();
+    for e in tags.iter().ctx("listing tags")? {
+        let (k, v) = e.ctx("listing tags")?;
+        let name = std::str::from_utf8(k.value()).map_err(|_| {
+            StoreError::Corrupt(Corruption::Record {
+                what: "a tag name".into(),
+                source: RecordError::Utf8 { field: "tag name" },
+            })
+        })?;
+        out.push((name.to_string(), v.value()));
+    }
+    Ok(out)
+}
+
+fn row_error(name: &str, step: u64, block: u64, source: RecordError) -> StoreError {
+    StoreError::Corrupt(Corruption::Record {
+        what: format!("tier row of tensor {name:?} step {step} block {block}"),
+        source,
+    })
+}
+
+/// The tier row of block `block` of a version, if any.
+pub(crate) fn load_row(
+    tiers: &impl BytesTable,
+    name: &str,
+    step: u64,
+    block: u64,
+) -> Result<Option<TierRow>> {
+    let Ok(b) = u32::try_from(block) else {
+        return Ok(None);
+    };
+    let key = tier_key(&version_key(name, step), b);
+    let Some(v) = tiers.get(key.as_slice()).ctx("reading a tier row")? else {
+        return Ok(None);
+    };
+    TierRow::from_stored(&key, v.value())
+        .map(Some)
+        .map_err(|source| row_error(name, step, block, source))
+}
+
+/// Every tier row of a version, as (block, row), in block order.
+pub(crate) fn load_rows(
+    tiers: &impl BytesTable,
+    name: &str,
+    step: u64,
+) -> Result<Vec<(u32, TierRow)>> {
+    let vkey = version_key(name, step);
+    let lo = tier_key(&vkey, 0);
+    let hi = tier_key(&vkey, u32::MAX);
+    let mut out = Vec::new();
+    for entry in tiers
+        .range(lo.as_slice()..=hi.as_slice())
+        .ctx("reading tier rows")?
+    {
+        let (k, v) = entry.ctx("reading tier rows")?;
+        let block = split_tier_key(k.value()).map_or(0, |(_, b)| b);
+        let row = TierRow::from_stored(k.value(), v.value())
+            .map_err(|source| row_error(name, step, u64::from(block), source))?;
+        out.push((block, row));
+    }
+    Ok(out)
+}

@@ -1,0 +1,566 @@
+//! Streaming writes: one write transaction held open while tensors are encoded and inserted
+//! window by window, so memory is bounded by [`crate::Options::window_bytes`], not by
+//! the tensor or the checkpoint (ADR 0014).
+//!
+//! [`CheckpointWriter`] is the public face ([`Store::begin_checkpoint`]); `put`,
+//! `save_checkpoint` and the safetensors import all write through a [`Session`]:
+//!
+//! 1. each version is planned ([`crate::engine::VersionPlan`]): checked, its predecessor and
+//!    tier policy resolved; a version it replaces is deleted (its dependents re-based);
+//! 2. its blocks are encoded a window at a time, in parallel, and their segments inserted
+//!    before the next window is read; small tensors are gathered into one window;
+//! 3. the version record (and tier rows) go in after its last block; the checkpoint record
+//!    last; one commit makes everything visible at once.
+//!
+//! redb keeps at most half its page cache of dirty pages in memory and writes the rest to
+//! free pages of the file before the commit; an abandoned transaction (a writer dropped
+//! without `commit`, or a crash) leaves those pages unreferenced, and redb frees them when
+//! it aborts or, after a crash, when it repairs the file on the next open.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use parking_lot::MutexGuard;
+use redb::WriteTransaction;
+use strata_tiering::Precision;
+
+use crate::engine::{
+    check_shape, delete_version, encode_window, plan_version, put_row, store_residual, BlockWork,
+    Encoded, TierChanges, VersionPlan, View, WriteTxn,
+};
+use crate::error::{DbContext, InvalidInput, Result, StoreError};
+use crate::record::{CheckpointRecord, Rebuild, ResidualRef, TierRow};
+use crate::store::Store;
+use crate::tensor::TensorRef;
+use crate::tiers::runtime::{spec_of, tiering_reconstruct};
+use crate::DType;
+
+/// Longest metadata text accepted with a checkpoint, in bytes.
+pub(crate) const MAX_METADATA_BYTES: usize = 64 << 20;
+
+/// Where a tensor's bytes come from: the caller's memory, or a reader that fills a buffer
+/// from a byte offset of the tensor (a file being imported).
+pub(crate) enum Data<'a> {
+    /// The whole tensor, in memory.
+    Slice(&'a [u8]),
+    /// `read(offset, buf)` fills `buf` with the tensor's bytes from `offset`.
+    Reader(&'a mut dyn FnMut(u64, &mut [u8]) -> Result<()>),
+}
+
+/// A version to write.
+pub(crate) struct Item<'a> {
+    pub(crate) name: Arc<str>,
+    pub(crate) dtype: DType,
+    pub(crate) shape: &'a [u64],
+    pub(crate) data: Data<'a>,
+}
+
+/// A small tensor held until enough of them fill a window.
+struct Pending {
+    name: Arc<str>,
+    dtype: DType,
+    shape: Vec<u64>,
+    bytes: Vec<u8>,
+}
+
+/// A write transaction held open across calls, under the store's writer lock.
+pub(crate) struct Session<'s> {
+    store: &'s Store,
+    _writer: MutexGuard<'s, ()>,
+    /// `None` once committed.
+    txn: Option<WriteTransaction>,
+    changes: TierChanges,
+    step_overwrite: bool,
+    pending: Vec<Pending>,
+    pending_bytes: u64,
+    /// A step failed after changing the transaction: it must not commit.
+    poisoned: bool,
+}
+
+impl<'s> Session<'s> {
+    /// Takes the writer lock and begins a write transaction. With `overwrite`, versions that
+    /// exist at the step written are replaced.
+    pub(crate) fn begin(store: &'s Store, overwrite: bool) -> Result<Session<'s>> {
+        let writer = store.writer.lock();
+        let txn = store.db.begin_write().ctx("starting a write")?;
+        Ok(Session {
+            store,
+            _writer: writer,
+            txn: Some(txn),
+            changes: TierChanges::default(),
+            step_overwrite: overwrite,
+            pending: Vec::new(),
+            pending_bytes: 0,
+            poisoned: false,
+        })
+    }
+
+    /// Runs `f` on the transaction's tables, keeping the tier changes it records.
+    pub(crate) fn with_tables<T>(
+        &mut self,
+        f: impl FnOnce(&mut WriteTxn<'_>) -> Result<T>,
+    ) -> Result<T> {
+        let txn = self.txn.as_ref().ok_or_else(|| {
+            StoreError::Invalid(InvalidInput::Options {
+                reason: "the write was already committed".into(),
+            })
+        })?;
+        if self.poisoned {
+            return Err(poisoned());
+        }
+        let mut tables = WriteTxn::open(txn)?;
+        let out = f(&mut tables);
+        self.poisoned = out.is_err();
+        let changes = std::mem::take(&mut tables.tier_changes);
+        self.changes.forgotten.extend(changes.forgotten);
+        self.changes.registered.extend(changes.registered);
+        self.changes.pending.extend(changes.pending);
+        out
+    }
+
+    /// Tensors at most this large are gathered with others into one window.
+    fn small_limit(&self) -> u64 {
+        (self.store.opts.window_bytes / 8).max(1)
+    }
+
+    /// Writes version `step` of a tensor whose bytes are in memory. Small tensors are copied
+    /// and written with the next window of small tensors (or at commit).
+    pub(crate) fn put(&mut self, step: u64, name: &str, t: &TensorRef<'_>) -> Result<()> {
+        check_shape(name, step, t.dtype, t.shape, t.bytes.len() as u64)?;
+        if (t.bytes.len() as u64) <= self.small_limit() {
+            self.pending_bytes += t.bytes.len() as u64;
+            self.pending.push(Pending {
+                name: Arc::from(name),
+                dtype: t.dtype,
+                shape: t.shape.to_vec(),
+                bytes: t.bytes.to_vec(),
+            });
+            if self.pending_bytes >= self.store.opts.window_bytes {
+                self.flush(step)?;
+            }
+            return Ok(());
+        }
+        self.flush(step)?;
+        self.write_item(
+            step,
+            Item {
+                name: Arc::from(name),
+                dtype: t.dtype,
+                shape: t.shape,
+                data: Data::Slice(t.bytes),
+            },
+        )
+    }
+
+    /// Writes version `step` of a tensor of `len` bytes read through `read`: a small one is
+    /// read whole and gathered with others, a large one is read a window at a time.
+    pub(crate) fn put_read(
+        &mut self,
+        step: u64,
+        name: &str,
+        dtype: DType,
+        shape: &[u64],
+        len: u64,
+        read: &mut dyn FnMut(u64, &mut [u8]) -> Result<()>,
+    ) -> Result<()> {
+        check_shape(name, step, dtype, shape, len)?;
+        if len <= self.small_limit() {
+            let mut bytes = vec![0u8; len as usize];
+            read(0, &mut bytes)?;
+            self.pending_bytes += len;
+            self.pending.push(Pending {
+                name: Arc::from(name),
+                dtype,
+                shape: shape.to_vec(),
+                bytes,
+            });
+            if self.pending_bytes >= self.store.opts.window_bytes {
+                self.flush(step)?;
+            }
+            return Ok(());
+        }
+        self.flush(step)?;
+        self.write_item(
+            step,
+            Item {
+                name: Arc::from(name),
+                dtype,
+                shape,
+                data: Data::Reader(read),
+            },
+        )
+    }
+
+    /// Writes the gathered small tensors, in one window.
+    pub(crate) fn flush(&mut self, step: u64) -> Result<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let pending = std::mem::take(&mut self.pending);
+        self.pending_bytes = 0;
+        let store = self.store;
+        let overwrite = self.step_overwrite;
+        self.with_tables(|wt| {
+            let mut plans = Vec::with_capacity(pending.len());
+            for p in &pending {
+                plans.push(start_version(store, wt, step, p, overwrite)?);
+            }
+            let mut work = Vec::new();
+            for (plan, p) in plans.iter().zip(&pending) {
+                for b in 0..plan.blocks {
+                    let r = plan.block_range(b);
+                    work.push(BlockWork {
+                        plan,
+                        block: b,
+                        data: &p.bytes[r.start as usize..r.end as usize],
+                    });
+                }
+            }
+            let encoded = encode_window(wt, &store.cache, &store.opts, &work)?;
+            drop(work);
+            let mut encoded = encoded.into_iter();
+            for mut plan in plans {
+                let mut residuals = Vec::new();
+                for b in 0..plan.blocks {
+                    let enc = encoded.next().ok_or_else(|| missing_block(&plan, b))?;
+                    insert_block(wt, &mut plan, b, enc, &mut residuals)?;
+                }
+                finish_version(store, wt, &plan, &residuals)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Writes one version a window of blocks at a time.
+    fn write_item(&mut self, step: u64, mut item: Item<'_>) -> Result<()> {
+        let store = self.store;
+        let overwrite = self.step_overwrite;
+        let window = store.opts.window_bytes;
+        self.with_tables(|wt| {
+            let head = Pending {
+                name: item.name.clone(),
+                dtype: item.dtype,
+                shape: item.shape.to_vec(),
+                bytes: Vec::new(),
+            };
+            let mut plan = start_version(store, wt, step, &head, overwrite)?;
+            let mut residuals = Vec::new();
+            let mut buf: Vec<u8> = Vec::new();
+            let mut b = 0;
+            while b < plan.blocks {
+                // The blocks of this window: at least one, at most `window` bytes.
+                let first = b;
+                let start = plan.block_range(first).start;
+                let mut end = plan.block_range(first).end;
+                b += 1;
+                while b < plan.blocks && plan.block_range(b).end - start <= window {
+                    end = plan.block_range(b).end;
+                    b += 1;
+                }
+                let bytes: &[u8] = match &mut item.data {
+                    Data::Slice(s) => &s[start as usize..end as usize],
+                    Data::Reader(read) => {
+                        buf.clear();
+                        buf.resize((end - start) as usize, 0);
+                        read(start, &mut buf)?;
+                        &buf
+                    }
+                };
+                let work: Vec<BlockWork<'_, '_>> = (first..b)
+                    .map(|i| {
+                        let r = plan.block_range(i);
+                        BlockWork {
+                            plan: &plan,
+                            block: i,
+                            data: &bytes[(r.start - start) as usize..(r.end - start) as usize],
+                        }
+                    })
+                    .collect();
+                let encoded = encode_window(wt, &store.cache, &store.opts, &work)?;
+                drop(work);
+                for (i, enc) in (first..b).zip(encoded) {
+                    insert_block(wt, &mut plan, i, enc, &mut residuals)?;
+                }
+            }
+            finish_version(store, wt, &plan, &residuals)
+        })
+    }
+
+    /// Writes what is still gathered, runs `last` on the tables (e.g. the checkpoint
+    /// record), commits, and tells the tier state.
+    pub(crate) fn commit(
+        mut self,
+        step: u64,
+        last: impl FnOnce(&mut WriteTxn<'_>) -> Result<()>,
+    ) -> Result<()> {
+        self.flush(step)?;
+        self.with_tables(last)?;
+        let txn = self.txn.take().ok_or_else(|| {
+            StoreError::Invalid(InvalidInput::Options {
+                reason: "the write was already committed".into(),
+            })
+        })?;
+        txn.commit().ctx("committing")?;
+        let changes = std::mem::take(&mut self.changes);
+        self.store
+            .tiers
+            .lock()
+            .apply(changes, self.store.opts.tiering.clock.now())
+    }
+}
+
+fn poisoned() -> StoreError {
+    StoreError::Invalid(InvalidInput::Options {
+        reason: "an earlier step of this write failed; drop it and start again".into(),
+    })
+}
+
+fn missing_block(plan: &VersionPlan, block: u64) -> StoreError {
+    StoreError::Encode {
+        tensor: plan.name.to_string(),
+        step: plan.step,
+        block,
+        source: "a block was not encoded".into(),
+    }
+}
+
+/// Plans a version and deletes the one it replaces (re-basing that one's dependents).
+fn start_version(
+    store: &Store,
+    wt: &mut WriteTxn<'_>,
+    step: u64,
+    p: &Pending,
+    overwrite: bool,
+) -> Result<VersionPlan> {
+    let elements: u64 = p.shape.iter().product();
+    let plan = {
+        let rules = store.rules.read();
+        plan_version(
+            wt,
+            &store.opts,
+            &rules,
+            p.name.clone(),
+            step,
+            p.dtype,
+            &p.shape,
+            elements,
+            overwrite,
+        )?
+    };
+    if plan.replaces {
+        delete_version(wt, &store.cache, &store.opts, &p.name, step, false)?;
+    }
+    Ok(plan)
+}
+
+/// Stores an encoded block's segment (or a reference to it) and residual; records the block.
+fn insert_block(
+    wt: &mut WriteTxn<'_>,
+    plan: &mut VersionPlan,
+    block: u64,
+    enc: Encoded,
+    residuals: &mut Vec<Option<ResidualRef>>,
+) -> Result<()> {
+    wt.add_ref(
+        &plan.name,
+        plan.step,
+        block,
+        enc.record.address,
+        enc.segment.as_deref(),
+    )?;
+    plan.record.blocks.push(enc.record);
+    if plan.tiered.is_some() {
+        let r = match &enc.residual {
+            Some(r) => Some(store_residual(wt, &plan.name, plan.step, block, r)?),
+            None => None,
+        };
+        residuals.push(r);
+    }
+    Ok(())
+}
+
+/// Writes the version record and, for a quantized version, its tier rows (registered with
+/// the tier state once the transaction commits).
+fn finish_version(
+    store: &Store,
+    wt: &mut WriteTxn<'_>,
+    plan: &VersionPlan,
+    residuals: &[Option<ResidualRef>],
+) -> Result<()> {
+    if plan.record.blocks.len() as u64 != plan.blocks {
+        return Err(missing_block(plan, plan.record.blocks.len() as u64));
+    }
+    wt.put_version(&plan.name, plan.step, &plan.record)?;
+    let Some(policy) = &plan.tiered else {
+        return Ok(());
+    };
+    let now = store.opts.tiering.clock.now();
+    let count = plan.blocks;
+    let first = wt.take_block_ids(count)?;
+    let tier = policy.policy.write_tier();
+    let vid: (Arc<str>, u64) = (plan.name.clone(), plan.step);
+    for b in 0..count {
+        let row = TierRow {
+            id: first + b,
+            tier,
+            policy: policy.policy,
+            since: now,
+            precision: Precision::fresh(tier),
+            residual: residuals.get(b as usize).copied().flatten(),
+            rebuild: Rebuild::None,
+            stats: None,
+        };
+        put_row(wt, &plan.name, plan.step, b as u32, &row)?;
+        let values = plan.record.block_len(b) as u32;
+        let spec = spec_of(&row, values, tiering_reconstruct(&policy.reconstruct));
+        wt.tier_changes
+            .registered
+            .push((vid.clone(), b as u32, spec));
+    }
+    Ok(())
+}
+
+/// Writes a checkpoint tensor by tensor in bounded memory; nothing of it is visible until
+/// [`CheckpointWriter::commit`], and dropping the writer without committing leaves the store
+/// as it was. From [`Store::begin_checkpoint`].
+///
+/// The writer holds the store's write lock: other writes (from other threads) wait until it
+/// commits or is dropped; reads go on.
+///
+/// ```no_run
+/// use strata_store::{DType, Store, TensorRef};
+/// let store = Store::open("run.strata")?;
+/// let mut w = store.begin_checkpoint(1000, r#"{"loss": 1.93}"#)?;
+/// for layer in 0..4 {
+///     let bytes = vec![0u8; 4096 * 4];
+///     w.put(&format!("layer.{layer}.w"), &TensorRef { dtype: DType::F32, shape: &[64, 64], bytes: &bytes })?;
+/// }
+/// w.commit()?;
+/// # Ok::<(), strata_store::StoreError>(())
+/// ```
+pub struct CheckpointWriter<'s> {
+    session: Session<'s>,
+    step: u64,
+    metadata: String,
+    names: Vec<String>,
+    seen: HashSet<String>,
+}
+
+impl std::fmt::Debug for CheckpointWriter<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CheckpointWriter")
+            .field("step", &self.step)
+            .field("tensors", &self.names.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'s> CheckpointWriter<'s> {
+    /// Adds a tensor: large ones are encoded and written now, a window at a time; small ones
+    /// are copied and written with the next window of small tensors.
+    ///
+    /// # Errors
+    /// [`InvalidInput::DuplicateTensor`], [`InvalidInput::StepExists`] if the tensor has a
+    /// version at this step, the input errors of [`Store::put`], and database errors. After
+    /// an error the checkpoint cannot be committed; drop the writer.
+    pub fn put(&mut self, name: &str, tensor: &TensorRef<'_>) -> Result<()> {
+        self.claim(name)?;
+        self.session.put(self.step, name, tensor)
+    }
+
+    /// Adds a tensor of `len` bytes that `read(offset, buf)` fills in pieces (e.g. from a
+    /// file), so that it never has to be in memory whole.
+    pub(crate) fn put_read(
+        &mut self,
+        name: &str,
+        dtype: DType,
+        shape: &[u64],
+        len: u64,
+        read: &mut dyn FnMut(u64, &mut [u8]) -> Result<()>,
+    ) -> Result<()> {
+        self.claim(name)?;
+        self.session
+            .put_read(self.step, name, dtype, shape, len, read)
+    }
+
+    fn claim(&mut self, name: &str) -> Result<()> {
+        if !self.seen.insert(name.to_string()) {
+            return Err(StoreError::Invalid(InvalidInput::DuplicateTensor {
+                step: self.step,
+                tensor: name.to_string(),
+            }));
+        }
+        self.names.push(name.to_string());
+        Ok(())
+    }
+
+    /// The step being written.
+    pub fn step(&self) -> u64 {
+        self.step
+    }
+
+    /// Tensors added so far.
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    /// Whether no tensor was added yet.
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+
+    /// Writes what is left and commits: the whole checkpoint becomes visible at once.
+    ///
+    /// # Errors
+    /// [`InvalidInput::CheckpointExists`] if another handle committed a checkpoint at this
+    /// step meanwhile, and database errors; nothing is visible then.
+    pub fn commit(self) -> Result<()> {
+        let CheckpointWriter {
+            session,
+            step,
+            metadata,
+            names,
+            ..
+        } = self;
+        let record = CheckpointRecord {
+            metadata,
+            tensors: names,
+        };
+        session.commit(step, |wt| {
+            if wt.checkpoint(step)?.is_some() {
+                return Err(StoreError::Invalid(InvalidInput::CheckpointExists { step }));
+            }
+            wt.put_checkpoint(step, &record)
+        })
+    }
+}
+
+impl Store {
+    /// Starts writing the checkpoint at `step` tensor by tensor ([`CheckpointWriter`]), in
+    /// memory bounded by [`crate::Options::window_bytes`] whatever the checkpoint's size.
+    ///
+    /// # Errors
+    /// [`InvalidInput::CheckpointExists`], [`InvalidInput::Options`] for metadata over 64 MiB,
+    /// and database errors.
+    pub fn begin_checkpoint(&self, step: u64, metadata: &str) -> Result<CheckpointWriter<'_>> {
+        if metadata.len() > MAX_METADATA_BYTES {
+            return Err(StoreError::Invalid(InvalidInput::Options {
+                reason: format!(
+                    "checkpoint metadata is {} bytes, over the {MAX_METADATA_BYTES}-byte limit",
+                    metadata.len()
+                ),
+            }));
+        }
+        let mut session = Session::begin(self, false)?;
+        if session.with_tables(|wt| wt.checkpoint(step))?.is_some() {
+            return Err(StoreError::Invalid(InvalidInput::CheckpointExists { step }));
+        }
+        Ok(CheckpointWriter {
+            session,
+            step,
+            metadata: metadata.to_string(),
+            names: Vec::new(),
+            seen: HashSet::new(),
+        })
+    }
+}
