@@ -1,7 +1,8 @@
 //! tier-sim: Zipf reads over blocks of real weights in a tiered store.
 //!
 //! N blocks of 4096 f32 values (16 KiB) cut from the real checkpoints of
-//! `../shared/data/series/dev_ft` (cycled when N asks for more) are written to a fresh store
+//! `../shared/data/series/dev_ft` (else the committed `testdata/series/dev_ft`; cycled when N
+//! asks for more) are written to a fresh store
 //! under a tiered policy starting at 8 bits, 64 blocks per tensor. Then Zipf(s = 1.2) reads,
 //! one block each (`get_range`), one every `--tick-ms` of injected time, with
 //! `store.maintain(now)` every `--maintain-every` reads under a `warm_byte_cap` of
@@ -42,6 +43,23 @@ struct Args {
     data: PathBuf,
 }
 
+/// `../shared/data/series/dev_ft` beside the repository, else the committed cut of it
+/// (`testdata/series/dev_ft`, five checkpoints of five tensors).
+fn default_data() -> PathBuf {
+    let shared = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/data/series/dev_ft"
+    ));
+    if shared.is_dir() {
+        shared
+    } else {
+        PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/testdata/series/dev_ft"
+        ))
+    }
+}
+
 fn parse() -> Result<Args, String> {
     let mut a = Args {
         blocks: 100_000,
@@ -51,10 +69,7 @@ fn parse() -> Result<Args, String> {
         maintain_every: 10_000,
         cap_pct: 10.0,
         seed: 1,
-        data: PathBuf::from(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../shared/data/series/dev_ft"
-        )),
+        data: default_data(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {

@@ -1,13 +1,14 @@
-//! Integration tests on real training checkpoints (`shared/data/series`, next to the
-//! workspace): lossless round trips, delta gains, quantization error bounds, and the
-//! lossless ratio on bf16 weights.
+//! Integration tests on real training checkpoints (the committed series `testdata/series`,
+//! and the shared one `../shared/data/series` too when present; see `common`): lossless
+//! round trips, delta gains, quantization error bounds, and the lossless ratio on bf16
+//! weights.
 
 // A test reports an unusable input by panicking with a message.
 #![allow(clippy::panic)]
 
 mod common;
 
-use common::read;
+use common::{all_series, Series};
 use safetensors::{Dtype, SafeTensors};
 use strata_codec::lossless::LosslessOptions;
 use strata_codec::quant::{QuantBits, QuantParams, DEFAULT_GROUP_SIZE};
@@ -36,9 +37,9 @@ fn codec_dtype(name: &str, d: Dtype) -> DType {
         .unwrap_or_else(|| panic!("{name}: safetensors dtype {d:?} has no codec dtype"))
 }
 
-/// Every tensor of a checkpoint, in file order.
-fn load(rel: &str) -> Vec<Tensor> {
-    let bytes = read(rel);
+/// Every tensor of a checkpoint of `src`, by name.
+fn load(src: &Series, rel: &str) -> Vec<Tensor> {
+    let bytes = src.read(rel);
     let st = SafeTensors::deserialize(&bytes).expect("valid safetensors file");
     let mut out: Vec<Tensor> = st
         .tensors()
@@ -56,10 +57,11 @@ fn load(rel: &str) -> Vec<Tensor> {
 
 /// Keyframe and delta (against `base_rel`) of every tensor of `rel` round-trip bit-exact,
 /// and the deltas are smaller in total than the keyframes.
-fn lossless_round_trips(rel: &str, base_rel: &str, want: DType) {
+fn lossless_round_trips(src: &Series, rel: &str, base_rel: &str, want: DType) {
+    eprintln!("{} series: {rel} against {base_rel}", src.label);
     let opts = LosslessOptions::default();
-    let tensors = load(rel);
-    let bases = load(base_rel);
+    let tensors = load(src, rel);
+    let bases = load(src, base_rel);
     assert_eq!(tensors.len(), bases.len(), "{rel} and {base_rel} differ");
     let (mut key_total, mut delta_total) = (0usize, 0usize);
     for (t, b) in tensors.iter().zip(&bases) {
@@ -97,20 +99,26 @@ fn lossless_round_trips(rel: &str, base_rel: &str, want: DType) {
 
 #[test]
 fn f32_keyframe_and_delta_round_trip() {
-    lossless_round_trips(
-        "dev_ft/step_000430.safetensors",
-        "dev_ft/step_000420.safetensors",
-        DType::F32,
-    );
+    for src in all_series() {
+        lossless_round_trips(
+            &src,
+            "dev_ft/step_000430.safetensors",
+            "dev_ft/step_000420.safetensors",
+            DType::F32,
+        );
+    }
 }
 
 #[test]
 fn bf16_keyframe_and_delta_round_trip() {
-    lossless_round_trips(
-        "dev_ft/bf16/step_000430.safetensors",
-        "dev_ft/bf16/step_000420.safetensors",
-        DType::BF16,
-    );
+    for src in all_series() {
+        lossless_round_trips(
+            &src,
+            "dev_ft/bf16/step_000430.safetensors",
+            "dev_ft/bf16/step_000420.safetensors",
+            DType::BF16,
+        );
+    }
 }
 
 /// Every element of every group of 64 is within `max_abs(group) / (2 * qmax)` (plus
@@ -122,11 +130,13 @@ fn bf16_keyframe_and_delta_round_trip() {
 #[test]
 fn quantization_error_bounds_on_real_weights() {
     let group = DEFAULT_GROUP_SIZE as usize;
-    for rel in [
-        "dev_ft/step_000430.safetensors",
-        "dev_ft/bf16/step_000430.safetensors",
-    ] {
-        for t in load(rel) {
+    for (src, rel) in all_series().iter().flat_map(|s| {
+        [
+            (s.clone(), "dev_ft/step_000430.safetensors"),
+            (s.clone(), "dev_ft/bf16/step_000430.safetensors"),
+        ]
+    }) {
+        for t in load(&src, rel) {
             let x = t.to_f32();
             for bits in QuantBits::ALL {
                 let params = QuantParams::new(bits);
@@ -144,8 +154,9 @@ fn quantization_error_bounds_on_real_weights() {
                         let err = (f64::from(a) - f64::from(b)).abs();
                         assert!(
                             err <= bound,
-                            "{rel}: {} at {} bits, element {}: |{a} - {b}| = {err:e} > {bound:e} \
-                             (group max_abs {m:e})",
+                            "{} {rel}: {} at {} bits, element {}: |{a} - {b}| = {err:e} > \
+                             {bound:e} (group max_abs {m:e})",
+                            src.label,
                             t.name,
                             bits.bits(),
                             g * group + i,
@@ -160,15 +171,19 @@ fn quantization_error_bounds_on_real_weights() {
 #[test]
 fn bf16_keyframe_ratio() {
     let opts = LosslessOptions::default();
-    let (mut raw, mut stored) = (0usize, 0usize);
-    for t in load("dev_ft/bf16/step_000430.safetensors") {
-        let key = segment::encode_keyframe(t.dtype, &t.data, &opts).expect("encode keyframe");
-        raw += t.data.len();
-        stored += key.len();
+    for src in all_series() {
+        let (mut raw, mut stored) = (0usize, 0usize);
+        for t in load(&src, "dev_ft/bf16/step_000430.safetensors") {
+            let key = segment::encode_keyframe(t.dtype, &t.data, &opts).expect("encode keyframe");
+            raw += t.data.len();
+            stored += key.len();
+        }
+        let ratio = raw as f64 / stored as f64;
+        eprintln!("{}: bf16 keyframes ratio {ratio:.4}", src.label);
+        assert!(
+            ratio > 1.2,
+            "{}: bf16 keyframes: {raw} raw bytes stored in {stored}, ratio {ratio:.3} <= 1.2",
+            src.label
+        );
     }
-    let ratio = raw as f64 / stored as f64;
-    assert!(
-        ratio > 1.2,
-        "bf16 keyframes: {raw} raw bytes stored in {stored}, ratio {ratio:.3} <= 1.2"
-    );
 }

@@ -1,5 +1,6 @@
-//! Residuals and frame streams on real training checkpoints (`shared/data/series`, next to
-//! the workspace): exact residuals rebuild every block bit for bit, top-k residuals make
+//! Residuals and frame streams on real training checkpoints (the committed series
+//! `testdata/series`, and the shared one `../shared/data/series` too when present; see
+//! `common`): exact residuals rebuild every block bit for bit, top-k residuals make
 //! the approximation better and never worse, and a fine-tuning series replayed as frame
 //! streams keeps every element within `(1 + d) / (2 qmax) * scale_max`.
 
@@ -10,7 +11,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{series_dir, to_f32};
+use common::{all_series, to_f32, Series};
 use safetensors::SafeTensors;
 use strata_codec::frames::{FrameParams, FramePush, FrameSegment, FrameStreamEncoder};
 use strata_codec::hpdkv::{HalfDType, HpdkvView};
@@ -22,9 +23,9 @@ use strata_codec::DType;
 
 const LIMIT: usize = 1 << 28;
 
-/// `(name, dtype, raw bytes)` of every float tensor of a checkpoint, by name.
-fn load(rel: &str) -> Vec<(String, DType, Vec<u8>)> {
-    let bytes = common::read(rel);
+/// `(name, dtype, raw bytes)` of every float tensor of a checkpoint of `src`, by name.
+fn load(src: &Series, rel: &str) -> Vec<(String, DType, Vec<u8>)> {
+    let bytes = src.read(rel);
     let st = SafeTensors::deserialize(&bytes).expect("valid safetensors file");
     let mut out: Vec<(String, DType, Vec<u8>)> = st
         .tensors()
@@ -51,11 +52,13 @@ fn dequantized(dtype: DType, values: &[f32], bits: QuantBits) -> Vec<f32> {
 
 #[test]
 fn exact_residuals_rebuild_real_blocks() {
-    for rel in [
-        "dev_ft/bf16/step_000430.safetensors",
-        "dev_ft/step_000430.safetensors",
-    ] {
-        for (name, dtype, raw) in load(rel) {
+    for (src, rel) in all_series().iter().flat_map(|s| {
+        [
+            (s.clone(), "dev_ft/bf16/step_000430.safetensors"),
+            (s.clone(), "dev_ft/step_000430.safetensors"),
+        ]
+    }) {
+        for (name, dtype, raw) in load(&src, rel) {
             let values = to_f32(dtype, &raw);
             for bits in [QuantBits::B8, QuantBits::B3] {
                 let approx =
@@ -63,7 +66,12 @@ fn exact_residuals_rebuild_real_blocks() {
                 let r = residual::exact_residual(dtype, &raw, &approx, &LosslessOptions::default())
                     .expect("residual");
                 let back = residual::apply_exact_residual(&r, &approx, LIMIT).expect("apply");
-                assert!(back == raw, "{rel} {name} at {} bits", bits.bits());
+                assert!(
+                    back == raw,
+                    "{} {rel} {name} at {} bits",
+                    src.label,
+                    bits.bits()
+                );
             }
         }
     }
@@ -71,7 +79,14 @@ fn exact_residuals_rebuild_real_blocks() {
 
 #[test]
 fn topk_residuals_improve_real_tiers() {
-    for (name, dtype, raw) in load("dev_ft/bf16/step_000430.safetensors") {
+    for src in all_series() {
+        eprintln!("on the {} series", src.label);
+        topk_residuals_improve(&src);
+    }
+}
+
+fn topk_residuals_improve(src: &Series) {
+    for (name, dtype, raw) in load(src, "dev_ft/bf16/step_000430.safetensors") {
         let values = to_f32(dtype, &raw);
         let n = values.len();
         for bits in [QuantBits::B8, QuantBits::B5, QuantBits::B3] {
@@ -112,21 +127,37 @@ fn topk_residuals_improve_real_tiers() {
 
 #[test]
 fn fine_tuning_series_as_frame_streams() {
-    let dir = series_dir().join("dev_ft");
+    for src in all_series() {
+        eprintln!("on the {} series", src.label);
+        // dev_ft: steps 350, 360, ..., 430 in the shared series; 350, 400, 410, 420, 430
+        // in the committed one.
+        fine_tuning_frames(&src, if src.is_shared() { 9 } else { 5 });
+    }
+}
+
+fn fine_tuning_frames(src: &Series, checkpoints: usize) {
+    let dir = src.root.join("dev_ft");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .expect("series dir")
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
         .collect();
     files.sort();
-    assert_eq!(files.len(), 9, "dev_ft has 9 checkpoints");
+    assert_eq!(
+        files.len(),
+        checkpoints,
+        "dev_ft has {checkpoints} checkpoints"
+    );
     let steps: Vec<Vec<(String, DType, Vec<u8>)>> = files
         .iter()
         .map(|f| {
-            load(&format!(
-                "dev_ft/{}",
-                f.file_name().and_then(|n| n.to_str()).unwrap_or("")
-            ))
+            load(
+                src,
+                &format!(
+                    "dev_ft/{}",
+                    f.file_name().and_then(|n| n.to_str()).unwrap_or("")
+                ),
+            )
         })
         .collect();
     for bits in [QuantBits::B8, QuantBits::B3] {
@@ -150,7 +181,7 @@ fn fine_tuning_series_as_frame_streams() {
             }
             let bytes = enc.finish().expect("frames");
             let seg = FrameSegment::parse(&bytes).expect("parse");
-            assert_eq!(seg.frame_count(), 9);
+            assert_eq!(seg.frame_count() as usize, checkpoints);
             for (i, f) in frames.iter().enumerate() {
                 let got = seg.decode_frame(i as u32, LIMIT).expect("decode");
                 for (g, (gx, gy)) in f.chunks(64).zip(got.chunks(64)).enumerate() {

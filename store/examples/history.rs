@@ -1,7 +1,7 @@
 //! The analyst's use of Strata: how one weight evolved across a pre-training run. Opens a
-//! store built from `../shared/data/series/dev_pre` (importing it when the store does not
-//! exist yet), prints a tensor's norm and a few elements at every step, and a diff between
-//! two steps.
+//! store built from `../shared/data/series/dev_pre` (else the committed
+//! `testdata/series/dev_pre`; importing it when the store does not exist yet), prints a
+//! tensor's norm and a few elements at every step, and a diff between two steps.
 //!
 //! ```sh
 //! cargo run --release -p strata-store --example history [-- STORE [TENSOR [STEP_A STEP_B]]]
@@ -14,12 +14,13 @@ use strata_store::Store;
 
 const SERIES: &str = "shared/data/series/dev_pre";
 
-/// The dev_pre folder: `../shared/...` from the current directory, else beside the workspace.
+/// The dev_pre folder: `../shared/...` from the current directory, else beside the workspace,
+/// else the committed cut of it (`testdata/series/dev_pre`, three checkpoints of five tensors).
 fn data_dir() -> Option<PathBuf> {
-    let built = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .join(SERIES);
-    [Path::new("..").join(SERIES), built]
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let built = root.join("..").join(SERIES);
+    let committed = root.join("testdata/series/dev_pre");
+    [Path::new("..").join(SERIES), built, committed]
         .into_iter()
         .find(|p| p.is_dir())
 }
@@ -60,7 +61,8 @@ fn main() -> Result<(), Box<dyn Error>> {
     let fresh = !path.exists();
     let mut store = Store::open(&path)?;
     if fresh {
-        let dir = data_dir().ok_or("../shared/data/series/dev_pre not found")?;
+        let dir =
+            data_dir().ok_or("no dev_pre series (../shared/data/series or testdata/series)")?;
         println!("building {} from {}", path.display(), dir.display());
         import(&mut store, &dir)?;
     }

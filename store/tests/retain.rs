@@ -5,7 +5,7 @@ mod common;
 
 use std::collections::BTreeSet;
 
-use common::{load_series, series_root, temp_store, Ckpt};
+use common::{all_series, temp_store, Ckpt, Series};
 use strata_store::{DType, InvalidInput, RetainPolicy, Store, StoreError, TensorRef};
 
 fn assert_checkpoint_matches(store: &Store, c: &Ckpt) {
@@ -22,13 +22,50 @@ fn assert_checkpoint_matches(store: &Store, c: &Ckpt) {
 }
 
 #[test]
-fn retain_keeps_last_two_and_every_200_of_dev_pre() {
-    let series = load_series("dev_pre");
-    assert_eq!(series.len(), 8);
+fn retain_keeps_the_last_and_every_kth_of_dev_pre() {
+    for src in all_series() {
+        if src.is_shared() {
+            // Steps 0, 50, ..., 350: the last two and every 200th.
+            retain_case(
+                &src,
+                8,
+                RetainPolicy {
+                    keep_last: Some(2),
+                    keep_every: Some(200),
+                    keep_tagged: true,
+                },
+                &[0, 200, 300, 350],
+                &[50, 100, 150, 250],
+            );
+        } else {
+            // Steps 250, 300, 350: the last and every 250th, which removes 300, the base
+            // of 350's deltas.
+            retain_case(
+                &src,
+                3,
+                RetainPolicy {
+                    keep_last: Some(1),
+                    keep_every: Some(250),
+                    keep_tagged: true,
+                },
+                &[250, 350],
+                &[300],
+            );
+        }
+    }
+}
+
+/// Imports dev_pre of `src` (`steps` checkpoints), retains by `policy`, and checks what is
+/// kept and removed, that the file shrinks and that the kept checkpoints are bit-exact.
+fn retain_case(src: &Series, steps: usize, policy: RetainPolicy, kept: &[u64], removed: &[u64]) {
+    eprintln!("on the {} series", src.label);
+    let series = src.load("dev_pre");
+    assert_eq!(series.len(), steps);
     let (_dir, path) = temp_store();
     let mut store = Store::open(&path).expect("open");
     for c in &series {
-        let file = series_root()
+        let file = src
+            .root
             .join("dev_pre")
             .join(format!("step_{:06}.safetensors", c.step));
         store.import_safetensors(&file, c.step).expect("import");
@@ -36,18 +73,15 @@ fn retain_keeps_last_two_and_every_200_of_dev_pre() {
     store.compact().expect("compact");
     let before = store.stats().expect("stats");
 
-    let report = store
-        .retain(&RetainPolicy {
-            keep_last: Some(2),
-            keep_every: Some(200),
-            keep_tagged: true,
-        })
-        .expect("retain");
-    let expected = vec![0u64, 200, 300, 350];
+    let report = store.retain(&policy).expect("retain");
+    let expected = kept.to_vec();
     assert_eq!(report.kept, expected);
-    assert_eq!(report.removed, vec![50, 100, 150, 250]);
+    assert_eq!(report.removed, removed.to_vec());
     let per_checkpoint = series[0].tensors.len() as u64;
-    assert_eq!(report.versions_removed, 4 * per_checkpoint);
+    assert_eq!(
+        report.versions_removed,
+        removed.len() as u64 * per_checkpoint
+    );
     assert_eq!(report.file_bytes_before, before.file_bytes);
     assert!(
         report.file_bytes_after < report.file_bytes_before,
@@ -56,8 +90,8 @@ fn retain_keeps_last_two_and_every_200_of_dev_pre() {
         report.file_bytes_after
     );
     eprintln!(
-        "retain dev_pre: file {} -> {} bytes",
-        report.file_bytes_before, report.file_bytes_after
+        "retain {} dev_pre: file {} -> {} bytes",
+        src.label, report.file_bytes_before, report.file_bytes_after
     );
     drop(store);
 
@@ -67,7 +101,7 @@ fn retain_keeps_last_two_and_every_200_of_dev_pre() {
         assert_checkpoint_matches(&store, c);
     }
     let stats = store.stats().expect("stats");
-    assert_eq!(stats.versions, 4 * per_checkpoint);
+    assert_eq!(stats.versions, kept.len() as u64 * per_checkpoint);
     let report = store.verify().expect("verify");
     assert!(report.is_ok(), "{:?}", report.issues);
 }

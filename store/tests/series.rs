@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{load_series, temp_store, Ckpt};
+use common::{all_series, temp_store, Ckpt};
 use strata_store::{DeltaPolicy, Options, Store, TensorRef};
 
 struct Measured {
@@ -83,27 +83,45 @@ fn real_series_round_trip_and_ratios() {
     // on dev_ft bf16. dev_pre f32 measures 1.288 at the default `max_chain` of 6 (ADR 0006):
     // 0.2 % under ZipNN, the one target missed, so its floor is what it measures. Star floors
     // sit a little under what it measured.
-    let cases = [
+    let shared_cases = [
         ("dev_pre", 1.285, 1.21),
         ("dev_pre/bf16", 1.820, 1.60),
         ("dev_ft", 1.617, 1.50),
         ("dev_ft/bf16", 5.1, 3.2),
     ];
+    // The committed series (3 dev_pre and 5 dev_ft checkpoints of 5 tensors, one block
+    // each): floors about 3 % under what this test printed for it (Chain, Star: dev_pre
+    // 1.036, 1.036; dev_pre/bf16 1.648, 1.595; dev_ft 1.594, 1.296; dev_ft/bf16 3.734,
+    // 2.941). redb's fixed regions weigh on files this small: dev_pre keeps 1.294 of its raw
+    // bytes in segments but its file holds 1.036.
+    let committed_cases = [
+        ("dev_pre", 1.00, 1.00),
+        ("dev_pre/bf16", 1.59, 1.54),
+        ("dev_ft", 1.54, 1.25),
+        ("dev_ft/bf16", 3.62, 2.85),
+    ];
     let max_chain = std::env::var("STRATA_MAX_CHAIN")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(Options::default().max_chain);
-    for (dir, chain_floor, star_floor) in cases {
-        let series = load_series(dir);
-        for (policy, floor) in [
-            (DeltaPolicy::Chain, chain_floor),
-            (DeltaPolicy::Star, star_floor),
-        ] {
-            let m = import_and_check(&series, policy, max_chain);
-            let file_ratio = m.raw as f64 / m.file as f64;
-            eprintln!(
-                "{dir:13} {policy:5?} max_chain {max_chain}: raw {} stored {} allocated {} \
+    for src in all_series() {
+        let cases = if src.is_shared() {
+            shared_cases
+        } else {
+            committed_cases
+        };
+        for (dir, chain_floor, star_floor) in cases {
+            let series = src.load(dir);
+            for (policy, floor) in [
+                (DeltaPolicy::Chain, chain_floor),
+                (DeltaPolicy::Star, star_floor),
+            ] {
+                let m = import_and_check(&series, policy, max_chain);
+                let file_ratio = m.raw as f64 / m.file as f64;
+                eprintln!(
+                "{:9} {dir:13} {policy:5?} max_chain {max_chain}: raw {} stored {} allocated {} \
                  file {} (before compact {}): raw/stored {:.3} raw/file {:.3}",
+                src.label,
                 m.raw,
                 m.stored,
                 m.allocated,
@@ -112,15 +130,21 @@ fn real_series_round_trip_and_ratios() {
                 m.raw as f64 / m.stored as f64,
                 file_ratio,
             );
-            assert!(
-                file_ratio >= floor || max_chain != Options::default().max_chain,
-                "{dir} {policy:?}: raw/file {file_ratio:.3} under {floor}"
-            );
-            // redb's page layout costs little once compacted.
-            assert!(
-                m.file as f64 <= m.stored as f64 * 1.05,
-                "{dir} {policy:?}: file overhead"
-            );
+                assert!(
+                    file_ratio >= floor || max_chain != Options::default().max_chain,
+                    "{} {dir} {policy:?}: raw/file {file_ratio:.3} under {floor}",
+                    src.label
+                );
+                // redb's page layout costs little once compacted. A file of a few MB also
+                // keeps redb's fixed regions: the committed series' files measured up to
+                // 353 KB over their segments (dev_ft Star).
+                let fixed = if src.is_shared() { 0.0 } else { 384.0 * 1024.0 };
+                assert!(
+                    m.file as f64 <= m.stored as f64 * 1.05 + fixed,
+                    "{} {dir} {policy:?}: file overhead",
+                    src.label
+                );
+            }
         }
     }
 }

@@ -8,7 +8,7 @@ mod common;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use common::{load_series, temp_store};
+use common::{all_series, temp_store, Series};
 use strata_store::{
     Budget, DType, Fidelity, InvalidInput, NotFound, Options, ReadClock, Reconstruct, Residual,
     Source, Store, StoreError, Tensor, TensorRef, Tier, TierConfig, TierFailure, TierOptions,
@@ -18,10 +18,11 @@ use strata_store::{
 const MINUTE: u64 = 60_000;
 const HOUR: u64 = 60 * MINUTE;
 
-/// A real f32 weight matrix of the dev_ft series (step `i`), as (shape, bytes).
-fn weight(i: usize) -> (Vec<u64>, Vec<u8>) {
-    let series = load_series("dev_ft");
-    let c = &series[i];
+/// The largest real f32 weight matrix of the `i`-th checkpoint of dev_ft in `src`, as
+/// (shape, bytes): a [576, 192] attention weight in the committed series, a [768, 192] MLP
+/// weight in the shared one.
+fn weight(src: &Series, i: usize) -> (Vec<u64>, Vec<u8>) {
+    let c = src.load_nth("dev_ft", i);
     let (_, dt, shape, bytes) = c
         .tensors
         .iter()
@@ -125,6 +126,13 @@ fn tiers_of(store: &Store, name: &str, step: u64) -> Vec<Tier> {
 
 #[test]
 fn tiered_writes_and_every_demotion_report_honest_bounds() {
+    for src in all_series() {
+        eprintln!("on the {} series", src.label);
+        tiered_writes_and_every_demotion_report_honest_bounds_on(&src);
+    }
+}
+
+fn tiered_writes_and_every_demotion_report_honest_bounds_on(src: &Series) {
     let f = fixture(TierConfig {
         allow_zero_fill: true,
         ..TierConfig::default()
@@ -133,7 +141,7 @@ fn tiered_writes_and_every_demotion_report_honest_bounds() {
     store
         .set_policy("kv.*", TierPolicy::tiered(Tier::Hot8))
         .expect("policy");
-    let (shape, w) = weight(0);
+    let (shape, w) = weight(src, 0);
     store.put("kv.w", 1, &tensor_ref(&shape, &w)).expect("put");
     store
         .put("exact.w", 1, &tensor_ref(&shape, &w))
@@ -190,6 +198,13 @@ fn tiered_writes_and_every_demotion_report_honest_bounds() {
 
 #[test]
 fn fail_fast_tier_zero_without_policy_is_an_error() {
+    for src in all_series() {
+        eprintln!("on the {} series", src.label);
+        fail_fast_tier_zero_without_policy_is_an_error_on(&src);
+    }
+}
+
+fn fail_fast_tier_zero_without_policy_is_an_error_on(src: &Series) {
     let mut f = fixture(TierConfig {
         allow_zero_fill: true,
         ..TierConfig::default()
@@ -199,7 +214,7 @@ fn fail_fast_tier_zero_without_policy_is_an_error() {
     store
         .set_policy("*", TierPolicy::tiered(Tier::Cold3))
         .expect("policy");
-    let (shape, w) = weight(0);
+    let (shape, w) = weight(src, 0);
     store.put("a", 1, &tensor_ref(&shape, &w)).expect("put");
     store.maintain(48 * HOUR).expect("maintain");
     assert!(matches!(
@@ -210,6 +225,13 @@ fn fail_fast_tier_zero_without_policy_is_an_error() {
 
 #[test]
 fn promoted_blocks_keep_their_real_precision_unless_an_exact_residual_is_kept() {
+    for src in all_series() {
+        eprintln!("on the {} series", src.label);
+        promoted_blocks_keep_their_real_precision_unless_an_exact_residual_is_kept_on(&src);
+    }
+}
+
+fn promoted_blocks_keep_their_real_precision_unless_an_exact_residual_is_kept_on(src: &Series) {
     let f = fixture(TierConfig::default());
     let store = f.open();
     store
@@ -221,7 +243,7 @@ fn promoted_blocks_keep_their_real_precision_unless_an_exact_residual_is_kept() 
             TierPolicy::tiered(Tier::Cold3).with_residual(Residual::Exact),
         )
         .expect("policy");
-    let (shape, w) = weight(1);
+    let (shape, w) = weight(src, 1);
     for name in ["lossy", "kept"] {
         store.put(name, 5, &tensor_ref(&shape, &w)).expect("put");
     }
@@ -261,6 +283,13 @@ fn promoted_blocks_keep_their_real_precision_unless_an_exact_residual_is_kept() 
 
 #[test]
 fn top_k_residual_lowers_the_error() {
+    for src in all_series() {
+        eprintln!("on the {} series", src.label);
+        top_k_residual_lowers_the_error_on(&src);
+    }
+}
+
+fn top_k_residual_lowers_the_error_on(src: &Series) {
     let f = fixture(TierConfig::default());
     let store = f.open();
     store
@@ -272,7 +301,7 @@ fn top_k_residual_lowers_the_error() {
             TierPolicy::tiered(Tier::Cold3).with_residual(Residual::TopK { fraction: 0.25 }),
         )
         .expect("policy");
-    let (shape, w) = weight(2);
+    let (shape, w) = weight(src, 2);
     store.put("plain", 1, &tensor_ref(&shape, &w)).expect("put");
     store.put("topk", 1, &tensor_ref(&shape, &w)).expect("put");
     let sq = |t: &Tensor| -> f64 {
@@ -298,10 +327,17 @@ fn top_k_residual_lowers_the_error() {
 
 #[test]
 fn tier_zero_reconstruct_policies() {
+    for src in all_series() {
+        eprintln!("on the {} series", src.label);
+        tier_zero_reconstruct_policies_on(&src);
+    }
+}
+
+fn tier_zero_reconstruct_policies_on(src: &Series) {
     let f = fixture(TierConfig::default());
     let store = f.open();
-    let (shape, w0) = weight(0);
-    let (_, w1) = weight(1);
+    let (shape, w0) = weight(src, 0);
+    let (_, w1) = weight(src, 1);
     // Base exact; the tiered tensor rebuilds from it plus every difference.
     store.put("base", 1, &tensor_ref(&shape, &w0)).expect("put");
     store
@@ -430,13 +466,20 @@ fn reconstruction_chains_are_bounded() {
 
 #[test]
 fn converting_lossless_history_rebases_dependents_first() {
+    for src in all_series() {
+        eprintln!("on the {} series", src.label);
+        converting_lossless_history_rebases_dependents_first_on(&src);
+    }
+}
+
+fn converting_lossless_history_rebases_dependents_first_on(src: &Series) {
     let mut f = fixture(TierConfig::default());
     // One conversion per pass.
     f.opts.tiering.budget = Budget::new(u64::MAX, 1);
     let store = f.open();
     let mut data = Vec::new();
     for i in 0..3 {
-        let (shape, w) = weight(i);
+        let (shape, w) = weight(src, i);
         store
             .put("w", i as u64, &tensor_ref(&shape, &w))
             .expect("put");
@@ -475,8 +518,15 @@ fn converting_lossless_history_rebases_dependents_first() {
 
 #[test]
 fn pins_win_and_state_survives_reopening() {
+    for src in all_series() {
+        eprintln!("on the {} series", src.label);
+        pins_win_and_state_survives_reopening_on(&src);
+    }
+}
+
+fn pins_win_and_state_survives_reopening_on(src: &Series) {
     let f = fixture(TierConfig::default());
-    let (shape, w) = weight(0);
+    let (shape, w) = weight(src, 0);
     {
         let store = f.open();
         store
@@ -531,6 +581,13 @@ fn pins_win_and_state_survives_reopening() {
 
 #[test]
 fn warm_bytes_stay_under_the_cap() {
+    for src in all_series() {
+        eprintln!("on the {} series", src.label);
+        warm_bytes_stay_under_the_cap_on(&src);
+    }
+}
+
+fn warm_bytes_stay_under_the_cap_on(src: &Series) {
     let f = fixture(TierConfig {
         warm_byte_cap: 200 << 10,
         ..TierConfig::default()
@@ -539,7 +596,7 @@ fn warm_bytes_stay_under_the_cap() {
     store
         .set_policy("*", TierPolicy::tiered(Tier::Hot8))
         .expect("policy");
-    let (shape, w) = weight(0);
+    let (shape, w) = weight(src, 0);
     for i in 0..4 {
         store
             .put(&format!("t{i}"), 1, &tensor_ref(&shape, &w))

@@ -1,22 +1,67 @@
 //! Helpers shared by the tests that run `strata`: the real checkpoint series, and small f32
 //! tensors. (A copy of what they need from `store/tests/common/mod.rs`.)
+//!
+//! The real series: the shared one (`../shared/data/series` beside the repository, every
+//! checkpoint of every tensor) when present, else the committed one (`testdata/series`, a
+//! few checkpoints of a few tensors cut from it; see `testdata/README.md`). The first call
+//! says which on stderr. `STRATA_SHARED_DATA` overrides where the shared data is looked for:
+//! `none` (or empty) pretends it is absent, any other value is the shared data folder (the
+//! one holding `series/`).
 
 #![allow(dead_code, unreachable_pub, missing_docs, clippy::panic)]
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Once;
 
 use safetensors::{Dtype, SafeTensors};
 use strata_store::DType;
 
-/// The folder of real checkpoint series (`shared/data/series` beside the workspace).
+/// The committed series, `testdata/series` in the repository.
+pub fn committed_root() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/series"))
+}
+
+/// Where the shared series should be, and whether it is used: `Err(why)` when absent.
+fn shared_lookup() -> Result<PathBuf, String> {
+    let data = match std::env::var_os("STRATA_SHARED_DATA") {
+        Some(v) if v.is_empty() || v == "none" => {
+            return Err("(STRATA_SHARED_DATA=none)".to_string())
+        }
+        Some(v) => PathBuf::from(v),
+        None => PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data")),
+    };
+    let series = data.join("series");
+    if series.is_dir() {
+        Ok(series.canonicalize().unwrap_or(series))
+    } else {
+        Err(format!("(no folder {})", series.display()))
+    }
+}
+
+/// The shared series (`../shared/data/series`), when present.
+pub fn shared_root() -> Option<PathBuf> {
+    static SAID: Once = Once::new();
+    let found = shared_lookup();
+    // Written past the test harness's capture, once per test binary, so that a run says
+    // what it ran on.
+    SAID.call_once(|| {
+        let line = match &found {
+            Ok(p) => format!("shared series at {}: running on it\n", p.display()),
+            Err(why) => format!("shared series absent {why}: committed series only\n"),
+        };
+        let _ = std::io::stderr().write_all(line.as_bytes());
+    });
+    found.ok()
+}
+
+/// The folder of real checkpoint series: the shared series when present, else the
+/// committed one.
 pub fn series_root() -> PathBuf {
-    let p = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/data/series"
-    ));
+    let p = shared_root().unwrap_or_else(committed_root);
     assert!(
         p.is_dir(),
-        "test data missing: {} is not a folder (the shared data must sit beside the workspace)",
+        "test data missing: {} is not a folder",
         p.display()
     );
     p

@@ -1,21 +1,122 @@
 //! Helpers shared by the integration tests: the real checkpoint series and temp stores.
+//!
+//! # Real checkpoint series
+//!
+//! Two copies, laid out alike (`series/<dir>/step_NNNNNN.safetensors`, `<dir>` e.g.
+//! `dev_pre` or `dev_ft/bf16`):
+//!
+//! - the **committed** series, `testdata/series` in the repository: a few checkpoints of a
+//!   few tensors cut from the shared one (see `testdata/README.md`). Always there.
+//! - the **shared** series, `../shared/data/series` beside the repository: every checkpoint
+//!   of every tensor. There on CI and on the developers' machines, absent from a fresh clone.
+//!
+//! Real-data tests run on [`all_series()`]: the committed series, then the shared one when it
+//! is present; the first call says which on stderr ("shared series at ...: also running on
+//! it" or "shared series absent ...: committed series only"). Tests that take one series
+//! ([`series_root`], [`load_series`]) get the shared one when present, else the committed one.
+//!
+//! The environment variable `STRATA_SHARED_DATA` overrides where the shared data is looked
+//! for: `none` (or empty) pretends it is absent, any other value is the shared data folder
+//! (the one holding `series/`). Unset: `../shared/data` beside the repository.
 
 #![allow(dead_code, unreachable_pub, missing_docs, clippy::panic)]
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Once;
 
 use safetensors::{Dtype, SafeTensors};
 use strata_store::DType;
 
-/// The folder of real checkpoint series (`shared/data/series` beside the workspace).
+/// The committed series, `testdata/series` in the repository.
+pub fn committed_root() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/series"))
+}
+
+/// Where the shared series should be, and whether it is used: `Err(why)` when absent.
+fn shared_lookup() -> Result<PathBuf, String> {
+    let data = match std::env::var_os("STRATA_SHARED_DATA") {
+        Some(v) if v.is_empty() || v == "none" => {
+            return Err("(STRATA_SHARED_DATA=none)".to_string())
+        }
+        Some(v) => PathBuf::from(v),
+        None => PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data")),
+    };
+    let series = data.join("series");
+    if series.is_dir() {
+        Ok(series.canonicalize().unwrap_or(series))
+    } else {
+        Err(format!("(no folder {})", series.display()))
+    }
+}
+
+/// The shared series (`../shared/data/series`), when present.
+pub fn shared_root() -> Option<PathBuf> {
+    static SAID: Once = Once::new();
+    let found = shared_lookup();
+    // Written past the test harness's capture, once per test binary, so that a run says
+    // what it ran on.
+    SAID.call_once(|| {
+        let line = match &found {
+            Ok(p) => format!("shared series at {}: also running on it\n", p.display()),
+            Err(why) => format!("shared series absent {why}: committed series only\n"),
+        };
+        let _ = std::io::stderr().write_all(line.as_bytes());
+    });
+    found.ok()
+}
+
+/// One copy of the real series.
+#[derive(Debug, Clone)]
+pub struct Series {
+    /// `"committed"` or `"shared"`.
+    pub label: &'static str,
+    /// The `series` folder.
+    pub root: PathBuf,
+}
+
+impl Series {
+    pub fn is_shared(&self) -> bool {
+        self.label == "shared"
+    }
+
+    /// Every checkpoint of `dir` (e.g. "dev_pre" or "dev_ft/bf16"), by step.
+    pub fn load(&self, dir: &str) -> Vec<Ckpt> {
+        load_series_from(&self.root, dir)
+    }
+
+    /// The `i`-th checkpoint (by step) of `dir`, read alone.
+    pub fn load_nth(&self, dir: &str, i: usize) -> Ckpt {
+        let files = series_files(&self.root.join(dir));
+        let f = files
+            .get(i)
+            .unwrap_or_else(|| panic!("{} {dir}: no checkpoint {i}", self.label));
+        load_file(f)
+    }
+}
+
+/// The committed series, then the shared one when present.
+pub fn all_series() -> Vec<Series> {
+    let mut out = vec![Series {
+        label: "committed",
+        root: committed_root(),
+    }];
+    if let Some(root) = shared_root() {
+        out.push(Series {
+            label: "shared",
+            root,
+        });
+    }
+    out
+}
+
+/// The folder of real checkpoint series for tests that take one: the shared series when
+/// present, else the committed one.
 pub fn series_root() -> PathBuf {
-    let p = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/data/series"
-    ));
+    let p = shared_root().unwrap_or_else(committed_root);
     assert!(
         p.is_dir(),
-        "test data missing: {} is not a folder (the shared data must sit beside the workspace)",
+        "test data missing: {} is not a folder",
         p.display()
     );
     p
@@ -33,10 +134,23 @@ impl Ckpt {
     }
 }
 
-/// Reads every `step_*.safetensors` of `dir` (e.g. "dev_pre" or "dev_ft/bf16"), by step.
+/// Reads every `step_*.safetensors` of `dir` (e.g. "dev_pre" or "dev_ft/bf16") of
+/// [`series_root`], by step.
 pub fn load_series(dir: &str) -> Vec<Ckpt> {
-    let folder = series_root().join(dir);
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&folder)
+    load_series_from(&series_root(), dir)
+}
+
+/// Reads every `step_*.safetensors` of `root/dir`, by step.
+pub fn load_series_from(root: &Path, dir: &str) -> Vec<Ckpt> {
+    series_files(&root.join(dir))
+        .iter()
+        .map(|f| load_file(f))
+        .collect()
+}
+
+/// The `*.safetensors` files of a folder, sorted (by step: the names are zero-padded).
+fn series_files(folder: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(folder)
         .unwrap_or_else(|e| panic!("cannot list {}: {e}", folder.display()))
         .map(|e| e.expect("dir entry").path())
         .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
@@ -47,7 +161,7 @@ pub fn load_series(dir: &str) -> Vec<Ckpt> {
         "no safetensors files in {}",
         folder.display()
     );
-    files.iter().map(|f| load_file(f)).collect()
+    files
 }
 
 fn load_file(path: &Path) -> Ckpt {
