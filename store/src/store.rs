@@ -60,6 +60,18 @@ impl Store {
     pub fn open_with(path: impl AsRef<Path>, opts: Options) -> Result<Store> {
         opts.validate()?;
         let path = path.as_ref().to_path_buf();
+        let io = |source| StoreError::Io {
+            path: path.clone(),
+            source,
+        };
+        let exists = match std::fs::metadata(&path) {
+            Ok(m) => m.len() > 0,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+            Err(e) => return Err(io(e)),
+        };
+        if !exists {
+            create_file(&path, &opts)?;
+        }
         let mut builder = Database::builder();
         builder.set_cache_size(opts.db_cache_bytes);
         // redb trusts its own file; a damaged one can make it panic. Turn that into an error.
@@ -182,27 +194,9 @@ impl Store {
         Ok(())
     }
 
-    /// Creates the tables and the format record of a new store.
+    /// Creates the tables and the format record in a redb file that has none.
     fn init(&self) -> Result<()> {
-        let op = "creating the store";
-        let txn = self.db.begin_write().ctx(op)?;
-        {
-            let mut meta = txn.open_table(META).ctx(op)?;
-            meta.insert(FORMAT_KEY, FormatRecord::current().encode().as_slice())
-                .ctx(op)?;
-            meta.insert(WRITER_KEY, env!("CARGO_PKG_VERSION").as_bytes())
-                .ctx(op)?;
-            txn.open_table(VERSIONS).ctx(op)?;
-            txn.open_table(SEGMENTS).ctx(op)?;
-            txn.open_table(CHUNKS).ctx(op)?;
-            txn.open_table(TAILS).ctx(op)?;
-            txn.open_table(CHECKPOINTS).ctx(op)?;
-            txn.open_table(TAGS).ctx(op)?;
-            txn.open_table(TIERS).ctx(op)?;
-            txn.open_table(POLICIES).ctx(op)?;
-        }
-        txn.commit().ctx(op)?;
-        Ok(())
+        init_tables(&self.db)
     }
 
     /// Opens a read transaction and its tables.
@@ -235,6 +229,70 @@ impl Store {
                 source,
             })
     }
+}
+
+/// Creates the tables and the format record of a new store in `db`.
+fn init_tables(db: &Database) -> Result<()> {
+    let op = "creating the store";
+    let txn = db.begin_write().ctx(op)?;
+    {
+        let mut meta = txn.open_table(META).ctx(op)?;
+        meta.insert(FORMAT_KEY, FormatRecord::current().encode().as_slice())
+            .ctx(op)?;
+        meta.insert(WRITER_KEY, env!("CARGO_PKG_VERSION").as_bytes())
+            .ctx(op)?;
+        txn.open_table(VERSIONS).ctx(op)?;
+        txn.open_table(SEGMENTS).ctx(op)?;
+        txn.open_table(CHUNKS).ctx(op)?;
+        txn.open_table(TAILS).ctx(op)?;
+        txn.open_table(CHECKPOINTS).ctx(op)?;
+        txn.open_table(TAGS).ctx(op)?;
+        txn.open_table(TIERS).ctx(op)?;
+        txn.open_table(POLICIES).ctx(op)?;
+    }
+    txn.commit().ctx(op)?;
+    Ok(())
+}
+
+/// Creates a new store file at `path` whole or not at all: the store is made under a
+/// temporary name beside it and linked into place only once its format record is committed,
+/// so a process killed while creating a store leaves no half-made file that would never open
+/// (redb writes its magic last). An empty file at `path` counts as absent. If another process
+/// creates the store first, its file is kept.
+fn create_file(path: &Path, opts: &Options) -> Result<()> {
+    let io = |p: &Path| {
+        let p = p.to_path_buf();
+        move |source| StoreError::Io { path: p, source }
+    };
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let tmp = path.with_file_name(format!(".{name}.creating-{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    let made = (|| -> Result<()> {
+        let mut builder = Database::builder();
+        builder.set_cache_size(opts.db_cache_bytes);
+        let db = builder.create(&tmp).map_err(|e| open_error(&tmp, e))?;
+        init_tables(&db)?;
+        drop(db);
+        if matches!(std::fs::metadata(path), Ok(m) if m.len() == 0) {
+            std::fs::remove_file(path).map_err(io(path))?;
+        }
+        match std::fs::hard_link(&tmp, path) {
+            Ok(()) => {}
+            // Another process created the store meanwhile: use theirs.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            // A file system without hard links: a rename, which cannot tell a race.
+            Err(_) => std::fs::rename(&tmp, path).map_err(io(path))?,
+        }
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            // The new name is durable once the directory is.
+            if let Ok(d) = std::fs::File::open(dir) {
+                let _ = d.sync_all();
+            }
+        }
+        Ok(())
+    })();
+    let _ = std::fs::remove_file(&tmp);
+    made
 }
 
 fn open_error(path: &Path, e: DatabaseError) -> StoreError {

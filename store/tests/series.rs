@@ -92,13 +92,13 @@ fn real_series_round_trip_and_ratios() {
     // The committed series (3 dev_pre and 5 dev_ft checkpoints of 5 tensors, one block
     // each): floors about 3 % under what this test printed for it (Chain, Star: dev_pre
     // 1.036, 1.036; dev_pre/bf16 1.648, 1.595; dev_ft 1.594, 1.296; dev_ft/bf16 3.734,
-    // 2.941). redb's fixed regions weigh on files this small: dev_pre keeps 1.294 of its raw
+    // 2.941, later 2.841 as the streaming writer lays pages out differently). redb's fixed regions weigh on files this small: dev_pre keeps 1.294 of its raw
     // bytes in segments but its file holds 1.036.
     let committed_cases = [
         ("dev_pre", 1.00, 1.00),
         ("dev_pre/bf16", 1.59, 1.54),
         ("dev_ft", 1.54, 1.25),
-        ("dev_ft/bf16", 3.62, 2.85),
+        ("dev_ft/bf16", 3.62, 2.75),
     ];
     let max_chain = std::env::var("STRATA_MAX_CHAIN")
         .ok()
