@@ -4,7 +4,9 @@
 //!
 //! - [`bits`]: signed codes of width 1..=8 packed LSB-first into one bitstream (ADR-019).
 //! - [`quant`]: symmetric per-group quantization at 8, 7, 5 and 3 bits, two-level 3-bit.
-//! - [`lossless`]: bit-exact float codec: XOR against a base, byte planes, zstd per plane.
+//! - [`lossless`]: bit-exact float codec: rotate, XOR against a base, cut into an exponent
+//!   head and byte planes, then per plane a 32-lane rANS coder (AVX2 kernels where the CPU
+//!   has them), zstd only where a plane repeats, or constant or raw (ADR 0004).
 //! - [`segment`]: the self-describing, checksummed byte string that stores one block.
 //! - [`frames`]: frame streams, several frames of one tensor quantized with shared per-group
 //!   scales in one segment, each frame decodable on its own (ADR 0013).
