@@ -29,6 +29,7 @@
 //! ```
 
 pub mod bits;
+mod cpu;
 mod dtype;
 pub mod frames;
 pub mod hpdkv;
