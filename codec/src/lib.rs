@@ -12,6 +12,8 @@
 //!   scales in one segment, each frame decodable on its own (ADR 0013).
 //! - [`hpdkv`]: HPΔKV blobs, dense or sparse fp16/bf16 residuals (ADR 0012).
 //! - [`residual`]: exact (bit-for-bit) and top-k residuals of a quantized tier (ADR 0012).
+//! - [`testing`]: [`testing::SplitMix64`], deterministic test data for tests, benches and
+//!   examples (not cryptography).
 //!
 //! ```
 //! use strata_codec::{segment::{self, Segment}, lossless::LosslessOptions, DType};
@@ -37,5 +39,6 @@ pub mod lossless;
 pub mod quant;
 pub mod residual;
 pub mod segment;
+pub mod testing;
 
 pub use dtype::DType;
