@@ -12,6 +12,8 @@
 //!   scales in one segment, each frame decodable on its own (ADR 0013).
 //! - [`hpdkv`]: HPΔKV blobs, dense or sparse fp16/bf16 residuals (ADR 0012).
 //! - [`residual`]: exact (bit-for-bit) and top-k residuals of a quantized tier (ADR 0012).
+//! - [`chain`]: the delta-base rule every store follows: delta, anchor or keyframe, within
+//!   `max_chain` (ADR 0006).
 //! - [`convert`]: little-endian bytes of a dtype to and from `f32`, and to `f64`: the one
 //!   definition of those casts.
 //! - [`testing`]: [`testing::SplitMix64`], deterministic test data for tests, benches and
@@ -33,6 +35,7 @@
 //! ```
 
 pub mod bits;
+pub mod chain;
 pub mod convert;
 mod cpu;
 mod dtype;
