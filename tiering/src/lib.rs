@@ -13,6 +13,7 @@
 //! - [`state`]: [`TierState`], the registered blocks.
 //! - [`plan`](mod@plan): [`plan`](fn@plan) and [`apply`]: moves within a [`Budget`], hysteresis,
 //!   minimum residency, one step per move, `warm_byte_cap`, Tier 0.
+//! - [`report`]: [`MaintainReport`], what a store's maintenance pass did.
 //! - [`clock`]: [`Clock`], system time or a [`ManualClock`], for callers that keep one.
 //!
 //! ```
@@ -43,6 +44,7 @@ pub mod config;
 pub mod error;
 pub mod plan;
 pub mod precision;
+pub mod report;
 pub mod score;
 pub mod state;
 pub mod tier;
@@ -52,6 +54,7 @@ pub use config::TierConfig;
 pub use error::TierError;
 pub use plan::{apply, plan, Budget, Move, MoveReason, Plan};
 pub use precision::Precision;
+pub use report::MaintainReport;
 pub use score::{AccessStats, ScoreConfig, STATS_BYTES, WINDOW};
 pub use state::{BlockHandle, BlockSpec, BlockView, TierBytes, TierState};
 pub use tier::{BlockId, Policy, ReconstructPolicy, SizeModel, Tier};
