@@ -55,6 +55,20 @@ fn encode_with(
     Ok(ops::encode(dtype, data, base, &opts)?)
 }
 
+/// Encodes typed values losslessly as `dtype`: their little-endian bytes (`bytes` of the
+/// values and of `base`), a keyframe or an XOR delta against `base`. The one body of the
+/// typed `encode*` functions below.
+fn encode_typed<T>(
+    dtype: strata_codec::DType,
+    values: &[T],
+    base: Option<Vec<T>>,
+    mode: Option<String>,
+    bytes: fn(&[T]) -> Vec<u8>,
+) -> Result<Vec<u8>, JsError> {
+    let base = base.map(|b| bytes(&b));
+    encode_with(dtype, &bytes(values), base.as_deref(), mode)
+}
+
 /// Encodes f32 values losslessly: a keyframe, or an XOR delta against `base`.
 /// `mode` is `"default"`, `"fast"` or `"max-ratio"`.
 #[wasm_bindgen(js_name = encodeF32)]
@@ -63,13 +77,7 @@ pub fn encode_f32(
     base: Option<Vec<f32>>,
     mode: Option<String>,
 ) -> Result<Vec<u8>, JsError> {
-    let b = base.map(|b| ops::f32_bytes(&b));
-    encode_with(
-        strata_codec::DType::F32,
-        &ops::f32_bytes(values),
-        b.as_deref(),
-        mode,
-    )
+    encode_typed(strata_codec::DType::F32, values, base, mode, ops::f32_bytes)
 }
 
 /// Encodes bf16 bit patterns (a `Uint16Array`) losslessly, optionally against `base`.
@@ -79,13 +87,7 @@ pub fn encode_bf16(
     base: Option<Vec<u16>>,
     mode: Option<String>,
 ) -> Result<Vec<u8>, JsError> {
-    let b = base.map(|b| ops::u16_bytes(&b));
-    encode_with(
-        strata_codec::DType::BF16,
-        &ops::u16_bytes(words),
-        b.as_deref(),
-        mode,
-    )
+    encode_typed(strata_codec::DType::BF16, words, base, mode, ops::u16_bytes)
 }
 
 /// Encodes f16 bit patterns (a `Uint16Array`) losslessly, optionally against `base`.
@@ -95,13 +97,7 @@ pub fn encode_f16(
     base: Option<Vec<u16>>,
     mode: Option<String>,
 ) -> Result<Vec<u8>, JsError> {
-    let b = base.map(|b| ops::u16_bytes(&b));
-    encode_with(
-        strata_codec::DType::F16,
-        &ops::u16_bytes(words),
-        b.as_deref(),
-        mode,
-    )
+    encode_typed(strata_codec::DType::F16, words, base, mode, ops::u16_bytes)
 }
 
 /// Encodes little-endian bytes of any dtype (`"bf16"`, `"F32"`, `"i8"`, ...) losslessly.
@@ -192,31 +188,31 @@ pub fn xor_bytes(a: &[u8], b: &[u8]) -> Result<Vec<u8>, JsError> {
     Ok(ops::xor(a, b)?)
 }
 
-/// bf16 bit patterns widened to f32 (exact).
+/// bf16 bit patterns widened to f32 (exact, bit for bit: [`ops::widen`]).
 #[wasm_bindgen(js_name = bf16ToF32)]
-pub fn bf16_to_f32(words: &[u16]) -> Vec<f32> {
-    words
-        .iter()
-        .map(|&w| f32::from_bits(u32::from(w) << 16))
-        .collect()
+pub fn bf16_to_f32(words: &[u16]) -> Result<Vec<f32>, JsError> {
+    Ok(ops::widen(
+        strata_codec::DType::BF16,
+        &ops::u16_bytes(words),
+    )?)
 }
 
-/// f16 bit patterns widened to f32 (exact).
+/// f16 bit patterns widened to f32 (exact: [`ops::widen`]).
 #[wasm_bindgen(js_name = f16ToF32)]
-pub fn f16_to_f32(words: &[u16]) -> Vec<f32> {
-    words
-        .iter()
-        .map(|&w| half::f16::from_bits(w).to_f32())
-        .collect()
+pub fn f16_to_f32(words: &[u16]) -> Result<Vec<f32>, JsError> {
+    Ok(ops::widen(
+        strata_codec::DType::F16,
+        &ops::u16_bytes(words),
+    )?)
 }
 
-/// f32 values rounded to bf16 bit patterns (nearest even; NaN stays NaN).
+/// f32 values rounded to bf16 bit patterns (nearest even; NaN stays NaN: [`ops::narrow`]).
 #[wasm_bindgen(js_name = f32ToBf16)]
-pub fn f32_to_bf16(values: &[f32]) -> Vec<u16> {
-    values
-        .iter()
-        .map(|&v| half::bf16::from_f32(v).to_bits())
-        .collect()
+pub fn f32_to_bf16(values: &[f32]) -> Result<Vec<u16>, JsError> {
+    Ok(ops::u16_from_bytes(&ops::narrow(
+        strata_codec::DType::BF16,
+        values,
+    )?))
 }
 
 /// A segment's validated header.
@@ -340,9 +336,13 @@ pub fn tier_names() -> Vec<String> {
     Tier::ALL.iter().map(|t| t.name().to_owned()).collect()
 }
 
-/// What a maintenance pass did ([`store::MaintainReport`]).
+/// What a maintenance pass did: the JavaScript face of [`strata_tiering::MaintainReport`],
+/// built `From` it. wasm-bindgen exports only types defined in this crate, not one of
+/// another crate, hence this mirror. Counts are capped at `u32::MAX`, bytes are `number`s
+/// (exact up to 2^53). The on-disk store's `converted` and `stats_saved` are always 0 here
+/// and left out.
 #[wasm_bindgen]
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MaintainReport {
     /// Blocks moved.
     pub moves: u32,
@@ -363,20 +363,29 @@ pub struct MaintainReport {
     /// Bytes of the re-encoded segments.
     #[wasm_bindgen(js_name = bytesReencoded)]
     pub bytes_reencoded: f64,
+    /// Warm bytes (the figure `warm_byte_cap` limits) before the pass.
+    #[wasm_bindgen(js_name = warmBytesBefore)]
+    pub warm_bytes_before: f64,
+    /// Warm bytes after the pass.
+    #[wasm_bindgen(js_name = warmBytesAfter)]
+    pub warm_bytes_after: f64,
 }
 
-impl From<store::MaintainReport> for MaintainReport {
-    fn from(r: store::MaintainReport) -> Self {
+impl From<strata_tiering::MaintainReport> for MaintainReport {
+    fn from(r: strata_tiering::MaintainReport) -> Self {
+        let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
         MaintainReport {
-            moves: r.moves,
-            promoted: r.promoted,
-            demoted: r.demoted,
-            squeezed: r.squeezed,
-            evicted: r.evicted,
-            restored: r.restored,
-            absent: r.absent,
+            moves: count(r.moves),
+            promoted: count(r.promoted),
+            demoted: count(r.demoted),
+            squeezed: count(r.squeezed),
+            evicted: count(r.evicted),
+            restored: count(r.restored),
+            absent: count(r.absent),
             deferred: r.deferred,
-            bytes_reencoded: r.bytes_reencoded as f64,
+            bytes_reencoded: r.bytes_written as f64,
+            warm_bytes_before: r.warm_bytes_before as f64,
+            warm_bytes_after: r.warm_bytes_after as f64,
         }
     }
 }
