@@ -22,7 +22,7 @@ use crate::state::TierState;
 /// }
 /// let plan = st.plan(HOUR, Budget::new(u64::MAX, 2));
 /// st.apply(&plan)?; // after re-encoding both blocks
-/// let mut report = MaintainReport::from_plan(&plan, plan.moves.len(), &st);
+/// let mut report = MaintainReport::from_plan(&plan, &plan.moves, &st);
 /// report.bytes_written += 2 * 3_000; // what the store wrote
 /// assert_eq!((report.moves, report.demoted, report.deferred), (2, 2, 1));
 /// assert_eq!(report.warm_bytes_after, st.warm_bytes());
@@ -61,21 +61,22 @@ pub struct MaintainReport {
 }
 
 impl MaintainReport {
-    /// The report of a pass that carried out the first `applied` moves of `plan` and then
-    /// applied them to `state`: those moves counted by reason ([`MaintainReport::tally`]),
-    /// warm bytes before from the plan and after from `state`, and as deferred the plan's
-    /// own plus the moves not carried out. The store adds `bytes_written` (and, on disk,
-    /// `converted` and `stats_saved`).
-    pub fn from_plan(plan: &Plan, applied: usize, state: &TierState) -> Self {
-        let applied = applied.min(plan.moves.len());
-        let skipped = u32::try_from(plan.moves.len() - applied).unwrap_or(u32::MAX);
+    /// The report of a pass that carried out the moves `applied` of `plan` (a prefix, or
+    /// any subset a store managed to prepare) and then applied them to `state`: those moves
+    /// counted by reason ([`MaintainReport::tally`]), warm bytes before from the plan and
+    /// after from `state`, and as deferred the plan's own plus the planned moves not carried
+    /// out. The store adds `bytes_written` (and, on disk, `converted` and `stats_saved`).
+    pub fn from_plan(plan: &Plan, applied: &[Move], state: &TierState) -> Self {
+        let skipped = plan.moves.len().saturating_sub(applied.len());
         let mut report = MaintainReport {
             warm_bytes_before: plan.warm_bytes_before,
             warm_bytes_after: state.warm_bytes(),
-            deferred: plan.deferred.saturating_add(skipped),
+            deferred: plan
+                .deferred
+                .saturating_add(u32::try_from(skipped).unwrap_or(u32::MAX)),
             ..MaintainReport::default()
         };
-        report.tally(&plan.moves[..applied]);
+        report.tally(applied);
         report
     }
 
@@ -167,13 +168,18 @@ mod tests {
             warm_bytes_after: 456,
             deferred: 4,
         };
-        let r = MaintainReport::from_plan(&plan, 2, &st);
+        let r = MaintainReport::from_plan(&plan, &plan.moves[..2], &st);
         assert_eq!((r.moves, r.demoted, r.squeezed), (2, 2, 0));
         assert_eq!(r.deferred, 5);
         assert_eq!(r.warm_bytes_before, 123);
         assert_eq!(r.warm_bytes_after, before);
         assert_eq!((r.bytes_written, r.converted, r.stats_saved), (0, 0, 0));
-        // More applied than planned counts the plan.
-        assert_eq!(MaintainReport::from_plan(&plan, 9, &st).moves, 3);
+        // Not a prefix: the moves a store could prepare.
+        let r = MaintainReport::from_plan(&plan, &[plan.moves[0], plan.moves[2]], &st);
+        assert_eq!((r.moves, r.demoted, r.squeezed, r.deferred), (2, 1, 1, 5));
+        assert_eq!(
+            MaintainReport::from_plan(&plan, &plan.moves, &st).deferred,
+            4
+        );
     }
 }

@@ -534,3 +534,43 @@ impl TieredStore {
         self.0.names()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_report_mirror_keeps_every_figure() {
+        let r = strata_tiering::MaintainReport {
+            moves: 9,
+            promoted: 1,
+            demoted: 2,
+            squeezed: 1,
+            evicted: 1,
+            restored: 1,
+            absent: 3,
+            bytes_written: 1 << 40,
+            warm_bytes_before: 7,
+            warm_bytes_after: 5,
+            deferred: 4,
+            converted: 0,
+            stats_saved: 0,
+        };
+        let js = MaintainReport::from(r);
+        assert_eq!(
+            (js.moves, js.promoted, js.demoted, js.squeezed),
+            (9, 1, 2, 1)
+        );
+        assert_eq!(
+            (js.evicted, js.restored, js.absent, js.deferred),
+            (1, 1, 3, 4)
+        );
+        assert_eq!(js.bytes_reencoded, (1u64 << 40) as f64);
+        assert_eq!((js.warm_bytes_before, js.warm_bytes_after), (7.0, 5.0));
+        let big = strata_tiering::MaintainReport {
+            moves: usize::MAX,
+            ..r
+        };
+        assert_eq!(MaintainReport::from(big).moves, u32::MAX);
+    }
+}

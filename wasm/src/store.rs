@@ -642,7 +642,7 @@ impl TieredStore {
             ..plan.clone()
         };
         self.state.apply(&done)?;
-        let mut report = MaintainReport::from_plan(&plan, done.moves.len(), &self.state);
+        let mut report = MaintainReport::from_plan(&plan, &done.moves, &self.state);
         for (mv, data) in done.moves.iter().zip(reencoded) {
             if let Data::Quantized(seg) = &data {
                 report.bytes_written += seg.len() as u64;
@@ -781,7 +781,7 @@ fn dequantize_block(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use strata_tiering::{HOUR, MINUTE};
+    use strata_tiering::{MoveReason, HOUR, MINUTE};
 
     fn weights(n: usize, seed: u32) -> Vec<f32> {
         (0..n)
@@ -1093,6 +1093,18 @@ mod tests {
             if now % (5 * MINUTE) == 0 {
                 let r = st.maintain(now, Budget::UNLIMITED).unwrap();
                 moves += r.moves;
+                let by_reason = [
+                    MoveReason::Promote,
+                    MoveReason::Demote,
+                    MoveReason::CapSqueeze,
+                    MoveReason::CapEvict,
+                    MoveReason::CapRestore,
+                    MoveReason::Absent,
+                ]
+                .map(|m| r.count(m));
+                assert_eq!(by_reason.iter().sum::<usize>(), r.moves);
+                assert_eq!(r.warm_bytes_after, st.model_bytes().warm());
+                assert_eq!((r.converted, r.stats_saved), (0, 0));
                 let actual = st.bytes_by_tier();
                 let warm = actual[Tier::Warm7.index()] + actual[Tier::Warm5.index()];
                 assert_eq!(warm, st.model_bytes().warm());
