@@ -9,6 +9,7 @@
 //! code calls the modules above directly.
 
 use strata_codec::segment::Encoding;
+use strata_codec::{convert, DType};
 use strata_tiering::{Budget, Tier};
 use wasm_bindgen::prelude::*;
 
@@ -46,7 +47,7 @@ pub fn js_u32(what: &'static str, x: f64) -> Result<u32, WasmError> {
 }
 
 fn encode_with(
-    dtype: strata_codec::DType,
+    dtype: DType,
     data: &[u8],
     base: Option<&[u8]>,
     mode: Option<String>,
@@ -59,7 +60,7 @@ fn encode_with(
 /// values and of `base`), a keyframe or an XOR delta against `base`. The one body of the
 /// typed `encode*` functions below.
 fn encode_typed<T>(
-    dtype: strata_codec::DType,
+    dtype: DType,
     values: &[T],
     base: Option<Vec<T>>,
     mode: Option<String>,
@@ -77,7 +78,7 @@ pub fn encode_f32(
     base: Option<Vec<f32>>,
     mode: Option<String>,
 ) -> Result<Vec<u8>, JsError> {
-    encode_typed(strata_codec::DType::F32, values, base, mode, ops::f32_bytes)
+    encode_typed(DType::F32, values, base, mode, ops::f32_bytes)
 }
 
 /// Encodes bf16 bit patterns (a `Uint16Array`) losslessly, optionally against `base`.
@@ -87,7 +88,7 @@ pub fn encode_bf16(
     base: Option<Vec<u16>>,
     mode: Option<String>,
 ) -> Result<Vec<u8>, JsError> {
-    encode_typed(strata_codec::DType::BF16, words, base, mode, ops::u16_bytes)
+    encode_typed(DType::BF16, words, base, mode, ops::u16_bytes)
 }
 
 /// Encodes f16 bit patterns (a `Uint16Array`) losslessly, optionally against `base`.
@@ -97,7 +98,7 @@ pub fn encode_f16(
     base: Option<Vec<u16>>,
     mode: Option<String>,
 ) -> Result<Vec<u8>, JsError> {
-    encode_typed(strata_codec::DType::F16, words, base, mode, ops::u16_bytes)
+    encode_typed(DType::F16, words, base, mode, ops::u16_bytes)
 }
 
 /// Encodes little-endian bytes of any dtype (`"bf16"`, `"F32"`, `"i8"`, ...) losslessly.
@@ -122,7 +123,7 @@ pub fn decode_bytes(segment: &[u8], base: Option<Vec<u8>>) -> Result<Vec<u8>, Js
 pub fn decode_f32(segment: &[u8], base: Option<Vec<f32>>) -> Result<Vec<f32>, JsError> {
     let b = base.map(|b| ops::f32_bytes(&b));
     let (dtype, bytes) = ops::decode(segment, b.as_deref())?;
-    if dtype != strata_codec::DType::F32 {
+    if dtype != DType::F32 {
         return Err(invalid(
             "segment",
             format!("holds {dtype}, not f32: use decodeBytes"),
@@ -188,31 +189,26 @@ pub fn xor_bytes(a: &[u8], b: &[u8]) -> Result<Vec<u8>, JsError> {
     Ok(ops::xor(a, b)?)
 }
 
-/// bf16 bit patterns widened to f32 (exact, bit for bit: [`ops::widen`]).
+/// bf16 bit patterns widened to f32 (exact, bit for bit: [`convert::to_f32`]).
 #[wasm_bindgen(js_name = bf16ToF32)]
-pub fn bf16_to_f32(words: &[u16]) -> Result<Vec<f32>, JsError> {
-    Ok(ops::widen(
-        strata_codec::DType::BF16,
-        &ops::u16_bytes(words),
-    )?)
+pub fn bf16_to_f32(words: &[u16]) -> Vec<f32> {
+    // A float dtype and whole words: the conversion cannot fail.
+    convert::to_f32(DType::BF16, &ops::u16_bytes(words)).unwrap_or_default()
 }
 
-/// f16 bit patterns widened to f32 (exact: [`ops::widen`]).
+/// f16 bit patterns widened to f32 (exact: [`convert::to_f32`]).
 #[wasm_bindgen(js_name = f16ToF32)]
-pub fn f16_to_f32(words: &[u16]) -> Result<Vec<f32>, JsError> {
-    Ok(ops::widen(
-        strata_codec::DType::F16,
-        &ops::u16_bytes(words),
-    )?)
+pub fn f16_to_f32(words: &[u16]) -> Vec<f32> {
+    // A float dtype and whole words: the conversion cannot fail.
+    convert::to_f32(DType::F16, &ops::u16_bytes(words)).unwrap_or_default()
 }
 
-/// f32 values rounded to bf16 bit patterns (nearest even; NaN stays NaN: [`ops::narrow`]).
+/// f32 values rounded to bf16 bit patterns (nearest even; NaN stays NaN:
+/// [`convert::from_f32`]).
 #[wasm_bindgen(js_name = f32ToBf16)]
-pub fn f32_to_bf16(values: &[f32]) -> Result<Vec<u16>, JsError> {
-    Ok(ops::u16_from_bytes(&ops::narrow(
-        strata_codec::DType::BF16,
-        values,
-    )?))
+pub fn f32_to_bf16(values: &[f32]) -> Vec<u16> {
+    // A float dtype: the conversion cannot fail.
+    ops::u16_from_bytes(&convert::from_f32(DType::BF16, values).unwrap_or_default())
 }
 
 /// A segment's validated header.
