@@ -20,6 +20,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
+use strata::codec::convert;
+use strata::codec::testing::SplitMix64;
 use strata::store::{
     Budget, DType, Fidelity, Options, ReadClock, Store, TensorRef, Tier, TierConfig, TierOptions,
     TierPolicy,
@@ -104,23 +106,6 @@ fn parse() -> Result<Args, String> {
     Ok(a)
 }
 
-/// splitmix64: a small, seedable generator.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
 /// Zipf(s) over ranks `0..n` by inverse CDF.
 struct Zipf {
     cdf: Vec<f64>,
@@ -141,8 +126,8 @@ impl Zipf {
         Self { cdf }
     }
 
-    fn sample(&self, rng: &mut Rng) -> usize {
-        let u = rng.unit();
+    fn sample(&self, rng: &mut SplitMix64) -> usize {
+        let u = rng.next_f64();
         self.cdf.partition_point(|&c| c < u).min(self.cdf.len() - 1)
     }
 }
@@ -172,11 +157,7 @@ fn real_values(dir: &PathBuf) -> Result<Vec<f32>, String> {
         for n in names {
             let t = st.tensor(&n).map_err(|e| format!("{n}: {e}"))?;
             if t.dtype() == safetensors::Dtype::F32 {
-                out.extend(
-                    t.data()
-                        .chunks_exact(4)
-                        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
-                );
+                out.extend(convert::to_f32(DType::F32, t.data()).map_err(|e| e.to_string())?);
             }
         }
     }
@@ -282,10 +263,11 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
             .map(|&t| {
                 let shape = shape_of(t);
                 let blocks = shape[0] as usize / VALUES;
-                let bytes = (0..blocks)
+                let values: Vec<f32> = (0..blocks)
                     .flat_map(|i| block_values(&pool, t * BLOCKS_PER_TENSOR + i))
-                    .flat_map(|v| v.to_le_bytes())
                     .collect();
+                // F32 is a float dtype: the conversion cannot fail.
+                let bytes = convert::from_f32(DType::F32, &values).unwrap_or_default();
                 (format!("sim.{t}"), shape, bytes)
             })
             .collect();
@@ -300,10 +282,10 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
     }
     let write_s = t0.elapsed().as_secs_f64();
 
-    let mut rng = Rng(a.seed);
+    let mut rng = SplitMix64::new(a.seed);
     let mut perm: Vec<usize> = (0..a.blocks).collect();
     for i in (1..perm.len()).rev() {
-        perm.swap(i, (rng.next() % (i as u64 + 1)) as usize);
+        perm.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
     }
     let zipf = Zipf::new(a.blocks, ZIPF_S);
     let mut read_us = Vec::with_capacity(a.accesses);
@@ -324,11 +306,7 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
         let slice = store.get_range(&name, 0, range)?;
         read_us.push(t0.elapsed().as_secs_f64() * 1e6);
         if i % ERROR_SAMPLE == 0 {
-            let got: Vec<f32> = slice
-                .data
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect();
+            let got = convert::to_f32(DType::F32, &slice.data)?;
             let e = mean_rel_err(&block_values(&pool, b), &got);
             let entry = err_sum.entry(precision_name(slice.fidelity)).or_default();
             entry.0 += e;

@@ -39,7 +39,7 @@ use serde::Serialize;
 use strata_codec::lossless::LosslessOptions;
 use strata_codec::quant::{QuantBits, QuantParams};
 use strata_codec::segment::{self, Segment};
-use strata_codec::DType;
+use strata_codec::{convert, DType};
 
 type BoxError = Box<dyn Error>;
 
@@ -220,19 +220,21 @@ fn load(path: &str, as_bf16: bool) -> Result<Vec<Tensor>, BoxError> {
     views.sort_by_key(|(_, v)| v.data().as_ptr() as usize);
     let tensors = views
         .into_iter()
-        .map(|(name, view)| match (view.dtype(), as_bf16) {
-            (Dtype::F32, true) => Tensor {
-                name,
-                dtype: DType::BF16,
-                data: f32_bytes_to_bf16(view.data()),
-            },
-            (d, _) => Tensor {
-                name,
-                dtype: codec_dtype(d),
-                data: view.data().to_vec(),
-            },
+        .map(|(name, view)| {
+            Ok(match (view.dtype(), as_bf16) {
+                (Dtype::F32, true) => Tensor {
+                    name,
+                    dtype: DType::BF16,
+                    data: f32_bytes_to_bf16(view.data())?,
+                },
+                (d, _) => Tensor {
+                    name,
+                    dtype: codec_dtype(d),
+                    data: view.data().to_vec(),
+                },
+            })
         })
-        .collect();
+        .collect::<Result<_, BoxError>>()?;
     Ok(tensors)
 }
 
@@ -243,47 +245,26 @@ fn codec_dtype(d: Dtype) -> DType {
 }
 
 /// Little-endian f32 bytes to little-endian bf16 bytes, round to nearest even.
-fn f32_bytes_to_bf16(data: &[u8]) -> Vec<u8> {
-    data.chunks_exact(4)
-        .flat_map(|b| {
-            let x = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-            half::bf16::from_f32(x).to_bits().to_le_bytes()
-        })
-        .collect()
+fn f32_bytes_to_bf16(data: &[u8]) -> Result<Vec<u8>, BoxError> {
+    Ok(convert::from_f32(
+        DType::BF16,
+        &convert::to_f32(DType::F32, data)?,
+    )?)
 }
 
 /// The float tensors as f32 values (exact for bf16 and f16; f64 is rounded).
 fn widen_floats(tensors: &[Tensor]) -> Vec<FloatTensor<'_>> {
     tensors
         .iter()
-        .filter(|t| t.dtype.is_float())
-        .map(|t| FloatTensor {
-            name: &t.name,
-            dtype: t.dtype,
-            values: to_f32(t.dtype, &t.data),
+        .filter_map(|t| {
+            Some(FloatTensor {
+                name: &t.name,
+                dtype: t.dtype,
+                // `None` for the tensors that are not floats.
+                values: convert::to_f32(t.dtype, &t.data).ok()?,
+            })
         })
         .collect()
-}
-
-fn to_f32(dtype: DType, data: &[u8]) -> Vec<f32> {
-    match dtype {
-        DType::BF16 => data
-            .chunks_exact(2)
-            .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
-            .collect(),
-        DType::F16 => data
-            .chunks_exact(2)
-            .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
-            .collect(),
-        DType::F64 => data
-            .chunks_exact(8)
-            .map(|b| f64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]) as f32)
-            .collect(),
-        _ => data
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect(),
-    }
 }
 
 /// The float dtype holding the most bytes.

@@ -28,7 +28,7 @@ use serde::Serialize;
 use strata_codec::frames::{FrameParams, FramePush, FrameSegment, FrameStreamEncoder};
 use strata_codec::quant::{QuantBits, QuantParams};
 use strata_codec::segment;
-use strata_codec::DType;
+use strata_codec::{convert, DType};
 
 type BoxError = Box<dyn Error>;
 
@@ -133,19 +133,10 @@ fn load(dir: &PathBuf) -> Result<(usize, Vec<Stream>), BoxError> {
             let Some(dtype) = DType::from_safetensors_name(&format!("{:?}", view.dtype())) else {
                 continue;
             };
-            let values: Vec<f32> = match dtype {
-                DType::F32 => view
-                    .data()
-                    .chunks_exact(4)
-                    .map(|w| f32::from_le_bytes([w[0], w[1], w[2], w[3]]))
-                    .collect(),
-                DType::BF16 => view
-                    .data()
-                    .chunks_exact(2)
-                    .map(|w| f32::from_bits(u32::from(u16::from_le_bytes([w[0], w[1]])) << 16))
-                    .collect(),
-                _ => continue,
-            };
+            if !matches!(dtype, DType::F32 | DType::BF16) {
+                continue;
+            }
+            let values = convert::to_f32(dtype, view.data())?;
             match streams.iter_mut().find(|(n, _)| *n == name) {
                 Some((_, frames)) => frames.push(values),
                 None => streams.push((name, vec![values])),

@@ -34,7 +34,7 @@ use strata_codec::lossless::LosslessOptions;
 use strata_codec::quant::{QuantBits, QuantParams};
 use strata_codec::residual;
 use strata_codec::segment::{self, Segment};
-use strata_codec::DType;
+use strata_codec::{convert, DType};
 
 type BoxError = Box<dyn Error>;
 
@@ -211,7 +211,7 @@ fn run(path: &str) -> Result<Report, BoxError> {
             blocks += 1;
             raw_bytes += block.len() as u64;
             keyframe_bytes += segment::encode_keyframe(dtype, block, &opts)?.len() as u64;
-            let values = to_f32(dtype, block);
+            let values = convert::to_f32(dtype, block)?;
             for (t, &bits) in TIERS.iter().enumerate() {
                 let TierAcc {
                     quant,
@@ -314,23 +314,6 @@ fn xor_blob_len(dtype: HalfDType, block: &[u8], approx: &[u8]) -> Result<u64, Bo
         return Err("XOR HPΔKV blob did not rebuild the block".into());
     }
     Ok(blob.len() as u64)
-}
-
-fn to_f32(dtype: DType, b: &[u8]) -> Vec<f32> {
-    match dtype {
-        DType::F32 => b
-            .chunks_exact(4)
-            .map(|w| f32::from_le_bytes([w[0], w[1], w[2], w[3]]))
-            .collect(),
-        DType::F16 => b
-            .chunks_exact(2)
-            .map(|w| half::f16::from_le_bytes([w[0], w[1]]).to_f32())
-            .collect(),
-        _ => b
-            .chunks_exact(2)
-            .map(|w| f32::from_bits(u32::from(u16::from_le_bytes([w[0], w[1]])) << 16))
-            .collect(),
-    }
 }
 
 fn print_table(r: &Report) {

@@ -10,22 +10,23 @@ use strata_codec::frames::{FrameParams, FrameSegment, FrameStreamEncoder};
 use strata_codec::lossless::LosslessOptions;
 use strata_codec::quant::{QuantBits, QuantParams};
 use strata_codec::segment::{self, Encoding, Segment};
-use strata_codec::DType;
+use strata_codec::testing::SplitMix64;
+use strata_codec::{convert, DType};
 
 /// Generous decode limit: the segments here decode to a few KB.
 const LIMIT: usize = 1 << 24;
 const MASKS: [u8; 3] = [0x01, 0x80, 0xFF];
 
-/// splitmix64: deterministic, good enough for test data, no dependency.
-struct Rng(u64);
+/// Test data from [`SplitMix64`]: deterministic, the same on every run.
+struct Rng(SplitMix64);
 
 impl Rng {
+    fn new(seed: u64) -> Self {
+        Rng(SplitMix64::new(seed))
+    }
+
     fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// Uniform in (0, 1].
@@ -53,13 +54,11 @@ fn step(rng: &mut Rng, base: &[f32]) -> Vec<f32> {
 }
 
 fn f32_bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    convert::from_f32(DType::F32, v).expect("a float dtype")
 }
 
 fn bf16_bytes(v: &[f32]) -> Vec<u8> {
-    v.iter()
-        .flat_map(|&x| half::bf16::from_f32(x).to_le_bytes())
-        .collect()
+    convert::from_f32(DType::BF16, v).expect("a float dtype")
 }
 
 /// What a decode gave back. Only its existence matters to the corruption checks.
@@ -126,7 +125,7 @@ fn encoding_of(seg: &[u8]) -> Encoding {
 
 #[test]
 fn keyframe_f32() {
-    let v = weights(&mut Rng(1), 1024, 0.02);
+    let v = weights(&mut Rng::new(1), 1024, 0.02);
     let seg = segment::encode_keyframe(DType::F32, &f32_bytes(&v), &LosslessOptions::default())
         .expect("encode");
     assert_eq!(encoding_of(&seg), Encoding::Keyframe);
@@ -135,7 +134,7 @@ fn keyframe_f32() {
 
 #[test]
 fn keyframe_bf16() {
-    let v = weights(&mut Rng(2), 2048, 0.02);
+    let v = weights(&mut Rng::new(2), 2048, 0.02);
     let seg = segment::encode_keyframe(DType::BF16, &bf16_bytes(&v), &LosslessOptions::default())
         .expect("encode");
     assert_eq!(encoding_of(&seg), Encoding::Keyframe);
@@ -144,7 +143,7 @@ fn keyframe_bf16() {
 
 #[test]
 fn delta_f32() {
-    let mut rng = Rng(3);
+    let mut rng = Rng::new(3);
     let base = weights(&mut rng, 1024, 0.02);
     let next = step(&mut rng, &base);
     let base = f32_bytes(&base);
@@ -165,7 +164,7 @@ fn delta_f32() {
 
 #[test]
 fn delta_bf16() {
-    let mut rng = Rng(4);
+    let mut rng = Rng::new(4);
     let base = weights(&mut rng, 2048, 0.02);
     let next = step(&mut rng, &base);
     let base = bf16_bytes(&base);
@@ -182,7 +181,7 @@ fn delta_bf16() {
 
 #[test]
 fn quantized_every_width() {
-    let v = weights(&mut Rng(5), 4096, 0.02);
+    let v = weights(&mut Rng::new(5), 4096, 0.02);
     for bits in QuantBits::ALL {
         // Plain groups at every width, 3 bits included: two-level off.
         let params = QuantParams {
@@ -198,7 +197,7 @@ fn quantized_every_width() {
 #[test]
 fn quantized_bf16_block() {
     // A bf16 block quantizes its values as f32; the header records the dtype.
-    let v = weights(&mut Rng(6), 2048, 0.02);
+    let v = weights(&mut Rng::new(6), 2048, 0.02);
     let seg = segment::encode_quantized(DType::BF16, &v, &QuantParams::new(QuantBits::B7))
         .expect("encode");
     assert_eq!(encoding_of(&seg), Encoding::Quantized(QuantBits::B7));
@@ -209,7 +208,7 @@ fn quantized_bf16_block() {
 fn two_level_3bit() {
     // Heavy-tailed groups: tiny values and one spike per group of 64, so
     // max_abs / median_abs is far above the default threshold of 5.
-    let mut rng = Rng(7);
+    let mut rng = Rng::new(7);
     let mut v = weights(&mut rng, 4096, 1e-3);
     for g in 0..v.len() / 64 {
         let at = g * 64 + (rng.next_u64() % 64) as usize;
@@ -225,7 +224,7 @@ fn two_level_3bit() {
 fn frame_segments_every_width() {
     // Frames drifting within 10 %: one epoch of 5 frames per width, 500 values each (a
     // ragged last group, and a last byte with unused bits at 3, 5 and 7 bits).
-    let mut rng = Rng(8);
+    let mut rng = Rng::new(8);
     let v = weights(&mut rng, 500, 0.02);
     for bits in QuantBits::ALL {
         let mut enc =

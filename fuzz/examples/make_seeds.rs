@@ -21,19 +21,16 @@ use strata_codec::lossless::LosslessOptions;
 use strata_codec::quant::{QuantBits, QuantParams, TwoLevel};
 use strata_codec::residual;
 use strata_codec::segment::{self, Encoding, Segment};
+use strata_codec::testing::SplitMix64;
 use strata_codec::DType;
 use strata_codec_fuzz::base_pattern;
 
-/// splitmix64, so the seeds are the same on every run.
-struct Rng(u64);
+/// [`SplitMix64`], so the seeds are the same on every run.
+struct Rng(SplitMix64);
 
 impl Rng {
     fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// Roughly normal (sum of four uniforms), scaled by `std`.
@@ -301,7 +298,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     std::fs::create_dir_all(&seeds.hpdkv_dir)?;
 
     let opts = LosslessOptions::default();
-    let mut rng = Rng(0x5EED);
+    let mut rng = Rng(SplitMix64::new(0x5EED));
 
     // Keyframes of every dtype: 256 weight-like elements (zstd and raw planes).
     let v = weights(&mut rng, 256, 0.02);

@@ -3,6 +3,7 @@
 //! Strata's tier policy: which blocks stay at 8 bits, which drift to 7, 5 and 3 bits, and
 //! which go to Tier 0. Pure logic: no I/O, no threads, no clock reads (time is a [`Tick`]
 //! the caller passes, from a [`Clock`] of its choice). Builds for `wasm32-unknown-unknown`.
+//! No `unsafe` code.
 //! The decisions and their defaults are recorded in ADR 0005.
 //!
 //! - [`score`]: per-block read statistics; a score in reads per hour from a moving average
@@ -12,6 +13,8 @@
 //! - [`state`]: [`TierState`], the registered blocks.
 //! - [`plan`](mod@plan): [`plan`](fn@plan) and [`apply`]: moves within a [`Budget`], hysteresis,
 //!   minimum residency, one step per move, `warm_byte_cap`, Tier 0.
+//! - [`report`]: [`MaintainReport`], what a store's maintenance pass did.
+//! - [`clock`]: [`Clock`], system time or a [`ManualClock`], for callers that keep one.
 //!
 //! ```
 //! use strata_tiering::{BlockSpec, Budget, MoveReason, Tier, TierConfig, TierState, HOUR, MINUTE};
@@ -34,11 +37,14 @@
 //! # Ok::<(), strata_tiering::TierError>(())
 //! ```
 
+#![forbid(unsafe_code)]
+
 pub mod clock;
 pub mod config;
 pub mod error;
 pub mod plan;
 pub mod precision;
+pub mod report;
 pub mod score;
 pub mod state;
 pub mod tier;
@@ -48,6 +54,7 @@ pub use config::TierConfig;
 pub use error::TierError;
 pub use plan::{apply, plan, Budget, Move, MoveReason, Plan};
 pub use precision::Precision;
+pub use report::MaintainReport;
 pub use score::{AccessStats, ScoreConfig, STATS_BYTES, WINDOW};
 pub use state::{BlockHandle, BlockSpec, BlockView, TierBytes, TierState};
 pub use tier::{BlockId, Policy, ReconstructPolicy, SizeModel, Tier};

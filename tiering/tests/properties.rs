@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
+use strata_codec::testing::SplitMix64;
 use strata_tiering::{
     BlockId, BlockSpec, Budget, MoveReason, Plan, Policy, ReconstructPolicy, ScoreConfig, Tick,
     Tier, TierConfig, TierState, SECOND,
@@ -269,11 +270,9 @@ proptest! {
         let n = sc.blocks.len();
         let mut order: Vec<usize> = (0..n).collect();
         // Fisher-Yates with a splitmix64 stream.
-        let mut x = seed;
+        let mut rng = SplitMix64::new(seed);
         for i in (1..n).rev() {
-            x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let z = (x ^ (x >> 31)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            order.swap(i, (z % (i as u64 + 1)) as usize);
+            order.swap(i, rng.below(i as u64 + 1) as usize);
         }
         let cap = sc.cap_blocks * s7();
         let mut a = build(&sc, &(0..n).collect::<Vec<_>>(), cap);

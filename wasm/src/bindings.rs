@@ -9,6 +9,7 @@
 //! code calls the modules above directly.
 
 use strata_codec::segment::Encoding;
+use strata_codec::{convert, DType};
 use strata_tiering::{Budget, Tier};
 use wasm_bindgen::prelude::*;
 
@@ -46,13 +47,27 @@ pub fn js_u32(what: &'static str, x: f64) -> Result<u32, WasmError> {
 }
 
 fn encode_with(
-    dtype: strata_codec::DType,
+    dtype: DType,
     data: &[u8],
     base: Option<&[u8]>,
     mode: Option<String>,
 ) -> Result<Vec<u8>, JsError> {
     let opts = ops::lossless_options(mode.as_deref())?;
     Ok(ops::encode(dtype, data, base, &opts)?)
+}
+
+/// Encodes typed values losslessly as `dtype`: their little-endian bytes (`bytes` of the
+/// values and of `base`), a keyframe or an XOR delta against `base`. The one body of the
+/// typed `encode*` functions below.
+fn encode_typed<T>(
+    dtype: DType,
+    values: &[T],
+    base: Option<Vec<T>>,
+    mode: Option<String>,
+    bytes: fn(&[T]) -> Vec<u8>,
+) -> Result<Vec<u8>, JsError> {
+    let base = base.map(|b| bytes(&b));
+    encode_with(dtype, &bytes(values), base.as_deref(), mode)
 }
 
 /// Encodes f32 values losslessly: a keyframe, or an XOR delta against `base`.
@@ -63,13 +78,7 @@ pub fn encode_f32(
     base: Option<Vec<f32>>,
     mode: Option<String>,
 ) -> Result<Vec<u8>, JsError> {
-    let b = base.map(|b| ops::f32_bytes(&b));
-    encode_with(
-        strata_codec::DType::F32,
-        &ops::f32_bytes(values),
-        b.as_deref(),
-        mode,
-    )
+    encode_typed(DType::F32, values, base, mode, ops::f32_bytes)
 }
 
 /// Encodes bf16 bit patterns (a `Uint16Array`) losslessly, optionally against `base`.
@@ -79,13 +88,7 @@ pub fn encode_bf16(
     base: Option<Vec<u16>>,
     mode: Option<String>,
 ) -> Result<Vec<u8>, JsError> {
-    let b = base.map(|b| ops::u16_bytes(&b));
-    encode_with(
-        strata_codec::DType::BF16,
-        &ops::u16_bytes(words),
-        b.as_deref(),
-        mode,
-    )
+    encode_typed(DType::BF16, words, base, mode, ops::u16_bytes)
 }
 
 /// Encodes f16 bit patterns (a `Uint16Array`) losslessly, optionally against `base`.
@@ -95,13 +98,7 @@ pub fn encode_f16(
     base: Option<Vec<u16>>,
     mode: Option<String>,
 ) -> Result<Vec<u8>, JsError> {
-    let b = base.map(|b| ops::u16_bytes(&b));
-    encode_with(
-        strata_codec::DType::F16,
-        &ops::u16_bytes(words),
-        b.as_deref(),
-        mode,
-    )
+    encode_typed(DType::F16, words, base, mode, ops::u16_bytes)
 }
 
 /// Encodes little-endian bytes of any dtype (`"bf16"`, `"F32"`, `"i8"`, ...) losslessly.
@@ -126,7 +123,7 @@ pub fn decode_bytes(segment: &[u8], base: Option<Vec<u8>>) -> Result<Vec<u8>, Js
 pub fn decode_f32(segment: &[u8], base: Option<Vec<f32>>) -> Result<Vec<f32>, JsError> {
     let b = base.map(|b| ops::f32_bytes(&b));
     let (dtype, bytes) = ops::decode(segment, b.as_deref())?;
-    if dtype != strata_codec::DType::F32 {
+    if dtype != DType::F32 {
         return Err(invalid(
             "segment",
             format!("holds {dtype}, not f32: use decodeBytes"),
@@ -192,31 +189,26 @@ pub fn xor_bytes(a: &[u8], b: &[u8]) -> Result<Vec<u8>, JsError> {
     Ok(ops::xor(a, b)?)
 }
 
-/// bf16 bit patterns widened to f32 (exact).
+/// bf16 bit patterns widened to f32 (exact, bit for bit: [`convert::to_f32`]).
 #[wasm_bindgen(js_name = bf16ToF32)]
 pub fn bf16_to_f32(words: &[u16]) -> Vec<f32> {
-    words
-        .iter()
-        .map(|&w| f32::from_bits(u32::from(w) << 16))
-        .collect()
+    // A float dtype and whole words: the conversion cannot fail.
+    convert::to_f32(DType::BF16, &ops::u16_bytes(words)).unwrap_or_default()
 }
 
-/// f16 bit patterns widened to f32 (exact).
+/// f16 bit patterns widened to f32 (exact: [`convert::to_f32`]).
 #[wasm_bindgen(js_name = f16ToF32)]
 pub fn f16_to_f32(words: &[u16]) -> Vec<f32> {
-    words
-        .iter()
-        .map(|&w| half::f16::from_bits(w).to_f32())
-        .collect()
+    // A float dtype and whole words: the conversion cannot fail.
+    convert::to_f32(DType::F16, &ops::u16_bytes(words)).unwrap_or_default()
 }
 
-/// f32 values rounded to bf16 bit patterns (nearest even; NaN stays NaN).
+/// f32 values rounded to bf16 bit patterns (nearest even; NaN stays NaN:
+/// [`convert::from_f32`]).
 #[wasm_bindgen(js_name = f32ToBf16)]
 pub fn f32_to_bf16(values: &[f32]) -> Vec<u16> {
-    values
-        .iter()
-        .map(|&v| half::bf16::from_f32(v).to_bits())
-        .collect()
+    // A float dtype: the conversion cannot fail.
+    ops::u16_from_bytes(&convert::from_f32(DType::BF16, values).unwrap_or_default())
 }
 
 /// A segment's validated header.
@@ -340,9 +332,13 @@ pub fn tier_names() -> Vec<String> {
     Tier::ALL.iter().map(|t| t.name().to_owned()).collect()
 }
 
-/// What a maintenance pass did ([`store::MaintainReport`]).
+/// What a maintenance pass did: the JavaScript face of [`strata_tiering::MaintainReport`],
+/// built `From` it. wasm-bindgen exports only types defined in this crate, not one of
+/// another crate, hence this mirror. Counts are capped at `u32::MAX`, bytes are `number`s
+/// (exact up to 2^53). The on-disk store's `converted` and `stats_saved` are always 0 here
+/// and left out.
 #[wasm_bindgen]
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MaintainReport {
     /// Blocks moved.
     pub moves: u32,
@@ -363,20 +359,29 @@ pub struct MaintainReport {
     /// Bytes of the re-encoded segments.
     #[wasm_bindgen(js_name = bytesReencoded)]
     pub bytes_reencoded: f64,
+    /// Warm bytes (the figure `warm_byte_cap` limits) before the pass.
+    #[wasm_bindgen(js_name = warmBytesBefore)]
+    pub warm_bytes_before: f64,
+    /// Warm bytes after the pass.
+    #[wasm_bindgen(js_name = warmBytesAfter)]
+    pub warm_bytes_after: f64,
 }
 
-impl From<store::MaintainReport> for MaintainReport {
-    fn from(r: store::MaintainReport) -> Self {
+impl From<strata_tiering::MaintainReport> for MaintainReport {
+    fn from(r: strata_tiering::MaintainReport) -> Self {
+        let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
         MaintainReport {
-            moves: r.moves,
-            promoted: r.promoted,
-            demoted: r.demoted,
-            squeezed: r.squeezed,
-            evicted: r.evicted,
-            restored: r.restored,
-            absent: r.absent,
+            moves: count(r.moves),
+            promoted: count(r.promoted),
+            demoted: count(r.demoted),
+            squeezed: count(r.squeezed),
+            evicted: count(r.evicted),
+            restored: count(r.restored),
+            absent: count(r.absent),
             deferred: r.deferred,
-            bytes_reencoded: r.bytes_reencoded as f64,
+            bytes_reencoded: r.bytes_written as f64,
+            warm_bytes_before: r.warm_bytes_before as f64,
+            warm_bytes_after: r.warm_bytes_after as f64,
         }
     }
 }
@@ -523,5 +528,45 @@ impl TieredStore {
     /// Tensor names, sorted.
     pub fn names(&self) -> Vec<String> {
         self.0.names()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_report_mirror_keeps_every_figure() {
+        let r = strata_tiering::MaintainReport {
+            moves: 9,
+            promoted: 1,
+            demoted: 2,
+            squeezed: 1,
+            evicted: 1,
+            restored: 1,
+            absent: 3,
+            bytes_written: 1 << 40,
+            warm_bytes_before: 7,
+            warm_bytes_after: 5,
+            deferred: 4,
+            converted: 0,
+            stats_saved: 0,
+        };
+        let js = MaintainReport::from(r);
+        assert_eq!(
+            (js.moves, js.promoted, js.demoted, js.squeezed),
+            (9, 1, 2, 1)
+        );
+        assert_eq!(
+            (js.evicted, js.restored, js.absent, js.deferred),
+            (1, 1, 3, 4)
+        );
+        assert_eq!(js.bytes_reencoded, (1u64 << 40) as f64);
+        assert_eq!((js.warm_bytes_before, js.warm_bytes_after), (7.0, 5.0));
+        let big = strata_tiering::MaintainReport {
+            moves: usize::MAX,
+            ..r
+        };
+        assert_eq!(MaintainReport::from(big).moves, u32::MAX);
     }
 }

@@ -26,6 +26,8 @@
 //! # Ok::<(), strata_wasm::WasmError>(())
 //! ```
 
+#![forbid(unsafe_code)]
+
 pub mod analyze;
 pub mod bindings;
 mod error;

@@ -6,7 +6,7 @@ use strata_codec::bits::{self, pack_bits, packed_len, unpack_bits};
 use strata_codec::lossless::LosslessOptions;
 use strata_codec::quant::{QuantBits, QuantParams, MAX_GROUP_SIZE};
 use strata_codec::segment::{self, Segment, SegmentHeader};
-use strata_codec::DType;
+use strata_codec::{convert, DType};
 
 use crate::error::{invalid, WasmError};
 
@@ -255,7 +255,8 @@ pub fn xor(a: &[u8], b: &[u8]) -> Result<Vec<u8>, WasmError> {
 
 /// Little-endian bytes of f32 values.
 pub fn f32_bytes(values: &[f32]) -> Vec<u8> {
-    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+    // F32 is a float dtype: the conversion cannot fail.
+    convert::from_f32(DType::F32, values).unwrap_or_default()
 }
 
 /// Little-endian bytes of u16 words (bf16 or f16 bit patterns).
@@ -265,10 +266,8 @@ pub fn u16_bytes(words: &[u16]) -> Vec<u8> {
 
 /// f32 values from little-endian bytes (a multiple of 4 long; a tail is ignored).
 pub fn f32_from_bytes(bytes: &[u8]) -> Vec<f32> {
-    bytes
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
+    // F32 is a float dtype: the conversion cannot fail.
+    convert::to_f32(DType::F32, bytes).unwrap_or_default()
 }
 
 /// u16 words from little-endian bytes (an even length; a tail byte is ignored).
@@ -279,68 +278,42 @@ pub fn u16_from_bytes(bytes: &[u8]) -> Vec<u16> {
         .collect()
 }
 
-/// Widens a float tensor's little-endian bytes to f32: exact for f32, bf16 and f16;
-/// f64 is rounded to the nearest f32.
+/// Widens a float tensor's little-endian bytes to f32 ([`convert::to_f32`]): exact for
+/// f32, bf16 and f16; f64 is rounded to the nearest f32.
 ///
 /// # Errors
 /// [`WasmError::NotFloat`], [`WasmError::RaggedLength`].
 pub fn widen(dtype: DType, bytes: &[u8]) -> Result<Vec<f32>, WasmError> {
     check_ragged("data", dtype, bytes.len())?;
-    let v = match dtype {
-        DType::F32 => f32_from_bytes(bytes),
-        DType::BF16 => bytes
-            .chunks_exact(2)
-            .map(|c| f32::from_bits(u32::from(u16::from_le_bytes([c[0], c[1]])) << 16))
-            .collect(),
-        DType::F16 => bytes
-            .chunks_exact(2)
-            .map(|c| half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32())
-            .collect(),
-        DType::F64 => bytes
-            .chunks_exact(8)
-            .map(|c| {
-                let mut a = [0u8; 8];
-                a.copy_from_slice(c);
-                f64::from_le_bytes(a) as f32
-            })
-            .collect(),
-        other => {
-            return Err(WasmError::NotFloat {
-                what: "widening to f32",
-                dtype: other,
-            })
-        }
-    };
-    Ok(v)
+    if !dtype.is_float() {
+        return Err(WasmError::NotFloat {
+            what: "widening to f32",
+            dtype,
+        });
+    }
+    let mut out = try_filled::<f32>(bytes.len() / dtype.size(), "widened values")?;
+    convert::to_f32_into(dtype, bytes, &mut out).map_err(|_| WasmError::NotFloat {
+        what: "widening to f32",
+        dtype,
+    })?;
+    Ok(out)
 }
 
-/// Narrows f32 values to little-endian bytes of a float `dtype` (round to nearest even
-/// for bf16 and f16; f64 widens exactly).
+/// Narrows f32 values to little-endian bytes of a float `dtype` ([`convert::from_f32`]:
+/// round to nearest even for bf16 and f16; f64 widens exactly).
 ///
 /// # Errors
-/// [`WasmError::NotFloat`].
+/// [`WasmError::NotFloat`], [`WasmError::OutOfMemory`].
 pub fn narrow(dtype: DType, values: &[f32]) -> Result<Vec<u8>, WasmError> {
-    let out = match dtype {
-        DType::F32 => f32_bytes(values),
-        DType::BF16 => values
-            .iter()
-            .flat_map(|&v| half::bf16::from_f32(v).to_bits().to_le_bytes())
-            .collect(),
-        DType::F16 => values
-            .iter()
-            .flat_map(|&v| half::f16::from_f32(v).to_bits().to_le_bytes())
-            .collect(),
-        DType::F64 => values
-            .iter()
-            .flat_map(|&v| f64::from(v).to_le_bytes())
-            .collect(),
-        other => {
-            return Err(WasmError::NotFloat {
-                what: "narrowing from f32",
-                dtype: other,
-            })
-        }
+    let not_float = WasmError::NotFloat {
+        what: "narrowing from f32",
+        dtype,
     };
+    if !dtype.is_float() {
+        return Err(not_float);
+    }
+    let mut out = try_filled::<u8>(values.len().saturating_mul(dtype.size()), "narrowed bytes")?;
+    convert::from_f32_into(dtype, values, &mut out).map_err(|_| not_float)?;
     Ok(out)
 }
 

@@ -2,10 +2,12 @@
 //! segment, with [`strata_tiering::TierState`] deciding where tiered blocks live.
 //!
 //! - **Exact versions** (`WritePolicy::Exact`) are stored losslessly. Each block is a
-//!   keyframe or an XOR delta against the same block of the tensor's latest earlier exact
-//!   version (same dtype and length), with at most `max_chain` segments decoded per read,
-//!   as in strata-store (ADR 0006). They register as [`strata_tiering::Policy::Exact`] blocks and never
-//!   move.
+//!   keyframe or an XOR delta against a block of the tensor's latest earlier exact version
+//!   (same dtype and length), chosen by the delta-base rule strata-store follows too
+//!   ([`strata_codec::chain`], ADR 0006): the previous version's block while at most
+//!   `max_chain` segments are decoded per read, then under [`DeltaPolicy::Chain`] an anchor
+//!   delta against the lineage's keyframe when it is smaller than a keyframe. They register
+//!   as [`strata_tiering::Policy::Exact`] blocks and never move.
 //! - **Tiered versions** (`WritePolicy::Tiered(tier)`) are quantized at `tier` and register
 //!   as [`strata_tiering::Policy::Tiered`] blocks. [`TieredStore::maintain`] asks the policy for a plan,
 //!   re-encodes each moved block from the data it holds (dequantize, quantize at the new
@@ -21,11 +23,13 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use strata_codec::chain::{self, Base, DeltaPolicy, DeltaRule, Link, Root, DEFAULT_MAX_CHAIN};
 use strata_codec::lossless::LosslessOptions;
 use strata_codec::segment::Segment;
 use strata_codec::DType;
+pub use strata_tiering::MaintainReport;
 use strata_tiering::{
-    BlockId, BlockSpec, Budget, MoveReason, Plan, Tick, Tier, TierBytes, TierConfig, TierState,
+    BlockId, BlockSpec, Budget, Plan, Tick, Tier, TierBytes, TierConfig, TierState,
 };
 
 use crate::error::{invalid, WasmError};
@@ -36,8 +40,11 @@ use crate::ops::{self, try_filled, MAX_DECODED_BYTES};
 pub struct StoreOptions {
     /// Values per block (default 4096).
     pub block_values: u32,
-    /// Most segments decoded to read one exact block (default 8).
+    /// Most segments decoded to read one exact block: [`DEFAULT_MAX_CHAIN`] (6) by default,
+    /// strata-store's default too (ADR 0006).
     pub max_chain: u8,
+    /// How exact versions choose their delta bases (default [`DeltaPolicy::Chain`]).
+    pub delta_policy: DeltaPolicy,
     /// The tier policy's settings (`warm_byte_cap` among them).
     pub tiers: TierConfig,
 }
@@ -46,9 +53,17 @@ impl Default for StoreOptions {
     fn default() -> Self {
         StoreOptions {
             block_values: 4096,
-            max_chain: 8,
+            max_chain: DEFAULT_MAX_CHAIN,
+            delta_policy: DeltaPolicy::Chain,
             tiers: TierConfig::default(),
         }
+    }
+}
+
+impl StoreOptions {
+    /// The delta-base rule of these settings.
+    pub fn delta_rule(&self) -> DeltaRule {
+        DeltaRule::new(self.delta_policy, self.max_chain)
     }
 }
 
@@ -99,8 +114,8 @@ enum Data {
 #[derive(Debug, Clone)]
 struct Block {
     id: BlockId,
-    /// Segments decoded to read this block (1 for a keyframe or a quantized block).
-    depth: u8,
+    /// Its chain facts (a keyframe's for a quantized or Tier 0 block).
+    link: Link,
     data: Data,
 }
 
@@ -112,35 +127,25 @@ struct Version {
     blocks: Vec<Block>,
 }
 
+/// A lossless block's place in its delta chain.
+#[derive(Debug, Clone, Copy)]
+struct Chained {
+    /// The step of its version.
+    step: u64,
+    /// The step of its base's version (`None`: a keyframe).
+    base: Option<u64>,
+    /// Bytes of its segment.
+    segment_len: usize,
+    /// Its chain facts.
+    link: Link,
+}
+
 /// Where a block lives: tensor, step, index in the version.
 #[derive(Debug, Clone)]
 struct Location {
     name: String,
     step: u64,
     index: usize,
-}
-
-/// What a [`TieredStore::maintain`] pass did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct MaintainReport {
-    /// Blocks moved.
-    pub moves: u32,
-    /// Moves up because the score crossed an entry threshold.
-    pub promoted: u32,
-    /// Moves down because the score fell below an exit threshold.
-    pub demoted: u32,
-    /// 7 -> 5 bits under `warm_byte_cap` pressure.
-    pub squeezed: u32,
-    /// Warm -> cold under `warm_byte_cap` pressure.
-    pub evicted: u32,
-    /// 5 -> 7 bits below the low watermark.
-    pub restored: u32,
-    /// Cold -> Tier 0.
-    pub absent: u32,
-    /// Bytes of the re-encoded segments.
-    pub bytes_reencoded: u64,
-    /// Moves the policy wanted but left for a later pass.
-    pub deferred: u32,
 }
 
 /// Versions of named tensors in memory, tiered by [`strata_tiering`]. See the
@@ -259,32 +264,36 @@ impl TieredStore {
         let mut encoded = Vec::with_capacity(elements.div_ceil(self.opts.block_values as usize));
         for (index, chunk) in bytes.chunks(block_bytes).enumerate() {
             let values = (chunk.len() / size) as u32;
-            let (data, depth, spec) = match policy {
+            let (data, link, spec) = match policy {
                 WritePolicy::Exact => {
-                    let (data, depth) = self.encode_exact(name, base, index, dtype, chunk)?;
-                    (data, depth, BlockSpec::exact(0, values))
+                    let (data, link) = self.encode_exact(name, base, index, dtype, chunk)?;
+                    (data, link, BlockSpec::exact(0, values))
                 }
                 WritePolicy::Tiered(start) => {
                     let f = ops::widen(dtype, chunk)?;
                     let bits = start.bits().map_or(8, u32::from);
                     match ops::quantize(&f, bits, dtype, Some(self.opts.tiers.group_size)) {
-                        Ok(seg) => (Data::Quantized(seg), 1, BlockSpec::tiered(0, values, start)),
+                        Ok(seg) => (
+                            Data::Quantized(seg),
+                            Link::KEYFRAME,
+                            BlockSpec::tiered(0, values, start),
+                        ),
                         Err(WasmError::Segment(_)) if f.iter().any(|v| !v.is_finite()) => {
                             let seg = ops::encode(dtype, chunk, None, &LosslessOptions::default())?;
                             let data = Data::Lossless {
                                 segment: seg,
                                 base: None,
                             };
-                            (data, 1, BlockSpec::exact(0, values))
+                            (data, Link::KEYFRAME, BlockSpec::exact(0, values))
                         }
                         Err(e) => return Err(e),
                     }
                 }
             };
-            encoded.push((data, depth, spec));
+            encoded.push((data, link, spec));
         }
         let mut blocks: Vec<Block> = Vec::with_capacity(encoded.len());
-        for (index, (data, depth, mut spec)) in encoded.into_iter().enumerate() {
+        for (index, (data, link, mut spec)) in encoded.into_iter().enumerate() {
             let id = self.next_id;
             spec.id = id;
             if let Err(e) = self.state.register(spec, now) {
@@ -305,7 +314,7 @@ impl TieredStore {
                     index,
                 },
             );
-            blocks.push(Block { id, depth, data });
+            blocks.push(Block { id, link, data });
         }
         self.tensors.entry(name.to_owned()).or_default().insert(
             step,
@@ -330,8 +339,10 @@ impl TieredStore {
         (v.dtype == dtype && v.elements == elements).then_some(s)
     }
 
-    /// Encodes block `index` of an exact version: a delta against the base version's block
-    /// when the chain stays within `max_chain`, else a keyframe.
+    /// Encodes block `index` of an exact version by the delta-base rule
+    /// ([`StoreOptions::delta_rule`]): a delta against the base version's block, against
+    /// its lineage's keyframe (an anchor, kept only when smaller than a keyframe,
+    /// [`chain::keep_anchor`]) or against the block its base names (Star), or a keyframe.
     fn encode_exact(
         &self,
         name: &str,
@@ -339,29 +350,107 @@ impl TieredStore {
         index: usize,
         dtype: DType,
         chunk: &[u8],
-    ) -> Result<(Data, u8), WasmError> {
+    ) -> Result<(Data, Link), WasmError> {
         let opts = LosslessOptions::default();
-        if let Some(bstep) = base {
-            if let Some(b) = self.version(name, bstep)?.blocks.get(index) {
-                if b.depth < self.opts.max_chain {
-                    let base_bytes = self.decode_exact(name, bstep, index)?;
-                    let segment = ops::encode(dtype, chunk, Some(&base_bytes), &opts)?;
-                    let data = Data::Lossless {
-                        segment,
-                        base: Some(bstep),
-                    };
-                    return Ok((data, b.depth + 1));
+        let keyframe = || -> Result<(Data, Link), WasmError> {
+            let segment = ops::encode(dtype, chunk, None, &opts)?;
+            Ok((
+                Data::Lossless {
+                    segment,
+                    base: None,
+                },
+                Link::KEYFRAME,
+            ))
+        };
+        // A delta against the block of the version at `bstep`, and its length.
+        let delta = |bstep: u64| -> Result<(Data, usize), WasmError> {
+            let base_bytes = self.decode_exact(name, bstep, index)?;
+            let segment = ops::encode(dtype, chunk, Some(&base_bytes), &opts)?;
+            let len = segment.len();
+            let data = Data::Lossless {
+                segment,
+                base: Some(bstep),
+            };
+            Ok((data, len))
+        };
+        let Some(pstep) = base else {
+            return keyframe();
+        };
+        let pred = match self.version(name, pstep)?.blocks.get(index) {
+            Some(
+                b @ Block {
+                    data: Data::Lossless { .. },
+                    ..
+                },
+            ) => b,
+            _ => return keyframe(),
+        };
+        let rule = self.opts.delta_rule();
+        let root = match rule.root_needed(pred.link) {
+            Some(kind) => self.root_block(name, pstep, index, kind)?,
+            None => None,
+        };
+        match (rule.choose(pred.link, root.map(|r| r.link)), root) {
+            (Base::Predecessor { depth, run }, _) => Ok((delta(pstep)?.0, Link::delta(depth, run))),
+            (Base::Root { depth, run, anchor }, Some(root)) => {
+                let (data, len) = delta(root.step)?;
+                if anchor && !chain::keep_anchor(len, root.segment_len) {
+                    // No smaller than the keyframe: the tensor drifted far, a new lineage.
+                    return keyframe();
                 }
+                Ok((data, Link::delta(depth, run)))
+            }
+            (Base::Root { .. }, None) | (Base::Keyframe, _) => keyframe(),
+        }
+    }
+
+    /// The [`Root`] block the rule asked for, of block `index` of the version at `pstep`;
+    /// `None` if a block on the way is missing or not lossless (at most `u8::MAX` bases are
+    /// followed, as strata-store does).
+    fn root_block(
+        &self,
+        name: &str,
+        pstep: u64,
+        index: usize,
+        kind: Root,
+    ) -> Result<Option<Chained>, WasmError> {
+        let Some(pred) = self.chained(name, pstep, index)? else {
+            return Ok(None);
+        };
+        match (kind, pred.base) {
+            (Root::Base, Some(b)) => self.chained(name, b, index),
+            (Root::Base, None) => Ok(None),
+            (Root::Lineage, _) => {
+                let mut at = pred;
+                for _ in 0..u8::MAX {
+                    let Some(b) = at.base else {
+                        return Ok(Some(at));
+                    };
+                    match self.chained(name, b, index)? {
+                        Some(next) => at = next,
+                        None => return Ok(None),
+                    }
+                }
+                Ok(None)
             }
         }
-        let segment = ops::encode(dtype, chunk, None, &opts)?;
-        Ok((
-            Data::Lossless {
-                segment,
-                base: None,
-            },
-            1,
-        ))
+    }
+
+    /// Block `index` of the version at `step`, if it is lossless.
+    fn chained(&self, name: &str, step: u64, index: usize) -> Result<Option<Chained>, WasmError> {
+        Ok(match self.version(name, step)?.blocks.get(index) {
+            Some(Block {
+                data: Data::Lossless { segment, base },
+                link,
+                ..
+            }) => Some(Chained {
+                step,
+                base: *base,
+                segment_len: segment.len(),
+                link: *link,
+            }),
+            _ => None,
+        })
     }
 
     fn version(&self, name: &str, step: u64) -> Result<&Version, WasmError> {
@@ -537,10 +626,6 @@ impl TieredStore {
     /// [`WasmError::Block`] for a block that fails to decode, or a tier error.
     pub fn maintain(&mut self, now: Tick, budget: Budget) -> Result<MaintainReport, WasmError> {
         let plan = self.state.plan(now, budget);
-        let mut report = MaintainReport {
-            deferred: plan.deferred,
-            ..MaintainReport::default()
-        };
         let mut reencoded = Vec::with_capacity(plan.moves.len());
         let mut failure = None;
         for mv in &plan.moves {
@@ -557,21 +642,13 @@ impl TieredStore {
             ..plan.clone()
         };
         self.state.apply(&done)?;
+        let mut report = MaintainReport::from_plan(&plan, &done.moves, &self.state);
         for (mv, data) in done.moves.iter().zip(reencoded) {
             if let Data::Quantized(seg) = &data {
-                report.bytes_reencoded += seg.len() as u64;
+                report.bytes_written += seg.len() as u64;
             }
             if let Some(block) = self.block_mut(mv.block) {
                 block.data = data;
-            }
-            report.moves += 1;
-            match mv.reason {
-                MoveReason::Promote => report.promoted += 1,
-                MoveReason::Demote => report.demoted += 1,
-                MoveReason::CapSqueeze => report.squeezed += 1,
-                MoveReason::CapEvict => report.evicted += 1,
-                MoveReason::CapRestore => report.restored += 1,
-                MoveReason::Absent => report.absent += 1,
             }
         }
         match failure {
@@ -704,7 +781,7 @@ fn dequantize_block(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use strata_tiering::{HOUR, MINUTE};
+    use strata_tiering::{MoveReason, HOUR, MINUTE};
 
     fn weights(n: usize, seed: u32) -> Vec<f32> {
         (0..n)
@@ -742,18 +819,186 @@ mod tests {
             assert_eq!(dt, DType::BF16);
             assert_eq!(&back, bytes, "step {}", k * 10);
         }
-        // Chains stay within max_chain: version 8 is a keyframe again.
-        let v = st.version("w", 80).unwrap();
-        assert!(v.blocks.iter().all(|b| b.depth == 1));
-        assert!(st
-            .version("w", 70)
-            .unwrap()
-            .blocks
-            .iter()
-            .all(|b| b.depth == 8));
+        // Chains stay within max_chain, by the shared rule.
+        assert_chains_obey_the_rule(&st, "w");
         assert_eq!(st.steps("w").len(), 20);
         assert_eq!(st.version_tiers("w", 0).unwrap()[Tier::Exact.index()], 3);
         assert_eq!(st.error_bound("w", 0).unwrap(), 0.0);
+    }
+
+    /// Checks every block of every exact version of `name` against the delta-base rule:
+    /// its base and link are what [`DeltaRule::choose`] gives for its predecessor (an
+    /// anchor may have become a keyframe, when it was no smaller), and its depth is the
+    /// length of the chain a read decodes.
+    fn assert_chains_obey_the_rule(st: &TieredStore, name: &str) {
+        let rule = st.options().delta_rule();
+        let steps = st.steps(name);
+        for (k, &step) in steps.iter().enumerate() {
+            let v = st.version(name, step).unwrap();
+            for (index, b) in v.blocks.iter().enumerate() {
+                let Data::Lossless { base, .. } = &b.data else {
+                    panic!("exact block {step}/{index} is not lossless");
+                };
+                // The length of the chain a read decodes.
+                let mut depth = 1u8;
+                let mut at = *base;
+                while let Some(s) = at {
+                    depth += 1;
+                    at = match &st.version(name, s).unwrap().blocks[index].data {
+                        Data::Lossless { base, .. } => *base,
+                        _ => panic!("a base is not lossless"),
+                    };
+                }
+                assert_eq!(b.link.depth, depth, "{step}/{index}");
+                assert!(depth <= rule.max_chain.max(1), "{step}/{index}");
+                assert_eq!(b.link.keyframe, base.is_none());
+                let Some(&pstep) = k.checked_sub(1).and_then(|p| steps.get(p)) else {
+                    assert_eq!(b.link, Link::KEYFRAME);
+                    continue;
+                };
+                let pred = st.version(name, pstep).unwrap().blocks[index].link;
+                let root = rule
+                    .root_needed(pred)
+                    .and_then(|kind| st.root_block(name, pstep, index, kind).unwrap());
+                match rule.choose(pred, root.map(|r| r.link)) {
+                    Base::Predecessor { depth, run } => {
+                        assert_eq!((*base, b.link), (Some(pstep), Link::delta(depth, run)));
+                    }
+                    Base::Root { depth, run, anchor } => {
+                        let rstep = root.map(|r| r.step);
+                        if *base == rstep {
+                            assert_eq!(b.link, Link::delta(depth, run), "{step}/{index}");
+                        } else {
+                            assert!(anchor, "{step}/{index}: only an anchor is dropped");
+                            assert_eq!((*base, b.link), (None, Link::KEYFRAME));
+                        }
+                    }
+                    Base::Keyframe => assert_eq!((*base, b.link), (None, Link::KEYFRAME)),
+                }
+            }
+        }
+    }
+
+    /// The links of block 0 of each version of `name`: (base step, depth, run).
+    fn links(st: &TieredStore, name: &str) -> Vec<(Option<u64>, u8, u8)> {
+        st.steps(name)
+            .into_iter()
+            .map(|s| {
+                let b = &st.version(name, s).unwrap().blocks[0];
+                let Data::Lossless { base, .. } = &b.data else {
+                    panic!("not lossless");
+                };
+                (*base, b.link.depth, b.link.run)
+            })
+            .collect()
+    }
+
+    /// Writes `versions` as exact f32 versions at steps 0, 1, ... and checks they read back
+    /// bit-exact and obey the rule.
+    fn write_series(opts: StoreOptions, versions: &[Vec<f32>]) -> TieredStore {
+        let mut st = TieredStore::new(opts).unwrap();
+        for (k, v) in versions.iter().enumerate() {
+            st.put(
+                "s",
+                k as u64,
+                DType::F32,
+                &ops::f32_bytes(v),
+                WritePolicy::Exact,
+                0,
+            )
+            .unwrap();
+        }
+        for (k, v) in versions.iter().enumerate() {
+            assert_eq!(st.get("s", k as u64, 0).unwrap().1, ops::f32_bytes(v));
+        }
+        assert_chains_obey_the_rule(&st, "s");
+        st
+    }
+
+    /// A slowly drifting tensor: one value in 100 moves per version.
+    fn drifting(versions: usize) -> Vec<Vec<f32>> {
+        let mut w = weights(1024, 11);
+        (0..versions)
+            .map(|k| {
+                for x in w.iter_mut().skip(k % 100).step_by(100) {
+                    *x += 0.25;
+                }
+                w.clone()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_default_chain_anchors_on_the_keyframe() {
+        assert_eq!(StoreOptions::default().max_chain, DEFAULT_MAX_CHAIN);
+        assert_eq!(StoreOptions::default().delta_rule(), DeltaRule::default());
+        let opts = StoreOptions {
+            block_values: 1024,
+            ..StoreOptions::default()
+        };
+        let st = write_series(opts, &drifting(14));
+        // Depth 1..=6, then an anchor on step 0 at depth 2, and the chain goes on from it.
+        let mut want = vec![(None, 1, 1)];
+        for k in 1..14u8 {
+            let depth = if k < 6 { k + 1 } else { (k - 6) % 5 + 2 };
+            let base = if depth == 2 && k >= 6 {
+                0
+            } else {
+                u64::from(k) - 1
+            };
+            want.push((Some(base), depth, k + 1));
+        }
+        assert_eq!(links(&st, "s"), want);
+    }
+
+    #[test]
+    fn an_anchor_no_smaller_than_a_keyframe_is_a_keyframe() {
+        // A constant keyframe (a few bytes), then noise: the anchor on it is far larger.
+        let mut versions = vec![vec![0.5f32; 1024]];
+        versions.extend((1..9).map(|k| weights(1024, k)));
+        let opts = StoreOptions {
+            block_values: 1024,
+            ..StoreOptions::default()
+        };
+        let st = write_series(opts, &versions);
+        let l = links(&st, "s");
+        assert_eq!(l[5], (Some(4), 6, 6));
+        assert_eq!(l[6], (None, 1, 1)); // not an anchor: a new lineage
+        assert_eq!(l[7], (Some(6), 2, 2));
+    }
+
+    #[test]
+    fn star_deltas_on_the_keyframe_within_the_run() {
+        let opts = StoreOptions {
+            block_values: 1024,
+            max_chain: 4,
+            delta_policy: DeltaPolicy::Star,
+            ..StoreOptions::default()
+        };
+        let st = write_series(opts, &drifting(7));
+        assert_eq!(
+            links(&st, "s"),
+            vec![
+                (None, 1, 1),
+                (Some(0), 2, 2),
+                (Some(0), 2, 3),
+                (Some(0), 2, 4),
+                (None, 1, 1),
+                (Some(4), 2, 2),
+                (Some(4), 2, 3),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_bound_of_one_writes_keyframes() {
+        let opts = StoreOptions {
+            block_values: 1024,
+            max_chain: 1,
+            ..StoreOptions::default()
+        };
+        let st = write_series(opts, &drifting(4));
+        assert!(links(&st, "s").iter().all(|&l| l == (None, 1, 1)));
     }
 
     #[test]
@@ -848,6 +1093,18 @@ mod tests {
             if now % (5 * MINUTE) == 0 {
                 let r = st.maintain(now, Budget::UNLIMITED).unwrap();
                 moves += r.moves;
+                let by_reason = [
+                    MoveReason::Promote,
+                    MoveReason::Demote,
+                    MoveReason::CapSqueeze,
+                    MoveReason::CapEvict,
+                    MoveReason::CapRestore,
+                    MoveReason::Absent,
+                ]
+                .map(|m| r.count(m));
+                assert_eq!(by_reason.iter().sum::<usize>(), r.moves);
+                assert_eq!(r.warm_bytes_after, st.model_bytes().warm());
+                assert_eq!((r.converted, r.stats_saved), (0, 0));
                 let actual = st.bytes_by_tier();
                 let warm = actual[Tier::Warm7.index()] + actual[Tier::Warm5.index()];
                 assert_eq!(warm, st.model_bytes().warm());

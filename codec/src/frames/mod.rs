@@ -53,9 +53,10 @@
 use thiserror::Error;
 
 use crate::bits::{pack_bits, packed_len, unpack_bits};
+use crate::cpu::Simd;
 use crate::quant::{
-    check_codes, dequantize_group, max_abs_bits, quantize_with, scale_for, unreachable_pack_error,
-    QuantBits, QuantError, DEFAULT_GROUP_SIZE, INF_BITS, MAX_GROUP_SIZE,
+    check_codes, dequantize_group, max_abs_bits_with, quantize_with, scale_for,
+    unreachable_pack_error, QuantBits, QuantError, DEFAULT_GROUP_SIZE, INF_BITS, MAX_GROUP_SIZE,
 };
 use crate::segment::{self, Encoding, Segment, SegmentError, SegmentHeader, HEADER_LEN};
 use crate::DType;
@@ -394,8 +395,9 @@ impl FrameStreamEncoder {
         }
         let gs = self.params.group_size as usize;
         self.maxima.clear();
+        let simd = Simd::detect();
         for (g, group) in values.chunks(gs).enumerate() {
-            let m = max_abs_bits(group);
+            let m = max_abs_bits_with(simd, group);
             if m >= INF_BITS {
                 let pos = group.iter().position(|x| !x.is_finite()).unwrap_or(0);
                 return Err(QuantError::NonFinite {

@@ -13,6 +13,7 @@
 //!   bytes, then the last [`TAIL_BITS`] bits (low mantissa bits and the sign).
 
 use super::rans::Symbol;
+use crate::cpu::Simd;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -123,8 +124,8 @@ pub(crate) fn join<const W: usize>(
         let filled = constant_fills(planes, n);
         let p = plane_slices(planes, &filled);
         match p.as_slice() {
-            [a, b] => return join2(a, b, base, rotate, out),
-            [a, b, c, d] => return join4([a, b, c, d], base, rotate, out),
+            [a, b] => return join2(Simd::detect(), a, b, base, rotate, out),
+            [a, b, c, d] => return join4(Simd::detect(), [a, b, c, d], base, rotate, out),
             _ => {}
         }
     }
@@ -146,30 +147,29 @@ pub(crate) fn join<const W: usize>(
     }
 }
 
-/// The leading words of a 2- or 4-byte join done with SIMD; returns how many.
-#[cfg(target_arch = "x86_64")]
-fn join_simd(p: &[&[u8]], base: Option<&[u8]>, r: u32, out: &mut [u8]) -> usize {
-    if !std::arch::is_x86_feature_detected!("avx2") {
-        return 0;
-    }
-    match p {
-        // SAFETY: AVX2 is available (checked above), the one requirement of the call.
-        [a, b] => unsafe { avx2::join2(a, b, base, r, out) },
-        // SAFETY: as above.
-        [a, b, c, d] => unsafe { avx2::join4([a, b, c, d], base, r, out) },
-        _ => 0,
+/// The leading words of a 2- or 4-byte join done with SIMD; returns how many (0 with
+/// [`Simd::Scalar`]).
+fn join_simd(simd: Simd, p: &[&[u8]], base: Option<&[u8]>, r: u32, out: &mut [u8]) -> usize {
+    match simd {
+        #[cfg(target_arch = "x86_64")]
+        Simd::Avx2 => match p {
+            // SAFETY: `Simd::Avx2` is only chosen when the CPU has AVX2 (`Simd::detect`),
+            // the one requirement of the call.
+            [a, b] => unsafe { avx2::join2(a, b, base, r, out) },
+            // SAFETY: as above.
+            [a, b, c, d] => unsafe { avx2::join4([a, b, c, d], base, r, out) },
+            _ => 0,
+        },
+        Simd::Scalar => {
+            let _ = (p, base, r, out);
+            0
+        }
     }
 }
 
-/// No SIMD here: no word done.
-#[cfg(not(target_arch = "x86_64"))]
-fn join_simd(_: &[&[u8]], _: Option<&[u8]>, _: u32, _: &mut [u8]) -> usize {
-    0
-}
-
-fn join2(p0: &[u8], p1: &[u8], base: Option<&[u8]>, rotate: bool, out: &mut [u8]) {
+fn join2(simd: Simd, p0: &[u8], p1: &[u8], base: Option<&[u8]>, rotate: bool, out: &mut [u8]) {
     let r = u32::from(rotate);
-    let done = join_simd(&[p0, p1], base, r, out);
+    let done = join_simd(simd, &[p0, p1], base, r, out);
     let (p0, p1, out) = (&p0[done..], &p1[done..], &mut out[2 * done..]);
     let base = base.map(|b| &b[2 * done..]);
     let words = out.chunks_exact_mut(2).zip(p0.iter().zip(p1));
@@ -189,9 +189,9 @@ fn join2(p0: &[u8], p1: &[u8], base: Option<&[u8]>, rotate: bool, out: &mut [u8]
     }
 }
 
-fn join4(p: [&[u8]; 4], base: Option<&[u8]>, rotate: bool, out: &mut [u8]) {
+fn join4(simd: Simd, p: [&[u8]; 4], base: Option<&[u8]>, rotate: bool, out: &mut [u8]) {
     let r = u32::from(rotate);
-    let done = join_simd(&p, base, r, out);
+    let done = join_simd(simd, &p, base, r, out);
     let p = p.map(|p| &p[done..]);
     let (out, base) = (&mut out[4 * done..], base.map(|b| &b[4 * done..]));
     let planes = p[0].iter().zip(p[1]).zip(p[2].iter().zip(p[3]));
@@ -449,12 +449,18 @@ pub(crate) fn unpack<S: Symbol>(src: &[u8], bits: u32, out: &mut [S]) -> bool {
 /// Packs whole groups of four 6-bit values into three bytes each (`a << 18 | b << 12 | c
 /// << 6 | d`, big-endian); returns the values packed, a multiple of 4.
 fn pack6(values: &[u8], dst: &mut [u8]) -> usize {
-    pack6_with(values, dst, true)
+    pack6_with(Simd::detect(), values, dst)
 }
 
-/// [`pack6`], with SIMD or without (the tests compare them).
-fn pack6_with(values: &[u8], dst: &mut [u8], simd: bool) -> usize {
-    let done = if simd { pack6_simd(values, dst) } else { 0 };
+/// [`pack6`] with the given kernel (the tests compare them).
+fn pack6_with(simd: Simd, values: &[u8], dst: &mut [u8]) -> usize {
+    let done = match simd {
+        // SAFETY: `Simd::Avx2` is only chosen when the CPU has AVX2 (`Simd::detect`), the
+        // one requirement of the call.
+        #[cfg(target_arch = "x86_64")]
+        Simd::Avx2 => unsafe { avx2::pack6(values, dst) },
+        Simd::Scalar => 0,
+    };
     for (v, d) in values[done..]
         .chunks_exact(4)
         .zip(dst[done / 4 * 3..].chunks_exact_mut(3))
@@ -466,48 +472,20 @@ fn pack6_with(values: &[u8], dst: &mut [u8], simd: bool) -> usize {
     values.len() / 4 * 4
 }
 
-/// The leading groups [`pack6`] packs with SIMD; returns the values packed.
-#[cfg(target_arch = "x86_64")]
-fn pack6_simd(values: &[u8], dst: &mut [u8]) -> usize {
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: AVX2 is available (checked above), the one requirement of the call.
-        unsafe { avx2::pack6(values, dst) }
-    } else {
-        0
-    }
-}
-
-/// No SIMD here: nothing packed.
-#[cfg(not(target_arch = "x86_64"))]
-fn pack6_simd(_: &[u8], _: &mut [u8]) -> usize {
-    0
-}
-
-/// The leading groups [`unpack6`] unpacks with SIMD; returns the values written.
-#[cfg(target_arch = "x86_64")]
-fn unpack6_simd(src: &[u8], out: &mut [u8]) -> usize {
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: AVX2 is available (checked above), the one requirement of the call.
-        unsafe { avx2::unpack6(src, out) }
-    } else {
-        0
-    }
-}
-
-/// No SIMD here: nothing unpacked.
-#[cfg(not(target_arch = "x86_64"))]
-fn unpack6_simd(_: &[u8], _: &mut [u8]) -> usize {
-    0
-}
-
 /// The inverse of [`pack6`]: unpacks whole groups; returns the values written.
 fn unpack6(src: &[u8], out: &mut [u8]) -> usize {
-    unpack6_with(src, out, true)
+    unpack6_with(Simd::detect(), src, out)
 }
 
-/// [`unpack6`], with SIMD or without (the tests compare them).
-fn unpack6_with(src: &[u8], out: &mut [u8], simd: bool) -> usize {
-    let done = if simd { unpack6_simd(src, out) } else { 0 };
+/// [`unpack6`] with the given kernel (the tests compare them).
+fn unpack6_with(simd: Simd, src: &[u8], out: &mut [u8]) -> usize {
+    let done = match simd {
+        // SAFETY: `Simd::Avx2` is only chosen when the CPU has AVX2 (`Simd::detect`), the
+        // one requirement of the call.
+        #[cfg(target_arch = "x86_64")]
+        Simd::Avx2 => unsafe { avx2::unpack6(src, out) },
+        Simd::Scalar => 0,
+    };
     for (o, s) in out[done..]
         .chunks_exact_mut(4)
         .zip(src[done / 4 * 3..].chunks_exact(3))
@@ -562,12 +540,12 @@ mod tests {
                 .collect();
             let groups = n / 4 * 4;
             let (mut a, mut b) = (vec![0u8; groups / 4 * 3], vec![0u8; groups / 4 * 3]);
-            assert_eq!(pack6_with(&values, &mut a, true), groups);
-            assert_eq!(pack6_with(&values, &mut b, false), groups);
+            assert_eq!(pack6_with(Simd::detect(), &values, &mut a), groups);
+            assert_eq!(pack6_with(Simd::Scalar, &values, &mut b), groups);
             assert_eq!(a, b, "{n} values");
             let (mut c, mut d) = (vec![0u8; groups], vec![0u8; groups]);
-            assert_eq!(unpack6_with(&a, &mut c, true), groups);
-            assert_eq!(unpack6_with(&a, &mut d, false), groups);
+            assert_eq!(unpack6_with(Simd::detect(), &a, &mut c), groups);
+            assert_eq!(unpack6_with(Simd::Scalar, &a, &mut d), groups);
             assert_eq!(c, d);
             assert_eq!(c, values[..groups]);
         }
@@ -590,17 +568,28 @@ mod tests {
                     let base: Vec<u8> = (0..4 * n).map(|_| byte()).collect();
                     let b = with_base.then_some(base.as_slice());
                     let r = u32::from(rotate);
-                    let mut out2 = vec![0u8; 2 * n];
-                    join2(&p[0], &p[1], b.map(|b| &b[..2 * n]), rotate, &mut out2);
-                    let mut out4 = vec![0u8; 4 * n];
-                    join4([&p[0], &p[1], &p[2], &p[3]], b, rotate, &mut out4);
-                    for i in 0..n {
-                        let w = u16::from_le_bytes([p[0][i], p[1][i]]).rotate_right(r);
-                        let w = w ^ b.map_or(0, |b| u16::from_le_bytes([b[2 * i], b[2 * i + 1]]));
-                        assert_eq!(out2[2 * i..2 * i + 2], w.to_le_bytes(), "{n} {rotate} {i}");
-                        let w = u32::from_le_bytes([p[0][i], p[1][i], p[2][i], p[3][i]]);
-                        let w = w.rotate_right(r) ^ b.map_or(0, |b| le32(&b[4 * i..]));
-                        assert_eq!(out4[4 * i..4 * i + 4], w.to_le_bytes(), "{n} {rotate} {i}");
+                    // Every kernel (the scalar one is the reference) against the transpose.
+                    for simd in [Simd::Scalar, Simd::detect()] {
+                        let mut out2 = vec![0u8; 2 * n];
+                        join2(
+                            simd,
+                            &p[0],
+                            &p[1],
+                            b.map(|b| &b[..2 * n]),
+                            rotate,
+                            &mut out2,
+                        );
+                        let mut out4 = vec![0u8; 4 * n];
+                        join4(simd, [&p[0], &p[1], &p[2], &p[3]], b, rotate, &mut out4);
+                        for i in 0..n {
+                            let w = u16::from_le_bytes([p[0][i], p[1][i]]).rotate_right(r);
+                            let w =
+                                w ^ b.map_or(0, |b| u16::from_le_bytes([b[2 * i], b[2 * i + 1]]));
+                            assert_eq!(out2[2 * i..2 * i + 2], w.to_le_bytes(), "{n} {rotate} {i}");
+                            let w = u32::from_le_bytes([p[0][i], p[1][i], p[2][i], p[3][i]]);
+                            let w = w.rotate_right(r) ^ b.map_or(0, |b| le32(&b[4 * i..]));
+                            assert_eq!(out4[4 * i..4 * i + 4], w.to_le_bytes(), "{n} {rotate} {i}");
+                        }
                     }
                 }
             }

@@ -1,9 +1,12 @@
-//! `max_abs`: the largest magnitude in a slice, with an AVX2 path picked at run time.
+//! `max_abs`: the largest magnitude in a slice, with an AVX2 variant picked once per process
+//! ([`Simd::detect`]).
 //!
 //! The magnitude is taken on the bit pattern: clearing the sign bit of an IEEE 754 float
 //! gives an integer that orders like the magnitude, and NaN and infinity sort above every
 //! finite value. One integer max therefore yields the largest magnitude and tells whether
 //! the slice holds a non-finite value, and it vectorizes on any target.
+
+use crate::cpu::Simd;
 
 /// Bit pattern of `+inf`: every magnitude at or above it is infinite or NaN.
 pub(crate) const INF_BITS: u32 = 0x7F80_0000;
@@ -23,15 +26,20 @@ pub fn max_abs(values: &[f32]) -> f32 {
 }
 
 /// [`max_abs`] as the bit pattern of the magnitude.
-pub(crate) fn max_abs_bits(values: &[f32]) -> u32 {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU supports AVX2, checked on the line above.
-            return unsafe { max_abs_bits_avx2(values) };
-        }
+fn max_abs_bits(values: &[f32]) -> u32 {
+    max_abs_bits_with(Simd::detect(), values)
+}
+
+/// [`max_abs_bits`] with the given kernel: callers that take many maxima detect once.
+#[inline]
+pub(crate) fn max_abs_bits_with(simd: Simd, values: &[f32]) -> u32 {
+    match simd {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Simd::Avx2` is only chosen when the CPU has AVX2 (`Simd::detect`), the
+        // one requirement of the call.
+        Simd::Avx2 => unsafe { max_abs_bits_avx2(values) },
+        Simd::Scalar => max_abs_bits_portable(values),
     }
-    max_abs_bits_portable(values)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -79,6 +87,8 @@ mod tests {
             let expect = v.iter().fold(0.0f32, |m, x| m.max(x.abs()));
             prop_assert_eq!(max_abs(&v), expect);
             prop_assert_eq!(max_abs_bits_portable(&v), expect.to_bits());
+            prop_assert_eq!(max_abs_bits_with(Simd::Scalar, &v), expect.to_bits());
+            prop_assert_eq!(max_abs_bits_with(Simd::detect(), &v), expect.to_bits());
         }
     }
 }

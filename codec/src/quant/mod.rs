@@ -39,8 +39,9 @@ pub use max_abs::max_abs;
 pub use params::{QuantBits, QuantParams, TwoLevel, DEFAULT_GROUP_SIZE, MAX_GROUP_SIZE};
 
 use crate::bits::{pack_bits, packed_len, unpack_bits};
+use crate::cpu::Simd;
 use max_abs::max_abs_bits_portable;
-pub(crate) use max_abs::{max_abs_bits, INF_BITS};
+pub(crate) use max_abs::{max_abs_bits_with, INF_BITS};
 use thiserror::Error;
 
 /// Errors of quantization and of decoding a quantized payload.
@@ -233,6 +234,7 @@ impl TwoLevelParts {
     }
 }
 
+/// The quantizer loop, with the kernel detected once per process ([`Simd::detect`]).
 fn quantize_kernel(
     values: &[f32],
     params: &QuantParams,
@@ -240,14 +242,25 @@ fn quantize_kernel(
     codes: &mut [i8],
     two: &mut TwoLevelParts,
 ) -> Result<(), QuantError> {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU supports AVX2, checked on the line above.
-            return unsafe { quantize_kernel_avx2(values, params, scales, codes, two) };
-        }
+    quantize_kernel_with(Simd::detect(), values, params, scales, codes, two)
+}
+
+/// [`quantize_kernel`] with the given kernel (the tests compare them).
+fn quantize_kernel_with(
+    simd: Simd,
+    values: &[f32],
+    params: &QuantParams,
+    scales: &mut Vec<f32>,
+    codes: &mut [i8],
+    two: &mut TwoLevelParts,
+) -> Result<(), QuantError> {
+    match simd {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Simd::Avx2` is only chosen when the CPU has AVX2 (`Simd::detect`), the
+        // one requirement of the call.
+        Simd::Avx2 => unsafe { quantize_kernel_avx2(values, params, scales, codes, two) },
+        Simd::Scalar => quantize_kernel_portable(values, params, scales, codes, two),
     }
-    quantize_kernel_portable(values, params, scales, codes, two)
 }
 
 #[cfg(target_arch = "x86_64")]

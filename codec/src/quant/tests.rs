@@ -296,3 +296,50 @@ proptest! {
         assert_within_bound(&v, &back, &p);
     }
 }
+
+/// Every field the quantizer loop fills (floats as bits).
+#[derive(Debug, PartialEq)]
+struct KernelOutput {
+    scales: Vec<u32>,
+    codes: Vec<i8>,
+    secondary: Vec<u32>,
+    flags: Vec<u8>,
+    flag_count: usize,
+}
+
+/// What the quantizer loop gives with one kernel.
+fn kernel_output(simd: Simd, v: &[f32], p: &QuantParams) -> Result<KernelOutput, QuantError> {
+    let mut scales = Vec::new();
+    let mut codes = vec![0i8; v.len()];
+    let mut two = TwoLevelParts::default();
+    quantize_kernel_with(simd, v, p, &mut scales, &mut codes, &mut two)?;
+    Ok(KernelOutput {
+        scales: scales.iter().map(|s| s.to_bits()).collect(),
+        codes,
+        secondary: two.secondary.iter().map(|s| s.to_bits()).collect(),
+        flags: two.flags,
+        flag_count: two.flag_count,
+    })
+}
+
+proptest! {
+    /// The AVX2 kernel (where the CPU has it) gives what the portable reference gives.
+    #[test]
+    fn kernels_agree(
+        mut v in prop::collection::vec(finite_f32(), 0..400),
+        bits in prop::sample::select(QuantBits::ALL.to_vec()),
+        gs in prop::sample::select(vec![1u32, 7, 64, 100]),
+        bad in prop::option::of((0usize..400, prop::sample::select(vec![f32::NAN, f32::INFINITY]))),
+    ) {
+        if let Some((i, x)) = bad {
+            if let Some(slot) = v.get_mut(i) {
+                *slot = x;
+            }
+        }
+        let p = QuantParams::new(bits).with_group_size(gs);
+        prop_assert_eq!(
+            kernel_output(Simd::Scalar, &v, &p),
+            kernel_output(Simd::detect(), &v, &p)
+        );
+    }
+}

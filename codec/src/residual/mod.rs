@@ -39,6 +39,7 @@
 
 use thiserror::Error;
 
+use crate::convert;
 use crate::hpdkv::{self, HalfDType, HpdkvBlob, HpdkvError, HpdkvView};
 use crate::lossless::LosslessOptions;
 use crate::segment::{self, Encoding, Segment, SegmentError};
@@ -100,28 +101,14 @@ pub enum ResidualError {
 /// `values` stored as `dtype`, little-endian: exact for f32 and f64, round to nearest even
 /// for f16 and bf16 (an f32 beyond the f16 range becomes an infinity, as a cast does).
 ///
-/// This is the one definition of "the dequantized block cast back to the original dtype"
-/// that an exact residual is made against and applied to; it is deterministic on every
-/// target.
+/// This is "the dequantized block cast back to the original dtype" that an exact residual
+/// is made against and applied to: [`convert::from_f32`], the codec's one definition of
+/// that cast, deterministic on every target.
 ///
 /// # Errors
 /// [`ResidualError::NotFloat`] for an integer dtype.
 pub fn cast_to(dtype: DType, values: &[f32]) -> Result<Vec<u8>, ResidualError> {
-    /// Writes each value's `N` bytes into a presized buffer (this form vectorizes).
-    fn each<const N: usize>(values: &[f32], f: impl Fn(f32) -> [u8; N]) -> Vec<u8> {
-        let mut out = vec![0u8; values.len() * N];
-        for (o, &x) in out.chunks_exact_mut(N).zip(values) {
-            o.copy_from_slice(&f(x));
-        }
-        out
-    }
-    Ok(match dtype {
-        DType::F32 => each(values, f32::to_le_bytes),
-        DType::F64 => each(values, |x| f64::from(x).to_le_bytes()),
-        DType::F16 => each(values, |x| half::f16::from_f32(x).to_le_bytes()),
-        DType::BF16 => each(values, |x| half::bf16::from_f32(x).to_le_bytes()),
-        other => return Err(ResidualError::NotFloat { dtype: other }),
-    })
+    convert::from_f32(dtype, values).map_err(|_| ResidualError::NotFloat { dtype })
 }
 
 /// The exact residual of `original` against `approx` (both `dtype`, same length, as

@@ -1,13 +1,11 @@
 //! Shared set-up for the benches: a state of many 4096-value blocks with a read history.
 
+use strata_codec::testing::SplitMix64;
 use strata_tiering::{BlockSpec, Tick, Tier, TierConfig, TierState, SECOND};
 
-/// splitmix64.
+/// `x` hashed by splitmix64: ids and read choices spread over `u64`.
 pub(crate) fn mix(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
+    SplitMix64::mix(x)
 }
 
 /// `n` tiered blocks spread over every tier, with ids scattered over `u64`, warm bytes
