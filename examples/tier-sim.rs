@@ -23,7 +23,7 @@ use std::time::Instant;
 use strata::codec::convert;
 use strata::codec::testing::SplitMix64;
 use strata::store::{
-    Budget, DType, Fidelity, Options, ReadClock, Store, TensorRef, Tier, TierConfig, TierOptions,
+    Budget, Clock, DType, Fidelity, Options, Store, TensorRef, Tier, TierConfig, TierOptions,
     TierPolicy,
 };
 
@@ -231,7 +231,7 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
     let hot_bytes = Tier::Hot8.block_bytes(VALUES as u32, 64);
     let cap = (a.blocks as f64 * hot_bytes as f64 * a.cap_pct / 100.0) as u64;
-    let (clock, time) = ReadClock::manual(0);
+    let (clock, time) = Clock::manual(0);
     let opts = Options {
         block_bytes: (VALUES * 4) as u64,
         cache_bytes: 0,
@@ -301,7 +301,7 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
         let name = format!("sim.{t}");
         let range = (j * VALUES) as u64..((j + 1) * VALUES) as u64;
         now += a.tick_ms;
-        time.store(now, std::sync::atomic::Ordering::Relaxed);
+        time.set(now);
         let t0 = Instant::now();
         let slice = store.get_range(&name, 0, range)?;
         read_us.push(t0.elapsed().as_secs_f64() * 1e6);

@@ -15,12 +15,10 @@
 mod common;
 
 use std::ops::Range;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 
 use common::{committed, f32s, Named};
 use strata::store::{
-    Budget, Fidelity, Options, ReadClock, Store, Tier, TierConfig, TierOptions, TierPolicy,
+    Budget, Clock, Fidelity, ManualClock, Options, Store, Tier, TierConfig, TierOptions, TierPolicy,
 };
 
 const SECOND: u64 = 1000;
@@ -32,7 +30,7 @@ const STEP: u64 = 1;
 
 struct Bench {
     store: Store,
-    clock: Arc<AtomicU64>,
+    clock: ManualClock,
     /// The attention weight (7 blocks), the position embedding (2) and a layer norm (1).
     attn: Named,
     pos: Named,
@@ -41,7 +39,7 @@ struct Bench {
 
 impl Bench {
     fn at(&self, t: u64) {
-        self.clock.store(t, Ordering::Relaxed);
+        self.clock.set(t);
     }
 
     /// A read recorded at time `t`.
@@ -118,7 +116,7 @@ fn tensor(all: &[Named], name: &str, as_name: &str) -> Named {
 
 fn bench() -> (tempfile::TempDir, Bench) {
     let dir = tempfile::tempdir().expect("temp dir");
-    let (clock, handle) = ReadClock::manual(0);
+    let (clock, handle) = Clock::manual(0);
     let opts = Options {
         block_bytes: BLOCK_BYTES,
         tiering: TierOptions {

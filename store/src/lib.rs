@@ -131,7 +131,7 @@ mod write;
 mod writer;
 
 pub use error::{Corruption, InvalidInput, NotFound, OpenError, Result, StoreError, TierFailure};
-pub use options::{DeltaPolicy, FrameOptions, Options, PutOptions, ReadClock, TierOptions};
+pub use options::{DeltaPolicy, FrameOptions, Options, PutOptions, TierOptions};
 pub use reader::{BlockRead, CheckpointReader};
 pub use record::RecordError;
 pub use retain::{RetainPolicy, RetainReport};
@@ -145,15 +145,16 @@ pub use safetensors_io::{
 pub use stats::{StoreStats, TensorStats};
 pub use store::Store;
 pub use strata_codec as codec;
+pub use strata_codec::convert::to_f64;
 pub use strata_codec::DType;
 pub use strata_tiering as tiering;
-pub use strata_tiering::{Budget, Tick, Tier, TierConfig};
+pub use strata_tiering::{Budget, Clock, MaintainReport, ManualClock, Tick, Tier, TierConfig};
 pub use tensor::{
-    to_f64, BlockEncoding, Checkpoint, CheckpointInfo, Fidelity, Tensor, TensorRef, TensorSlice,
+    BlockEncoding, Checkpoint, CheckpointInfo, Fidelity, Tensor, TensorRef, TensorSlice,
     VersionInfo,
 };
 pub use tiers::frames::FrameAppend;
 pub use tiers::policy::{Reconstruct, Residual, Source, SourceStep, TierPolicy, MAX_PERMUTATION};
-pub use tiers::{MaintainReport, TierStats};
+pub use tiers::TierStats;
 pub use verify::{Issue, VerifyReport};
 pub use writer::CheckpointWriter;

@@ -1,28 +1,13 @@
-//! Settings of a store handle ([`Options`], with its tiering part [`TierOptions`], the read
-//! clock and frame streams' settings) and of single writes ([`PutOptions`]).
+//! Settings of a store handle ([`Options`], with its tiering part [`TierOptions`] and frame
+//! streams' settings) and of single writes ([`PutOptions`]).
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-
+pub use strata_codec::chain::DeltaPolicy;
+use strata_codec::chain::DEFAULT_MAX_CHAIN;
 use strata_codec::lossless::LosslessOptions;
-use strata_tiering::{Budget, Tick, TierConfig};
+use strata_tiering::{Budget, Clock, TierConfig};
 
 use crate::error::{InvalidInput, Result, StoreError};
 use crate::record::MAX_BLOCK_BYTES;
-
-/// How a new version chooses the base its blocks are XORed against.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum DeltaPolicy {
-    /// Delta against the previous version. When the chain of segments to decode would
-    /// exceed [`Options::max_chain`], a delta against the lineage's keyframe (depth 2)
-    /// instead, from which the chain continues; a new keyframe only when that delta is no
-    /// smaller than the keyframe. Best ratio when versions drift slowly.
-    #[default]
-    Chain,
-    /// Delta against the block's last keyframe (reads decode at most two segments); a new
-    /// keyframe after [`Options::max_chain`] versions.
-    Star,
-}
 
 /// Settings of a [`crate::Store`] handle. Blocks already written keep the cut and chain they
 /// were written with; these settings apply to new writes and to reads.
@@ -56,7 +41,7 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             block_bytes: 1 << 20,
-            max_chain: 6,
+            max_chain: DEFAULT_MAX_CHAIN,
             policy: DeltaPolicy::Chain,
             cache_bytes: 256 << 20,
             lossless: LosslessOptions::default(),
@@ -102,46 +87,6 @@ pub struct PutOptions {
     pub overwrite: bool,
 }
 
-/// The time source reads are recorded with (milliseconds; the tier policy uses only
-/// differences). [`crate::Store::maintain`] takes its time from the caller.
-#[derive(Debug, Clone, Default)]
-pub enum ReadClock {
-    /// Milliseconds since the Unix epoch.
-    #[default]
-    System,
-    /// A clock the caller sets: tests and simulations.
-    Manual(Arc<AtomicU64>),
-}
-
-impl ReadClock {
-    /// A manual clock standing at `start`, and the handle that moves it.
-    pub fn manual(start: Tick) -> (ReadClock, Arc<AtomicU64>) {
-        let t = Arc::new(AtomicU64::new(start));
-        (ReadClock::Manual(t.clone()), t)
-    }
-
-    /// The current time.
-    pub fn now(&self) -> Tick {
-        match self {
-            ReadClock::System => std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_millis() as Tick)
-                .unwrap_or(0),
-            ReadClock::Manual(t) => t.load(Ordering::Relaxed),
-        }
-    }
-}
-
-impl PartialEq for ReadClock {
-    fn eq(&self, other: &Self) -> bool {
-        match (self, other) {
-            (ReadClock::System, ReadClock::System) => true,
-            (ReadClock::Manual(a), ReadClock::Manual(b)) => Arc::ptr_eq(a, b),
-            _ => false,
-        }
-    }
-}
-
 /// Settings of tiering in a store handle.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TierOptions {
@@ -149,8 +94,9 @@ pub struct TierOptions {
     pub config: TierConfig,
     /// What one [`crate::Store::maintain`] pass may re-encode.
     pub budget: Budget,
-    /// The clock reads are recorded with.
-    pub clock: ReadClock,
+    /// The clock reads are recorded with (milliseconds; the tier policy uses only
+    /// differences). [`crate::Store::maintain`] takes its time from the caller.
+    pub clock: Clock,
     /// Reads of a Tier 0 block without a reconstruct policy fail with
     /// [`crate::TierFailure::ZeroNoPolicy`] instead of returning zeros.
     pub fail_fast: bool,
@@ -163,7 +109,7 @@ impl Default for TierOptions {
         TierOptions {
             config: TierConfig::default(),
             budget: Budget::new(256 << 20, 100_000),
-            clock: ReadClock::System,
+            clock: Clock::System,
             fail_fast: false,
             frames: FrameOptions::default(),
         }

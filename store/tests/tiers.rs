@@ -5,14 +5,11 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-
 use common::{all_series, temp_store, Series};
 use strata_store::{
-    Budget, DType, Fidelity, InvalidInput, NotFound, Options, ReadClock, Reconstruct, Residual,
-    Source, Store, StoreError, Tensor, TensorRef, Tier, TierConfig, TierFailure, TierOptions,
-    TierPolicy,
+    Budget, Clock, DType, Fidelity, InvalidInput, ManualClock, NotFound, Options, Reconstruct,
+    Residual, Source, Store, StoreError, Tensor, TensorRef, Tier, TierConfig, TierFailure,
+    TierOptions, TierPolicy,
 };
 
 const MINUTE: u64 = 60_000;
@@ -36,13 +33,13 @@ fn weight(src: &Series, i: usize) -> (Vec<u64>, Vec<u8>) {
 struct Fixture {
     _dir: tempfile::TempDir,
     path: std::path::PathBuf,
-    clock: Arc<AtomicU64>,
+    clock: ManualClock,
     opts: Options,
 }
 
 fn fixture(config: TierConfig) -> Fixture {
     let (dir, path) = temp_store();
-    let (clock, handle) = ReadClock::manual(0);
+    let (clock, handle) = Clock::manual(0);
     let opts = Options {
         block_bytes: 64 << 10,
         tiering: TierOptions {
@@ -66,7 +63,7 @@ impl Fixture {
         Store::open_with(&self.path, self.opts.clone()).expect("open")
     }
     fn set_time(&self, t: u64) {
-        self.clock.store(t, Ordering::Relaxed);
+        self.clock.set(t);
     }
 }
 

@@ -1,12 +1,13 @@
 //! Planning and encoding writes: a [`VersionPlan`] per version (checked, its predecessor and
 //! tier policy resolved), then its blocks encoded window by window ([`encode_window`]): each
-//! block's base picked by the [`DeltaPolicy`], bases decoded, segments encoded in parallel.
+//! block's base picked by the [`crate::DeltaPolicy`] (the rule in `strata_codec::chain`), bases decoded, segments encoded in parallel.
 //! The caller inserts each window's segments before encoding the next, so memory is bounded
 //! by the window, not by the tensor or the checkpoint.
 
 use std::sync::Arc;
 
 use rayon::prelude::*;
+use strata_codec::chain::{self, Base, DeltaRule, Link, Root};
 use strata_codec::segment;
 
 use super::blocks::{Fetcher, Job};
@@ -16,7 +17,7 @@ use super::segments::address_of;
 use super::txn::View;
 use super::versions::check_name;
 use crate::error::{Corruption, InvalidInput, Result, StoreError};
-use crate::options::{DeltaPolicy, Options};
+use crate::options::Options;
 use crate::record::{BlockRecord, Form, VersionRecord, MAX_DIMS};
 use crate::tiers::policy::{Residual, TierPolicy};
 use crate::tiers::rules::RuleSet;
@@ -248,48 +249,41 @@ fn choose_base(
         return Ok(());
     }
     task.pred = Some((p, fetcher.fetch(name, pstep, prec, b)?));
-    let run = p.run.saturating_add(1);
-    match opts.policy {
-        DeltaPolicy::Chain => {
-            let depth = p.depth.saturating_add(1);
-            if depth <= opts.max_chain {
-                task.base = Some((pstep, p, None));
-                (task.depth, task.run) = (depth, run);
-            } else if opts.max_chain >= 2 {
-                // The chain is full: anchor on the lineage's keyframe (depth 2) rather than
-                // writing a new keyframe.
-                if let Some((root_step, root)) = lineage_root(fetcher, name, pstep, p, prec, b)? {
-                    let rrec = fetcher.record(name, root_step)?;
-                    if let Some(rrec) = rrec {
-                        let job = fetcher.fetch(name, root_step, &rrec, b)?;
-                        task.base = Some((root_step, root, Some(job)));
-                        (task.depth, task.run, task.anchor) = (2, run, true);
-                    }
-                }
+    let link = |r: &BlockRecord| Link {
+        depth: r.depth,
+        run: r.run,
+        keyframe: r.base.is_none(),
+    };
+    let rule = DeltaRule::new(opts.policy, opts.max_chain);
+    // The block the rule may want besides the predecessor's, with its version's record.
+    let root = match rule.root_needed(link(&p)) {
+        None => None,
+        Some(Root::Lineage) => match lineage_root(fetcher, name, pstep, p, prec, b)? {
+            Some((rs, rb)) => fetcher.record(name, rs)?.map(|rrec| (rs, rb, rrec)),
+            None => None,
+        },
+        Some(Root::Base) => match p.base {
+            Some(rs) => match fetcher.record(name, rs)? {
+                Some(r) if r.same_layout(prec) => Some((rs, r.blocks[b as usize], r)),
+                // A damaged or missing root: start a new keyframe.
+                _ => None,
+            },
+            None => None,
+        },
+    };
+    match rule.choose(link(&p), root.as_ref().map(|(_, rb, _)| link(rb))) {
+        Base::Predecessor { depth, run } => {
+            task.base = Some((pstep, p, None));
+            (task.depth, task.run) = (depth, run);
+        }
+        Base::Root { depth, run, anchor } => {
+            if let Some((rs, rb, rrec)) = root {
+                let job = fetcher.fetch(name, rs, &rrec, b)?;
+                task.base = Some((rs, rb, Some(job)));
+                (task.depth, task.run, task.anchor) = (depth, run, anchor);
             }
         }
-        DeltaPolicy::Star => {
-            let (root_step, root, job) = match p.base {
-                None => (pstep, p, None),
-                Some(root_step) => {
-                    let rrec = fetcher.record(name, root_step)?;
-                    match rrec {
-                        Some(r) if r.same_layout(prec) => {
-                            let root = r.blocks[b as usize];
-                            let job = fetcher.fetch(name, root_step, &r, b)?;
-                            (root_step, root, Some(job))
-                        }
-                        // A damaged or missing root: start a new keyframe.
-                        _ => return Ok(()),
-                    }
-                }
-            };
-            let depth = root.depth.saturating_add(1);
-            if run <= opts.max_chain && depth <= opts.max_chain {
-                task.base = Some((root_step, root, job));
-                (task.depth, task.run) = (depth, run);
-            }
-        }
+        Base::Keyframe => {}
     }
     Ok(())
 }
@@ -372,7 +366,7 @@ fn encode_task(task: Task<'_>, cache: &BlockCache, opts: &Options) -> Result<Enc
             }
             let seg = segment::encode_delta(task.dtype, task.data, &base_bytes, &opts.lossless)
                 .map_err(encode_err)?;
-            if task.anchor && seg.len() >= base_rec.segment_len as usize {
+            if task.anchor && !chain::keep_anchor(seg.len(), base_rec.segment_len as usize) {
                 // No smaller than the keyframe itself (the size a new one would have):
                 // the tensor has drifted far; start a new lineage.
                 let key = segment::encode_keyframe(task.dtype, task.data, &opts.lossless)

@@ -4,6 +4,7 @@
 //! On the way out, values are rounded to the tensor's dtype (nearest even), and the
 //! [`Fidelity`] bound includes that rounding.
 
+use strata_codec::convert;
 use strata_codec::frames::{FrameError, FrameSegment};
 use strata_codec::hpdkv::{HalfDType, HpdkvView};
 use strata_codec::lossless::LosslessOptions;
@@ -18,22 +19,15 @@ use crate::tiers::policy::Residual;
 
 /// The values of float `bytes` as `f32` (`None` for an integer dtype).
 pub(crate) fn to_f32(dtype: DType, bytes: &[u8]) -> Option<Vec<f32>> {
-    use crate::tensor::le_values as each;
-    Some(match dtype {
-        DType::F32 => each(bytes, f32::from_le_bytes),
-        DType::F16 => each(bytes, |a| half::f16::from_le_bytes(a).to_f32()),
-        DType::BF16 => each(bytes, |a| half::bf16::from_le_bytes(a).to_f32()),
-        DType::F64 => each(bytes, |a| f64::from_le_bytes(a) as f32),
-        _ => return None,
-    })
+    convert::to_f32(dtype, bytes).ok()
 }
 
-/// `values` as little-endian bytes of float `dtype` (round to nearest even), the codec's
-/// one definition of that cast ([`residual::cast_to`]); an integer dtype gets f32 bytes
-/// (never asked: only float blocks are quantized).
+/// `values` as little-endian bytes of float `dtype` (round to nearest even); an integer
+/// dtype gets f32 bytes (never asked: only float blocks are quantized).
 pub(crate) fn from_f32(dtype: DType, values: &[f32]) -> Vec<u8> {
-    residual::cast_to(dtype, values)
-        .unwrap_or_else(|_| values.iter().flat_map(|v| v.to_le_bytes()).collect())
+    convert::from_f32(dtype, values)
+        .or_else(|_| convert::from_f32(DType::F32, values))
+        .unwrap_or_default()
 }
 
 /// Relative error added by rounding a value to `dtype` on the way out (half an ulp,

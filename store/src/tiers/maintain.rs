@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use rayon::prelude::*;
-use strata_tiering::{AccessStats, Move, Plan, Precision, Tick, Tier};
+use strata_tiering::{AccessStats, MaintainReport, Move, Plan, Precision, Tick, Tier};
 
 use crate::engine::{
     address_of, lossy, put_row, rebase_dependents, remove_rows, row_blobs, store_residual, Fetcher,
@@ -28,7 +28,6 @@ use crate::record::{BlockRecord, Form, Rebuild, ResidualRef, SourceAt, TierRow, 
 use crate::store::Store;
 use crate::tiers::policy::{self, Reconstruct, Residual, SourceStep, TierPolicy};
 use crate::tiers::runtime::{spec_of, tier_error, tiering_reconstruct};
-use crate::tiers::MaintainReport;
 
 /// A block's new form, ready to write.
 struct Prepared {
@@ -94,20 +93,15 @@ impl Store {
             let converted = self.prepare_conversions(&r, &pending)?;
             (prepared, converted)
         };
-        let mut report = MaintainReport {
-            warm_bytes_before: plan.warm_bytes_before,
-            deferred: plan.deferred,
-            ..MaintainReport::default()
-        };
         let applied: Vec<Move> = prepared.iter().map(|p| p.mv).collect();
         let stats = self.stats_to_save();
-        self.write(|wt| {
+        let (bytes_written, stats_saved) = self.write(|wt| {
+            let mut bytes = 0u64;
             for c in &converted {
-                report.bytes_written += self.write_conversion(wt, c, now)?;
+                bytes += self.write_conversion(wt, c, now)?;
             }
-            report.bytes_written += self.write_moves(wt, &prepared, now)?;
-            report.stats_saved = save_stats(wt, &stats)?;
-            Ok(())
+            bytes += self.write_moves(wt, &prepared, now)?;
+            Ok((bytes, save_stats(wt, &stats)?))
         })?;
         let done = Plan {
             now,
@@ -120,11 +114,12 @@ impl Store {
         let mut rt = self.tiers.lock();
         rt.state.apply(&done).map_err(tier_error)?;
         rt.read_since_save.clear();
-        report.moves = done.moves.len();
-        report.converted = converted.len();
-        report.warm_bytes_after = rt.state.warm_bytes();
-        report.deferred += (plan.moves.len() - done.moves.len()) as u32;
-        Ok(report)
+        Ok(MaintainReport {
+            bytes_written,
+            converted: converted.len(),
+            stats_saved,
+            ..MaintainReport::from_plan(&plan, &done.moves, &rt.state)
+        })
     }
 
     /// Read statistics of the versions read since the last pass, by block id.

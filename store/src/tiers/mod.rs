@@ -19,25 +19,6 @@ pub(crate) mod rules;
 pub(crate) mod runtime;
 mod set_policy;
 
-/// What one [`crate::Store::maintain`] pass did.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct MaintainReport {
-    /// Blocks moved between tiers.
-    pub moves: usize,
-    /// Lossless versions converted to their tiered policy's start tier.
-    pub converted: usize,
-    /// Bytes of new segments written.
-    pub bytes_written: u64,
-    /// Warm bytes (7- and 5-bit blocks, the policy's size model) before and after.
-    pub warm_bytes_before: u64,
-    /// Warm bytes after the pass.
-    pub warm_bytes_after: u64,
-    /// Moves the policy wanted but left for a later pass (budget, cap).
-    pub deferred: u32,
-    /// Read statistics written back.
-    pub stats_saved: usize,
-}
-
 /// The tier policy's view of a store: what [`crate::Store::tier_stats`] reports.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TierStats {
