@@ -18,7 +18,9 @@ Tables, each between markers in README.md, with the date, the machine and the co
   with --scale-gb G (repeatable, default 2); the first size runs everything, larger ones only
   the big-checkpoint part (import, export, load, cp + sync, ZipNN unless it would take over
   ~10 minutes at that size). ZipNN comes from the comparison harness's venv
-  (target/compare-venv, made here as benches/compare/run.sh makes it when missing).
+  (target/compare-venv, made here as benches/compare/run.sh makes it when missing). Each
+  size's JSON is kept in target/scale-bench/scale-G.json; --scale-saved writes the table from
+  those files without measuring again.
 
 Nothing in the tables is typed by hand. --check prints the tables without writing README.md;
 --only NAME (repeatable) runs only those tables.
@@ -168,8 +170,9 @@ GIB = float(1 << 30)
 def scale_table():
     sizes = [sys.argv[i + 1] for i, a in enumerate(sys.argv[:-1]) if a == "--scale-gb"] or ["2"]
     sizes = sorted(sizes, key=float)
-    compare_venv()
-    run(["cargo", "build", "--release", "-p", "strata-cli", "--bin", "strata"])
+    if "--scale-saved" not in sys.argv:
+        compare_venv()
+        run(["cargo", "build", "--release", "-p", "strata-cli", "--bin", "strata"])
     runs = []
     zipnn_secs_per_gb = None
     for i, gb in enumerate(sizes):
@@ -178,9 +181,17 @@ def scale_table():
             cmd += ["--no-chain", "--no-many"]
             if zipnn_secs_per_gb is None or zipnn_secs_per_gb * float(gb) > ZIPNN_MAX_SECONDS:
                 cmd += ["--no-zipnn"]
-        t0 = time.perf_counter()
-        doc = json.loads(run(cmd))
-        print(f"scale-bench --gb {gb}: {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+        saved = os.path.join(ROOT, "target", "scale-bench", f"scale-{gb}.json")
+        if "--scale-saved" in sys.argv:
+            with open(saved) as f:
+                doc = json.load(f)
+        else:
+            t0 = time.perf_counter()
+            doc = json.loads(run(cmd))
+            print(f"scale-bench --gb {gb}: {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+            os.makedirs(os.path.dirname(saved), exist_ok=True)
+            with open(saved, "w") as f:
+                json.dump(doc, f, indent=1)
         z = [o for o in doc["ops"] if o["op"].startswith("ZipNN") and o["model"] == "main"]
         if i == 0 and z:
             zipnn_secs_per_gb = sum(o["process_seconds"] or o["seconds"] for o in z) / float(gb)
@@ -207,7 +218,8 @@ def scale_markdown(runs):
         f"Measured {machine()} (Strata at {commit}) by `examples/scale-bench.rs`. GB = 10^9 bytes of tensor "
         "data; each operation is a separate process (the release `strata` binary; load is `Store::read_checkpoint` "
         "in a child process; ZipNN a python process, its time taken inside it, without python's and torch's "
-        "start), timed by wall clock; peak RSS is the process's `ru_maxrss` from `wait4`. The page cache is "
+        "start), timed by wall clock; peak RSS is the process's `ru_maxrss` from `wait4`, read by a small "
+        "process that starts it (a child's `ru_maxrss` counts the memory of the process it was forked from). The page cache is "
         "warm (the files were just generated and fsynced) and the machine is shared: times are indicative. "
         "Every export and ZipNN's decompressed file were compared with the generated checkpoint tensor by "
         "tensor, bit for bit.",

@@ -17,7 +17,8 @@
 //!    zero). `--steps` files are made (default 2).
 //! 2. **Big checkpoints.** Each figure comes from a separate process, the release `strata`
 //!    binary (built first with `cargo build --release -p strata-cli`), timed by wall clock;
-//!    its peak RSS is the child's `ru_maxrss` from `wait4`: `strata import` of each step
+//!    its peak RSS is its `ru_maxrss` from `wait4`, read by a small process that starts it
+//!    (this example re-run with `--child-run`): `strata import` of each step
 //!    (step 1 is keyframes, later ones deltas), `strata export` of each (the exported file is
 //!    compared with the generated one tensor by tensor, streaming, bit for bit), a whole-
 //!    checkpoint load through `Store::read_checkpoint` (this example re-run as a child
@@ -577,8 +578,14 @@ fn measure(cmd: &mut Command, logs: &Path, label: &str) -> Res<Run> {
     measure_within(cmd, logs, label, None)
 }
 
-/// [`measure`], killing the child (SIGKILL) if it runs longer than `limit`: the run then
+/// [`measure`], killing the command (SIGKILL) if it runs longer than `limit`: the run then
 /// has `timed_out` set and is no error.
+///
+/// The command is started by a small process, this example re-run with `--child-run`, which
+/// times it and reads its `ru_maxrss`: Linux counts in a child's `ru_maxrss` the resident
+/// size of the process that forked it (the memory it starts from before `exec`), so a
+/// child of this process, which holds generated data and open stores, would report at
+/// least this process's peak.
 fn measure_within(
     cmd: &mut Command,
     logs: &Path,
@@ -587,13 +594,67 @@ fn measure_within(
 ) -> Res<Run> {
     let out_path = logs.join(format!("{label}.out"));
     let err_path = logs.join(format!("{label}.err"));
-    cmd.stdin(Stdio::null())
+    let result_path = logs.join(format!("{label}.rusage.json"));
+    let limit_ms = limit.map_or(0, |l| l.as_millis().max(1));
+    let mut outer = Command::new(std::env::current_exe()?);
+    outer
+        .arg("--child-run")
+        .arg(&result_path)
+        .arg(limit_ms.to_string())
+        .arg("--")
+        .arg(cmd.get_program())
+        .args(cmd.get_args())
+        .stdin(Stdio::null())
         .stdout(File::create(&out_path)?)
         .stderr(File::create(&err_path)?);
+    let status = outer
+        .status()
+        .map_err(|e| format!("{label}: cannot start {:?}: {e}", outer.get_program()))?;
+    let stderr = || std::fs::read_to_string(&err_path).unwrap_or_default();
+    if !status.success() {
+        return Err(format!("{label}: measuring {cmd:?} failed: {}", stderr().trim()).into());
+    }
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&result_path)?)
+        .map_err(|e| format!("{label}: bad {}: {e}", result_path.display()))?;
+    let timed_out = r["timed_out"] == json!(true);
+    let code = r["code"].as_i64();
+    if code != Some(0) && !timed_out {
+        return Err(format!(
+            "{label}: {cmd:?} failed ({}): {}",
+            code.map_or("killed by a signal".to_string(), |c| format!("exit {c}")),
+            stderr().trim()
+        )
+        .into());
+    }
+    Ok(Run {
+        secs: r["seconds"].as_f64().unwrap_or(f64::NAN),
+        rss: r["peak_rss_bytes"].as_u64().unwrap_or(0),
+        stdout: std::fs::read_to_string(&out_path).unwrap_or_default(),
+        timed_out,
+    })
+}
+
+/// `--child-run RESULT LIMIT_MS -- PROGRAM ARGS...`: runs the program (stdio inherited),
+/// killing it after LIMIT_MS milliseconds (0: no limit), and writes its wall time, exit code
+/// and peak RSS to RESULT as JSON.
+fn child_run(argv: &[String]) -> Res<()> {
+    let usage = "--child-run RESULT LIMIT_MS -- PROGRAM ARGS...";
+    let (Some(result), Some(limit), Some("--"), Some(program)) = (
+        argv.first(),
+        argv.get(1),
+        argv.get(2).map(String::as_str),
+        argv.get(3),
+    ) else {
+        return Err(usage.into());
+    };
+    let limit: u64 = limit.parse().map_err(|_| usage)?;
+    let limit = (limit > 0).then(|| std::time::Duration::from_millis(limit));
+    let mut cmd = Command::new(program);
+    cmd.args(&argv[4..]);
     let t = Instant::now();
     let child = cmd
         .spawn()
-        .map_err(|e| format!("{label}: cannot start {:?}: {e}", cmd.get_program()))?;
+        .map_err(|e| format!("cannot start {program}: {e}"))?;
     let pid = libc::pid_t::try_from(child.id())?;
     let (code, rss, timed_out) = match limit {
         None => {
@@ -616,22 +677,9 @@ fn measure_within(
     };
     let secs = t.elapsed().as_secs_f64();
     drop(child);
-    let stdout = std::fs::read_to_string(&out_path).unwrap_or_default();
-    if code != Some(0) && !timed_out {
-        let stderr = std::fs::read_to_string(&err_path).unwrap_or_default();
-        return Err(format!(
-            "{label}: {cmd:?} failed ({}): {}",
-            code.map_or("killed by a signal".to_string(), |c| format!("exit {c}")),
-            stderr.trim()
-        )
-        .into());
-    }
-    Ok(Run {
-        secs,
-        rss,
-        stdout,
-        timed_out,
-    })
+    let doc = json!({"seconds": secs, "code": code, "peak_rss_bytes": rss, "timed_out": timed_out});
+    std::fs::write(result, doc.to_string()).map_err(|e| format!("{result}: {e}"))?;
+    Ok(())
 }
 
 /// Waits for child `pid` (`flags` 0 or `WNOHANG`) and returns its exit code (`None` if a
@@ -1059,7 +1107,7 @@ fn tensor_bytes(p: &Path) -> Res<u64> {
 /// decompress writes the original layout back. Prints one JSON line.
 const ZIPNN_SCRIPT: &str = r#"import json, os, resource, struct, sys, time
 mode, src, dst = sys.argv[1:4]
-import zipnn
+from importlib.metadata import version
 from zipnn import ZipNN
 rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 DT = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
@@ -1095,7 +1143,7 @@ with open(src, "rb") as f, open(dst, "wb") as g:
     g.flush(); os.fsync(g.fileno())
 secs = time.perf_counter() - t0
 print(json.dumps({"seconds": secs, "raw_bytes": raw, "rss_after_import": rss0,
-                  "zipnn": getattr(zipnn, "__version__", "?")}))
+                  "zipnn": version("zipnn")}))
 "#;
 
 /// The big-checkpoint and deep-chain measurements.
@@ -1558,7 +1606,7 @@ fn machine() -> Value {
         "date": today(),
         "git_commit": commit,
         "git_dirty": dirty,
-        "rss_method": "ru_maxrss of each child from wait4 (the child's own peak resident set)",
+        "rss_method": "ru_maxrss from wait4, read by a small parent process (--child-run) that starts the command",
     })
 }
 
@@ -1860,6 +1908,9 @@ fn child_load(store: &str, step: &str) -> Res<()> {
 
 fn run() -> Res<()> {
     let argv: Vec<String> = std::env::args().collect();
+    if argv.get(1).map(String::as_str) == Some("--child-run") {
+        return child_run(&argv[2..]);
+    }
     if argv.get(1).map(String::as_str) == Some("--child-load") {
         let (Some(store), Some(step)) = (argv.get(2), argv.get(3)) else {
             return Err("--child-load STORE STEP".into());
