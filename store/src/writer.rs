@@ -100,11 +100,7 @@ impl<'s> Session<'s> {
         &mut self,
         f: impl FnOnce(&mut WriteTxn<'_>) -> Result<T>,
     ) -> Result<T> {
-        let txn = self.txn.as_ref().ok_or_else(|| {
-            StoreError::Invalid(InvalidInput::Options {
-                reason: "the write was already committed".into(),
-            })
-        })?;
+        let txn = self.txn.as_ref().ok_or_else(committed)?;
         if self.poisoned {
             return Err(poisoned());
         }
@@ -128,16 +124,15 @@ impl<'s> Session<'s> {
     pub(crate) fn put(&mut self, step: u64, name: &str, t: &TensorRef<'_>) -> Result<()> {
         check_shape(name, step, t.dtype, t.shape, t.bytes.len() as u64)?;
         if (t.bytes.len() as u64) <= self.small_limit() {
-            self.pending_bytes += t.bytes.len() as u64;
-            self.pending.push(Pending {
-                name: Arc::from(name),
-                dtype: t.dtype,
-                shape: t.shape.to_vec(),
-                bytes: t.bytes.to_vec(),
-            });
-            if self.pending_bytes >= self.store.opts.window_bytes {
-                self.flush(step)?;
-            }
+            self.gather(
+                step,
+                Pending {
+                    name: Arc::from(name),
+                    dtype: t.dtype,
+                    shape: t.shape.to_vec(),
+                    bytes: t.bytes.to_vec(),
+                },
+            )?;
             return Ok(());
         }
         self.flush(step)?;
@@ -167,16 +162,15 @@ impl<'s> Session<'s> {
         if len <= self.small_limit() {
             let mut bytes = vec![0u8; len as usize];
             read(0, &mut bytes)?;
-            self.pending_bytes += len;
-            self.pending.push(Pending {
-                name: Arc::from(name),
-                dtype,
-                shape: shape.to_vec(),
-                bytes,
-            });
-            if self.pending_bytes >= self.store.opts.window_bytes {
-                self.flush(step)?;
-            }
+            self.gather(
+                step,
+                Pending {
+                    name: Arc::from(name),
+                    dtype,
+                    shape: shape.to_vec(),
+                    bytes,
+                },
+            )?;
             return Ok(());
         }
         self.flush(step)?;
@@ -189,6 +183,16 @@ impl<'s> Session<'s> {
                 data: Data::Reader(read),
             },
         )
+    }
+
+    /// Holds a small tensor with the others; writes them all once they fill a window.
+    fn gather(&mut self, step: u64, p: Pending) -> Result<()> {
+        self.pending_bytes += p.bytes.len() as u64;
+        self.pending.push(p);
+        if self.pending_bytes >= self.store.opts.window_bytes {
+            self.flush(step)?;
+        }
+        Ok(())
     }
 
     /// Writes the gathered small tensors, in one window.
@@ -295,11 +299,7 @@ impl<'s> Session<'s> {
     ) -> Result<()> {
         self.flush(step)?;
         self.with_tables(last)?;
-        let txn = self.txn.take().ok_or_else(|| {
-            StoreError::Invalid(InvalidInput::Options {
-                reason: "the write was already committed".into(),
-            })
-        })?;
+        let txn = self.txn.take().ok_or_else(committed)?;
         txn.commit().ctx("committing")?;
         let changes = std::mem::take(&mut self.changes);
         self.store
@@ -307,6 +307,12 @@ impl<'s> Session<'s> {
             .lock()
             .apply(changes, self.store.opts.tiering.clock.now())
     }
+}
+
+fn committed() -> StoreError {
+    StoreError::Invalid(InvalidInput::Options {
+        reason: "the write was already committed".into(),
+    })
 }
 
 fn poisoned() -> StoreError {
