@@ -47,7 +47,7 @@ pub(crate) fn encoding(blocks: &[BlockEncoding]) -> String {
 
 /// `strata log`.
 pub(crate) fn log(store: &Path, tensor: Option<&str>) -> CliResult {
-    let store = Store::open(store)?;
+    let store = Store::open_read_only(store)?;
     match tensor {
         Some(name) => log_tensor(&store, name),
         None => log_checkpoints(&store),
@@ -125,7 +125,7 @@ fn log_checkpoints(store: &Store) -> CliResult {
 
 /// `strata stats`.
 pub(crate) fn stats(store: &Path, json: bool) -> CliResult {
-    let store = Store::open(store)?;
+    let store = Store::open_read_only(store)?;
     let s = store.stats()?;
     let ratio = |raw: u64, stored: u64| raw as f64 / stored.max(1) as f64;
     if json {

@@ -55,7 +55,7 @@ pub(crate) fn summary(r: &VerifyReport) -> String {
 
 /// `strata verify`: exit status 1 when anything is corrupt.
 pub(crate) fn verify(out: &Output, store: &Path) -> CliResult {
-    let store = Store::open(store)?;
+    let store = Store::open_read_only(store)?;
     let spinner = out.spinner("verifying");
     let t = Instant::now();
     let report = store.verify()?;

@@ -17,7 +17,7 @@ const HEAD: usize = 8;
 
 /// `strata export`.
 pub(crate) fn export(out: &Output, store: &Path, step: u64, output: &Path) -> CliResult {
-    let store = Store::open(store)?;
+    let store = Store::open_read_only(store)?;
     let spinner = out.spinner("exporting");
     let t = Instant::now();
     let r = store.export_safetensors(step, output)?;
@@ -45,7 +45,7 @@ pub(crate) fn get(
     json: bool,
     output: Option<&Path>,
 ) -> CliResult {
-    let store = Store::open(store)?;
+    let store = Store::open_read_only(store)?;
     let t = Instant::now();
     let found = if at {
         store.step_at_or_before(tensor, step)?
@@ -169,7 +169,7 @@ pub(crate) fn history(
     json: bool,
 ) -> CliResult {
     let elems = parse_index(index)?;
-    let store = Store::open(store)?;
+    let store = Store::open_read_only(store)?;
     let t = Instant::now();
     let steps = from.unwrap_or(0)..=to.unwrap_or(u64::MAX);
     let rows = store.history(tensor, elems.clone(), steps)?;

@@ -346,3 +346,58 @@ fn get_prints_fidelity_exact_and_tiered() {
         "{kv}"
     );
 }
+
+#[test]
+fn read_commands_work_while_a_writer_holds_the_store() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = dir.path().join("held.strata");
+    let values = noise(32 * 64, 3);
+    let bytes = f32_bytes(&values);
+    let t = TensorRef {
+        dtype: DType::F32,
+        shape: &[32, 64],
+        bytes: &bytes,
+    };
+    // This process is the trainer: it holds the store open for writing throughout.
+    let writer = Store::open(&store).expect("open the writer");
+    writer
+        .save_checkpoint(10, &[("w", t)], "{}")
+        .expect("save 10");
+
+    let out = ok(&["log", p(&store)]);
+    assert!(out.contains("10"), "{out}");
+    let out = ok(&["get", p(&store), "w", "--step", "10", "--json"]);
+    assert!(out.contains("\"exact\""), "{out}");
+    ok(&["stats", p(&store)]);
+    ok(&["verify", p(&store)]);
+    ok(&["history", p(&store), "w", "--index", "0"]);
+    let exported = dir.path().join("10.safetensors");
+    ok(&["export", p(&store), "--step", "10", "-o", p(&exported)]);
+    let file = std::fs::read(&exported).expect("read export");
+    let st = SafeTensors::deserialize(&file).expect("safetensors");
+    assert_eq!(st.tensor("w").expect("w").data(), bytes.as_slice());
+
+    // A commit made after the reads started is seen by the next command.
+    writer
+        .save_checkpoint(20, &[("w", t)], "{}")
+        .expect("save 20");
+    let out = ok(&["log", p(&store)]);
+    assert!(out.contains("20"), "{out}");
+
+    // A write from another process is refused: the store is in use.
+    let out = strata(&["tag", p(&store), "best", "--step", "10"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("in use"),
+        "{out:?}"
+    );
+    // A read command on a store that does not exist says so and creates nothing.
+    let missing = dir.path().join("missing.strata");
+    let out = strata(&["log", p(&missing)]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("does not exist"),
+        "{out:?}"
+    );
+    assert!(!missing.exists());
+}

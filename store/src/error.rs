@@ -103,6 +103,12 @@ pub enum StoreError {
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum OpenError {
+    /// [`crate::Store::open_read_only`] of a file that does not exist.
+    #[error("store {path} does not exist")]
+    NotFound {
+        /// The file.
+        path: PathBuf,
+    },
     /// Another process (or another handle in this one) has the file open.
     #[error("store {path} is in use by another process or handle")]
     InUse {
@@ -189,6 +195,14 @@ pub enum NotFound {
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum InvalidInput {
+    /// A write (or compaction) on a store opened with [`crate::Store::open_read_only`].
+    #[error("store {path} is open read-only: {op} needs the writer's handle")]
+    ReadOnly {
+        /// The file.
+        path: PathBuf,
+        /// What was asked.
+        op: &'static str,
+    },
     /// Invalid [`crate::Options`].
     #[error("invalid options: {reason}")]
     Options {

@@ -134,6 +134,8 @@ pub use error::{Corruption, InvalidInput, NotFound, OpenError, Result, StoreErro
 pub use options::{DeltaPolicy, FrameOptions, Options, PutOptions, TierOptions};
 pub use reader::{BlockRead, CheckpointReader};
 pub use record::RecordError;
+/// The redb crate, whose [`redb::StorageBackend`] [`Store::open_with_backend`] takes.
+pub use redb;
 pub use retain::{RetainPolicy, RetainReport};
 /// The safetensors crate, whose types appear in [`StoreError::SafeTensors`] and
 /// [`dtype_from_safetensors`].

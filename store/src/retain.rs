@@ -73,6 +73,10 @@ pub struct RetainReport {
     pub file_bytes_before: u64,
     /// File size after deleting and compacting.
     pub file_bytes_after: u64,
+    /// Whether the file was compacted. It is not while a read-only process
+    /// ([`Store::open_read_only`]) has a read in progress: the freed pages are then reused by
+    /// later writes instead, and a later `retain` or [`Store::compact`] shrinks the file.
+    pub compacted: bool,
 }
 
 impl Store {
@@ -84,7 +88,8 @@ impl Store {
     /// # Errors
     /// [`crate::InvalidInput::Options`] for a policy with neither `keep_last` nor `keep_every`
     /// (it would delete everything untagged) or with `keep_every` 0; the errors of
-    /// [`Store::delete`] (nothing is deleted then); [`StoreError::Compaction`].
+    /// [`Store::delete`] (nothing is deleted then); [`StoreError::Compaction`] (but not for a
+    /// read in progress in another process: see [`RetainReport::compacted`]).
     pub fn retain(&mut self, policy: &RetainPolicy) -> Result<RetainReport> {
         policy.validate()?;
         let file_bytes_before = self.file_bytes()?;
@@ -118,8 +123,17 @@ impl Store {
             })?;
             (kept.into_iter().collect(), removed, versions_removed)
         };
-        self.compact()?;
+        let compacted = match self.compact() {
+            Ok(_) => true,
+            Err(StoreError::Compaction { source })
+                if matches!(*source, redb::CompactionError::TransactionInProgress) =>
+            {
+                false
+            }
+            Err(e) => return Err(e),
+        };
         Ok(RetainReport {
+            compacted,
             kept,
             removed,
             versions_removed,

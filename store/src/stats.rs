@@ -36,8 +36,9 @@ pub struct StoreStats {
     pub metadata_bytes: u64,
     /// Size of the file on disk.
     pub file_bytes: u64,
-    /// Bytes of the pages redb has allocated (the rest of the file is free space).
-    pub allocated_bytes: u64,
+    /// Bytes of the pages redb has allocated (the rest of the file is free space); `None` on a
+    /// read-only handle, since redb reports page use to its writer only.
+    pub allocated_bytes: Option<u64>,
     /// Unique segments.
     pub segments: u64,
     /// Versions of all tensors.
@@ -155,19 +156,16 @@ impl Store {
         }
         let segments = r.segments.len().ctx("reading the segment index")?;
         drop(r);
-        let file_bytes = std::fs::metadata(&self.path)
-            .map_err(|source| StoreError::Io {
-                path: self.path.clone(),
-                source,
-            })?
-            .len();
-        let allocated_bytes = {
+        let file_bytes = self.file_bytes()?;
+        let allocated_bytes = if self.is_read_only() {
+            None
+        } else {
             let _writer = self.writer.lock();
-            let txn = self.db.begin_write().ctx("reading database stats")?;
+            let txn = self.db.begin_write(&self.path, "reading database stats")?;
             let s = txn.stats().ctx("reading database stats")?;
             let bytes = s.allocated_pages() * s.page_size() as u64;
             txn.abort().ctx("reading database stats")?;
-            bytes
+            Some(bytes)
         };
         Ok(StoreStats {
             raw_bytes,

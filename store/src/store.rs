@@ -2,13 +2,17 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
-use redb::{Database, DatabaseError, ReadableDatabase, ReadableTable, StorageError, TableError};
+use redb::{
+    ConcurrencyMode, Database, DatabaseError, ReadableTable, StorageBackend, StorageError,
+    TableError,
+};
 
 use crate::engine::{
-    BlockCache, ReadTxn, WriteTxn, CHECKPOINTS, CHUNKS, FORMAT_KEY, META, POLICIES, SEGMENTS, TAGS,
-    TAILS, TIERS, VERSIONS, WRITER_KEY,
+    BlockCache, Handle, ReadTxn, WriteTxn, CHECKPOINTS, CHUNKS, FORMAT_KEY, META, POLICIES,
+    SEGMENTS, TAGS, TAILS, TIERS, VERSIONS, WRITER_KEY,
 };
 use crate::error::{Corruption, DbContext, OpenError, Result, StoreError};
 use crate::options::Options;
@@ -27,10 +31,13 @@ use crate::tiers::runtime::{tiering_reconstruct, Runtime};
 /// `Store` is `Send + Sync`: share it between threads (e.g. in an `Arc`). Reads run in
 /// parallel with each other and with a writer; writes are serialized. Each read sees one
 /// committed state; each write (a `put`, a checkpoint, a delete) is one transaction.
+///
+/// One process at a time opens a store to write ([`Store::open`]); any number of other
+/// processes may open it meanwhile with [`Store::open_read_only`] and follow its commits.
 #[derive(Debug)]
 pub struct Store {
     pub(crate) path: PathBuf,
-    pub(crate) db: Database,
+    pub(crate) db: Handle,
     pub(crate) opts: Options,
     pub(crate) cache: BlockCache,
     /// Held from planning to commit, so a write's plan still holds when it is inserted.
@@ -39,6 +46,8 @@ pub struct Store {
     pub(crate) tiers: Mutex<Runtime>,
     /// Tier policy rules by name pattern (changed under the writer lock).
     pub(crate) rules: RwLock<RuleSet>,
+    /// The backend of a store opened with [`Store::open_with_backend`] (asked for its size).
+    backend: Option<Arc<dyn StorageBackend>>,
 }
 
 impl Store {
@@ -72,20 +81,79 @@ impl Store {
         if !exists {
             create_file(&path, &opts)?;
         }
-        let mut builder = Database::builder();
-        builder.set_cache_size(opts.db_cache_bytes);
-        // redb trusts its own file; a damaged one can make it panic. Turn that into an error.
-        let opened = catch_unwind(AssertUnwindSafe(|| builder.create(&path)));
-        let db = match opened {
-            Ok(Ok(db)) => db,
-            Ok(Err(e)) => return Err(open_error(&path, e)),
-            Err(panic) => {
-                return Err(StoreError::Open(OpenError::Damaged {
+        let db = guarded_open(&path, || builder(&opts).create(&path))?;
+        Store::from_handle(path, Handle::Writer(db), opts)
+    }
+
+    /// Opens an existing store to read only, with default [`Options`]: a trainer (or any one
+    /// process) may hold it open for writing meanwhile, and each read sees the writer's latest
+    /// commit, every checkpoint whole or not at all. Writes fail with
+    /// [`crate::InvalidInput::ReadOnly`].
+    ///
+    /// The reads of a read-only handle move the tier access scores of this handle only: they
+    /// are not written to the file and do not reach the writer's policy.
+    ///
+    /// # Errors
+    /// Those of [`Store::open`] but `InUse` (a writer that opened the store with a Strata before
+    /// read-only opens existed, which locks the whole file, still gives `InUse`), and
+    /// [`crate::OpenError::NotFound`] if the file does not exist.
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Store> {
+        Store::open_read_only_with(path, Options::default())
+    }
+
+    /// [`Store::open_read_only`] with `opts` (cache sizes and tier options apply; the write
+    /// options are unused).
+    ///
+    /// # Errors
+    /// Those of [`Store::open_read_only`], and [`crate::InvalidInput::Options`].
+    pub fn open_read_only_with(path: impl AsRef<Path>, opts: Options) -> Result<Store> {
+        opts.validate()?;
+        let path = path.as_ref().to_path_buf();
+        match std::fs::metadata(&path) {
+            Ok(m) if m.len() > 0 => {}
+            Ok(_) => {
+                return Err(StoreError::Open(OpenError::NotAStore {
                     path,
-                    reason: format!("redb failed opening it: {}", panic_message(&panic)),
+                    reason: "the file is empty".to_string(),
                 }))
             }
-        };
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(StoreError::Open(OpenError::NotFound { path }))
+            }
+            Err(source) => return Err(StoreError::Io { path, source }),
+        }
+        let db = guarded_open(&path, || builder(&opts).open_read_only(&path))?;
+        Store::from_handle(path, Handle::Reader(db), opts)
+    }
+
+    /// Opens (or, if it is empty, creates) a store on a redb [`StorageBackend`] instead of a
+    /// file: redb's `InMemoryBackend` for a store in memory, or a wrapper of
+    /// `FileBackend` that injects faults in tests. `name` stands for the file in messages and
+    /// [`Store::path`]. The backend is this process's alone (redb's exclusive-writer mode: no
+    /// read-only handles beside it).
+    ///
+    /// # Errors
+    /// Those of [`Store::open_with`].
+    pub fn open_with_backend(
+        name: impl Into<PathBuf>,
+        backend: impl StorageBackend,
+        opts: Options,
+    ) -> Result<Store> {
+        opts.validate()?;
+        let path = name.into();
+        let backend = Arc::new(backend);
+        let mut b = builder(&opts);
+        b.set_concurrency_mode(ConcurrencyMode::ExclusiveWriter);
+        let db = guarded_open(&path, || {
+            b.create_with_backend(SharedBackend(backend.clone()))
+        })?;
+        let mut store = Store::from_handle(path, Handle::Writer(db), opts)?;
+        store.backend = Some(backend);
+        Ok(store)
+    }
+
+    /// Wraps an open database: checks its format and loads the tier state.
+    fn from_handle(path: PathBuf, db: Handle, opts: Options) -> Result<Store> {
         let runtime = Runtime::new(opts.tiering.config)?;
         let store = Store {
             cache: BlockCache::new(opts.cache_bytes),
@@ -95,10 +163,16 @@ impl Store {
             writer: Mutex::new(()),
             tiers: Mutex::new(runtime),
             rules: RwLock::new(RuleSet::default()),
+            backend: None,
         };
         store.check_format()?;
         store.load_tiers()?;
         Ok(store)
+    }
+
+    /// Whether this handle was opened with [`Store::open_read_only`].
+    pub fn is_read_only(&self) -> bool {
+        matches!(self.db, Handle::Reader(_))
     }
 
     /// The file.
@@ -118,9 +192,13 @@ impl Store {
     /// # Errors
     /// [`StoreError::Compaction`] if redb cannot compact (e.g. a read is in progress).
     pub fn compact(&mut self) -> Result<bool> {
-        self.db.compact().map_err(|e| StoreError::Compaction {
-            source: Box::new(e),
-        })
+        let path = self.path.clone();
+        self.db
+            .writer_mut(&path, "compaction")?
+            .compact()
+            .map_err(|e| StoreError::Compaction {
+                source: Box::new(e),
+            })
     }
 
     fn check_format(&self) -> Result<()> {
@@ -140,7 +218,7 @@ impl Store {
                     return Err(not_a_store("a redb database without Strata's tables"));
                 }
                 drop(txn);
-                return self.init();
+                return init_tables(self.db.writer(&self.path, "creating Strata's tables")?);
             }
             Err(e) => return Err(StoreError::db("opening the store")(e.into())),
         };
@@ -194,11 +272,6 @@ impl Store {
         Ok(())
     }
 
-    /// Creates the tables and the format record in a redb file that has none.
-    fn init(&self) -> Result<()> {
-        init_tables(&self.db)
-    }
-
     /// Opens a read transaction and its tables.
     pub(crate) fn read(&self) -> Result<ReadTxn> {
         ReadTxn::begin(&self.db)
@@ -207,7 +280,7 @@ impl Store {
     /// Runs `f` in a write transaction and commits if it succeeds (dropping it aborts); the
     /// tier state learns the transaction's changes after the commit.
     pub(crate) fn write<T>(&self, f: impl FnOnce(&mut WriteTxn<'_>) -> Result<T>) -> Result<T> {
-        let txn = self.db.begin_write().ctx("starting a write")?;
+        let txn = self.db.begin_write(&self.path, "a write")?;
         let (out, changes) = {
             let mut tables = WriteTxn::open(&txn)?;
             let out = f(&mut tables)?;
@@ -220,8 +293,14 @@ impl Store {
         Ok(out)
     }
 
-    /// Size of the file on disk.
+    /// Size of the file on disk (or of the backend's storage).
     pub(crate) fn file_bytes(&self) -> Result<u64> {
+        if let Some(backend) = &self.backend {
+            return backend.len().map_err(|source| StoreError::Io {
+                path: self.path.clone(),
+                source,
+            });
+        }
         std::fs::metadata(&self.path)
             .map(|m| m.len())
             .map_err(|source| StoreError::Io {
@@ -268,9 +347,9 @@ fn create_file(path: &Path, opts: &Options) -> Result<()> {
     let tmp = path.with_file_name(format!(".{name}.creating-{}", std::process::id()));
     let _ = std::fs::remove_file(&tmp);
     let made = (|| -> Result<()> {
-        let mut builder = Database::builder();
-        builder.set_cache_size(opts.db_cache_bytes);
-        let db = builder.create(&tmp).map_err(|e| open_error(&tmp, e))?;
+        let db = builder(opts)
+            .create(&tmp)
+            .map_err(|e| open_error(&tmp, e))?;
         init_tables(&db)?;
         drop(db);
         if matches!(std::fs::metadata(path), Ok(m) if m.len() == 0) {
@@ -293,6 +372,57 @@ fn create_file(path: &Path, opts: &Options) -> Result<()> {
     })();
     let _ = std::fs::remove_file(&tmp);
     made
+}
+
+/// A backend shared between redb and the [`Store`], which asks it for its size.
+#[derive(Debug)]
+struct SharedBackend(Arc<dyn StorageBackend>);
+
+impl StorageBackend for SharedBackend {
+    fn len(&self) -> std::io::Result<u64> {
+        self.0.len()
+    }
+    fn read(&self, offset: u64, out: &mut [u8]) -> std::io::Result<()> {
+        self.0.read(offset, out)
+    }
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        self.0.set_len(len)
+    }
+    fn sync_data(&self) -> std::io::Result<()> {
+        self.0.sync_data()
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
+        self.0.write(offset, data)
+    }
+    fn close(&self) -> std::io::Result<()> {
+        self.0.close()
+    }
+}
+
+/// redb's settings for this store: its cache, and the `SingleWriter` mode that lets read-only
+/// processes follow a writer.
+fn builder(opts: &Options) -> redb::Builder {
+    let mut builder = Database::builder();
+    builder
+        .set_cache_size(opts.db_cache_bytes)
+        .set_concurrency_mode(ConcurrencyMode::SingleWriter);
+    builder
+}
+
+/// Runs redb's open of `path`, turning its errors, and a panic on a damaged file (redb trusts
+/// its own file), into [`StoreError`]s.
+fn guarded_open<D>(
+    path: &Path,
+    open: impl FnOnce() -> std::result::Result<D, DatabaseError>,
+) -> Result<D> {
+    match catch_unwind(AssertUnwindSafe(open)) {
+        Ok(Ok(db)) => Ok(db),
+        Ok(Err(e)) => Err(open_error(path, e)),
+        Err(panic) => Err(StoreError::Open(OpenError::Damaged {
+            path: path.to_path_buf(),
+            reason: format!("redb failed opening it: {}", panic_message(&panic)),
+        })),
+    }
 }
 
 fn open_error(path: &Path, e: DatabaseError) -> StoreError {

@@ -82,7 +82,7 @@ impl<'s> Session<'s> {
     /// exist at the step written are replaced.
     pub(crate) fn begin(store: &'s Store, overwrite: bool) -> Result<Session<'s>> {
         let writer = store.writer.lock();
-        let txn = store.db.begin_write().ctx("starting a write")?;
+        let txn = store.db.begin_write(&store.path, "a write")?;
         Ok(Session {
             store,
             _writer: writer,

@@ -6,6 +6,7 @@
 //!
 //! | module | holds |
 //! |---|---|
+//! | `handle` | the redb database, writable or read-only ([`Handle`]) |
 //! | `tables` | the redb table definitions and meta keys |
 //! | `txn` | [`ReadTxn`], [`WriteTxn`] and the [`View`] both give the read path |
 //! | `versions` | lookups of versions, checkpoints, tags and tier rows; the name check |
@@ -21,6 +22,7 @@ mod blocks;
 mod buffers;
 mod cache;
 mod encode;
+mod handle;
 mod quantized;
 mod rebase;
 mod segments;
@@ -34,6 +36,7 @@ pub(crate) use cache::{Block, BlockCache};
 pub(crate) use encode::{
     check_shape, encode_window, plan_version, BlockWork, Encoded, VersionPlan,
 };
+pub(crate) use handle::Handle;
 pub(crate) use quantized::ResidualBytes;
 pub(crate) use rebase::{delete_version, rebase_dependents};
 pub(crate) use segments::address_of;

@@ -4,9 +4,10 @@
 
 use std::sync::Arc;
 
-use redb::{Database, ReadOnlyTable, ReadableDatabase, ReadableTable, Table, WriteTransaction};
+use redb::{ReadOnlyTable, ReadableTable, Table, WriteTransaction};
 use strata_tiering::BlockSpec;
 
+use super::handle::Handle;
 use super::quantized;
 use super::segments::{self, fetch_error, FetchError, SegmentWriter};
 use super::tables::{
@@ -33,7 +34,7 @@ pub(crate) struct ReadTxn {
 
 impl ReadTxn {
     /// Opens a read transaction and its tables.
-    pub(crate) fn begin(db: &Database) -> Result<ReadTxn> {
+    pub(crate) fn begin(db: &Handle) -> Result<ReadTxn> {
         let op = "starting a read";
         let txn = db.begin_read().ctx(op)?;
         Ok(ReadTxn {
