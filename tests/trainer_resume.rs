@@ -271,10 +271,17 @@ fn check(path: &Path, expected: &BTreeMap<u64, Vec<Named>>) -> Vec<u64> {
     if !path.exists() {
         return Vec::new();
     }
+    // A read-only process opens the killed writer's store as it is (no repair) and sees the
+    // checkpoints the next writer will.
+    let seen = Store::open_read_only(path)
+        .expect("read-only open after a kill")
+        .checkpoints()
+        .expect("checkpoints, read-only");
     let store = open_retrying(path);
     let report = store.verify().expect("verify runs");
     assert!(report.is_ok(), "verify after a kill: {:?}", report.issues);
     let steps = store.checkpoints().expect("checkpoints");
+    assert_eq!(seen, steps, "a reader and the writer disagree after a kill");
     let want: Vec<u64> = (0..steps.len() as u64).map(|i| i * EVERY).collect();
     assert_eq!(steps, want, "checkpoints are not 0, {EVERY}, ... in order");
     for &step in &steps {

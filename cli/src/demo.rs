@@ -2,7 +2,7 @@
 //! ratio on disk, a history query across steps, a partial read, verify.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use strata_store::{DType, Options, Store, TensorRef};
 
@@ -216,7 +216,7 @@ fn partial_read(store: &Store, name: &str, dims: &[u64], step: u64) -> CliResult
     Ok(())
 }
 
-/// How a few elements of `name` evolved across `steps` (one `get_range` per element and step).
+/// How a few elements of `name` evolved across `steps` (one `Store::history` per element).
 fn history(store: &Store, name: &str, dims: &[u64], steps: &[u64]) -> CliResult {
     let (Some(&s0), Some(&s1)) = (steps.first(), steps.last()) else {
         return Ok(());
@@ -240,23 +240,34 @@ fn history(store: &Store, name: &str, dims: &[u64], steps: &[u64]) -> CliResult 
     );
     let header: Vec<String> = picks.iter().map(|&i| format!("{:>10}", label(i))).collect();
     say!("  {:>8}  {}", "step", header.join(" "));
-    let mut reads = 0u32;
-    let mut spent = Duration::ZERO;
+    // One column per element: its value at every step, in step order.
+    let t = Instant::now();
+    let mut columns = Vec::with_capacity(picks.len());
+    for &i in &picks {
+        let rows = store.history(name, i..i + 1, s0..=s1)?;
+        let by_step: std::collections::BTreeMap<u64, f64> = rows
+            .into_iter()
+            .map(|(step, slice)| (step, slice.to_f64().first().copied().unwrap_or(f64::NAN)))
+            .collect();
+        columns.push(by_step);
+    }
+    let spent = t.elapsed();
+    let mut values = 0u32;
     for &step in steps {
-        let mut row = Vec::new();
-        for &i in &picks {
-            let t = Instant::now();
-            let v = store.get_range(name, step, i..i + 1)?.to_f64();
-            spent += t.elapsed();
-            reads += 1;
-            row.push(format!("{:>+10.5}", v.first().copied().unwrap_or(f64::NAN)));
-        }
+        let row: Vec<String> = columns
+            .iter()
+            .map(|c| {
+                values += 1;
+                format!("{:>+10.5}", c.get(&step).copied().unwrap_or(f64::NAN))
+            })
+            .collect();
         say!("  {step:>8}  {}", row.join(" "));
     }
     say!(
-        "  ({reads} reads of one element in {}, {:.3} ms each)",
+        "  ({} history queries, {values} values in {}, {:.3} ms per value)",
+        picks.len(),
         ms(spent),
-        spent.as_secs_f64() * 1e3 / f64::from(reads.max(1))
+        spent.as_secs_f64() * 1e3 / f64::from(values.max(1))
     );
     Ok(())
 }

@@ -104,7 +104,7 @@ enum Command {
         /// output, head).
         #[arg(long)]
         json: bool,
-        /// The .npy file to write (bf16 is written as '<u2' raw bits).
+        /// The .npy file to write (bf16 is written as '<u2' raw bits, the 8-bit floats as '|u1').
         #[arg(short, long)]
         output: Option<PathBuf>,
     },

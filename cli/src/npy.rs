@@ -36,6 +36,11 @@ pub(crate) fn npy_descr(dtype: DType) -> Cow<'static, str> {
         DType::I64 => "<i8",
         DType::U64 => "<u8",
         DType::Bool => "|b1",
+        // NumPy has no 8-bit floats: their bits, as bf16's are (ml_dtypes' types view them).
+        DType::F8E4M3 | DType::F8E5M2 | DType::F8E8M0 | DType::F8E4M3Fnuz | DType::F8E5M2Fnuz => {
+            "|u1"
+        }
+        DType::C64 => "<c8",
         other => return Cow::Owned(format!("|V{}", other.size())),
     })
 }

@@ -197,7 +197,9 @@ fn fill_bytes(dtype: DType, values: &[f32], out: &mut [u8]) {
 
 /// The elements of little-endian `bytes` of any `dtype` as `f64`: exact for every dtype but
 /// 64-bit integers above 2^53 (rounded to nearest); bool is 0 or 1 (any non-zero byte is
-/// true). A trailing partial element is ignored. For display and analysis (norms, diffs,
+/// true); the 8-bit floats decoded by their formats (NaN for their NaN codes); complex
+/// ([`DType::C64`]) gives the real part of each element (read the bytes for the imaginary
+/// parts). A trailing partial element is ignored. For display and analysis (norms, diffs,
 /// histories).
 pub fn to_f64(dtype: DType, bytes: &[u8]) -> Vec<f64> {
     let mut out = vec![0f64; bytes.len() / dtype.size()];
@@ -231,6 +233,78 @@ fn fill_f64(dtype: DType, bytes: &[u8], out: &mut [f64]) {
         DType::U32 => each_in(bytes, out, |a| f64::from(u32::from_le_bytes(a))),
         DType::I64 => each_in(bytes, out, |a| i64::from_le_bytes(a) as f64),
         DType::U64 => each_in(bytes, out, |a| u64::from_le_bytes(a) as f64),
+        DType::F8E4M3 => each_in(bytes, out, |a: [u8; 1]| fp8::e4m3(a[0])),
+        DType::F8E5M2 => each_in(bytes, out, |a: [u8; 1]| fp8::e5m2(a[0])),
+        DType::F8E8M0 => each_in(bytes, out, |a: [u8; 1]| fp8::e8m0(a[0])),
+        DType::F8E4M3Fnuz => each_in(bytes, out, |a: [u8; 1]| fp8::e4m3fnuz(a[0])),
+        DType::F8E5M2Fnuz => each_in(bytes, out, |a: [u8; 1]| fp8::e5m2fnuz(a[0])),
+        DType::C64 => each_in(bytes, out, |a: [u8; 8]| {
+            f64::from(f32::from_le_bytes([a[0], a[1], a[2], a[3]]))
+        }),
+    }
+}
+
+/// Decoders of the 8-bit float formats (OCP FP8 and MX, and the FNUZ variants).
+mod fp8 {
+    /// A sign-magnitude float of `m_bits` mantissa bits and exponent `bias`, with subnormals;
+    /// special values are the callers'.
+    fn value(byte: u8, m_bits: u32, bias: i32) -> f64 {
+        let sign = if byte & 0x80 != 0 { -1.0 } else { 1.0 };
+        let e = i32::from((byte & 0x7F) >> m_bits);
+        let m = f64::from(byte & ((1 << m_bits) - 1));
+        let scale = f64::from(1u32 << m_bits);
+        let magnitude = if e == 0 {
+            m / scale * 2f64.powi(1 - bias)
+        } else {
+            (1.0 + m / scale) * 2f64.powi(e - bias)
+        };
+        sign * magnitude
+    }
+
+    pub(super) fn e4m3(b: u8) -> f64 {
+        if b & 0x7F == 0x7F {
+            f64::NAN
+        } else {
+            value(b, 3, 7)
+        }
+    }
+
+    pub(super) fn e5m2(b: u8) -> f64 {
+        match b & 0x7F {
+            0x7C => {
+                if b & 0x80 != 0 {
+                    f64::NEG_INFINITY
+                } else {
+                    f64::INFINITY
+                }
+            }
+            0x7D..=0x7F => f64::NAN,
+            _ => value(b, 2, 15),
+        }
+    }
+
+    pub(super) fn e8m0(b: u8) -> f64 {
+        if b == 0xFF {
+            f64::NAN
+        } else {
+            2f64.powi(i32::from(b) - 127)
+        }
+    }
+
+    pub(super) fn e4m3fnuz(b: u8) -> f64 {
+        if b == 0x80 {
+            f64::NAN
+        } else {
+            value(b, 3, 8)
+        }
+    }
+
+    pub(super) fn e5m2fnuz(b: u8) -> f64 {
+        if b == 0x80 {
+            f64::NAN
+        } else {
+            value(b, 2, 16)
+        }
     }
 }
 

@@ -36,11 +36,28 @@ pub enum DType {
     U64,
     /// Boolean, one byte per element.
     Bool,
+    /// 8-bit float, 4 exponent and 3 mantissa bits, finite only (OCP FP8 E4M3, PyTorch's
+    /// `float8_e4m3fn`): bias 7, NaN is `S.1111.111`, no infinity.
+    F8E4M3,
+    /// 8-bit float, 5 exponent and 2 mantissa bits (OCP FP8 E5M2, `float8_e5m2`): IEEE-like,
+    /// bias 15, with infinities and NaNs.
+    F8E5M2,
+    /// 8-bit scale: a biased exponent only (OCP MX E8M0, `float8_e8m0fnu`): `2^(e - 127)`,
+    /// `0xFF` is NaN.
+    F8E8M0,
+    /// 8-bit float E4M3, "FNUZ" variant (`float8_e4m3fnuz`): bias 8, no negative zero, `0x80`
+    /// is the only NaN, no infinity.
+    F8E4M3Fnuz,
+    /// 8-bit float E5M2, "FNUZ" variant (`float8_e5m2fnuz`): bias 16, no negative zero, `0x80`
+    /// is the only NaN, no infinity.
+    F8E5M2Fnuz,
+    /// Complex of two binary32 (real, then imaginary), 8 bytes per element.
+    C64,
 }
 
 impl DType {
     /// Every dtype, in code order.
-    pub const ALL: [DType; 13] = [
+    pub const ALL: [DType; 19] = [
         DType::F32,
         DType::F16,
         DType::BF16,
@@ -54,19 +71,34 @@ impl DType {
         DType::I64,
         DType::U64,
         DType::Bool,
+        DType::F8E4M3,
+        DType::F8E5M2,
+        DType::F8E8M0,
+        DType::F8E4M3Fnuz,
+        DType::F8E5M2Fnuz,
+        DType::C64,
     ];
 
     /// Bytes per element.
     pub const fn size(self) -> usize {
         match self {
-            DType::I8 | DType::U8 | DType::Bool => 1,
+            DType::I8
+            | DType::U8
+            | DType::Bool
+            | DType::F8E4M3
+            | DType::F8E5M2
+            | DType::F8E8M0
+            | DType::F8E4M3Fnuz
+            | DType::F8E5M2Fnuz => 1,
             DType::F16 | DType::BF16 | DType::I16 | DType::U16 => 2,
             DType::F32 | DType::I32 | DType::U32 => 4,
-            DType::F64 | DType::I64 | DType::U64 => 8,
+            DType::F64 | DType::I64 | DType::U64 | DType::C64 => 8,
         }
     }
 
-    /// Whether this is a floating-point type (F32, F16, BF16, F64).
+    /// Whether this is a floating-point type the quantized tiers and the float paths of the
+    /// codec handle (F32, F16, BF16, F64). The 8-bit floats and complex are not: they are
+    /// stored losslessly as bytes, like integers.
     pub const fn is_float(self) -> bool {
         matches!(self, DType::F32 | DType::F16 | DType::BF16 | DType::F64)
     }
@@ -87,6 +119,12 @@ impl DType {
             DType::I64 => 10,
             DType::U64 => 11,
             DType::Bool => 12,
+            DType::F8E4M3 => 13,
+            DType::F8E5M2 => 14,
+            DType::F8E8M0 => 15,
+            DType::F8E4M3Fnuz => 16,
+            DType::F8E5M2Fnuz => 17,
+            DType::C64 => 18,
         }
     }
 
@@ -111,11 +149,17 @@ impl DType {
             DType::I64 => "I64",
             DType::U64 => "U64",
             DType::Bool => "BOOL",
+            DType::F8E4M3 => "F8_E4M3",
+            DType::F8E5M2 => "F8_E5M2",
+            DType::F8E8M0 => "F8_E8M0",
+            DType::F8E4M3Fnuz => "F8_E4M3FNUZ",
+            DType::F8E5M2Fnuz => "F8_E5M2FNUZ",
+            DType::C64 => "C64",
         }
     }
 
-    /// The dtype of a safetensors dtype name, or `None` for one Strata does not hold
-    /// (fp8 types, for example). The `safetensors` crate's `Dtype` prints these names with
+    /// The dtype of a safetensors dtype name, or `None` for one Strata does not hold (the
+    /// sub-byte F4 and F6 formats). The `safetensors` crate's `Dtype` prints these names with
     /// `{:?}`.
     pub fn from_safetensors_name(name: &str) -> Option<DType> {
         DType::ALL
@@ -139,6 +183,12 @@ impl DType {
             DType::I64 => "i64",
             DType::U64 => "u64",
             DType::Bool => "bool",
+            DType::F8E4M3 => "f8_e4m3",
+            DType::F8E5M2 => "f8_e5m2",
+            DType::F8E8M0 => "f8_e8m0",
+            DType::F8E4M3Fnuz => "f8_e4m3fnuz",
+            DType::F8E5M2Fnuz => "f8_e5m2fnuz",
+            DType::C64 => "c64",
         }
     }
 }
@@ -159,7 +209,7 @@ mod tests {
             assert_eq!(usize::from(d.code()), i);
             assert_eq!(DType::from_code(d.code()), Some(*d));
         }
-        assert_eq!(DType::from_code(13), None);
+        assert_eq!(DType::from_code(19), None);
         assert_eq!(DType::from_code(255), None);
     }
 
@@ -168,7 +218,8 @@ mod tests {
         for d in DType::ALL {
             assert_eq!(DType::from_safetensors_name(d.safetensors_name()), Some(d));
         }
-        assert_eq!(DType::from_safetensors_name("F8_E4M3"), None);
+        assert_eq!(DType::from_safetensors_name("F8_E4M3"), Some(DType::F8E4M3));
+        assert_eq!(DType::from_safetensors_name("F4"), None);
     }
 
     #[test]

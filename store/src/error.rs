@@ -281,10 +281,12 @@ pub enum InvalidInput {
         /// Tensor name.
         tensor: String,
     },
-    /// A tensor has a dtype the other side cannot hold: an fp8 tensor of a safetensors file
-    /// being imported, or a Strata dtype safetensors has no name for, on export.
+    /// A tensor has a dtype the other side cannot hold: a sub-byte (F4, F6) tensor of a
+    /// safetensors file being imported (nothing of the checkpoint is written), or a Strata
+    /// dtype safetensors has no name for, on export.
     #[error(
-        "{path}: tensor {tensor:?} has dtype {dtype}, which has no Strata/safetensors equivalent"
+        "{path}: tensor {tensor:?} has dtype {dtype}, which has no Strata/safetensors \
+         equivalent (of safetensors' dtypes, only the sub-byte F4 and F6 formats)"
     )]
     UnsupportedDType {
         /// The file.

@@ -1,9 +1,9 @@
 //! Retention: [`Store::retain`] keeps the last few checkpoints, every K-th and the tagged
 //! ones, deletes the rest with their tensor versions, and compacts the file.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
-use crate::engine::{delete_version, View};
+use crate::engine::{delete_versions, View};
 use crate::error::{InvalidInput, Result, StoreError};
 use crate::store::Store;
 
@@ -104,20 +104,21 @@ impl Store {
                 .filter(|s| !kept.contains(s))
                 .collect();
             let versions_removed = self.write(|wt| {
-                let mut n = 0u64;
+                // Per tensor, the steps to delete: each tensor's versions are read once.
+                let mut by_tensor: BTreeMap<String, Vec<u64>> = BTreeMap::new();
                 for &step in &removed {
                     let Some(cp) = wt.checkpoint(step)? else {
                         continue;
                     };
-                    for name in &cp.tensors {
-                        delete_version(wt, &self.cache, &self.opts, name, step, true)?;
-                        n += 1;
+                    for name in cp.tensors {
+                        by_tensor.entry(name).or_default().push(step);
                     }
-                    // The last delete removes the checkpoint and its tags; a checkpoint
-                    // saved with no tensor is removed here.
-                    if cp.tensors.is_empty() {
-                        wt.remove_checkpoint(step)?;
-                    }
+                    wt.remove_checkpoint(step)?;
+                }
+                let mut n = 0u64;
+                for (name, steps) in &by_tensor {
+                    delete_versions(wt, &self.cache, &self.opts, name, steps)?;
+                    n += steps.len() as u64;
                 }
                 Ok(n)
             })?;

@@ -63,7 +63,8 @@ pub struct ExportReport {
     pub file_bytes: u64,
 }
 
-/// The Strata dtype of a safetensors dtype, or `None` for one Strata does not store (fp8).
+/// The Strata dtype of a safetensors dtype, or `None` for one Strata does not store (the
+/// sub-byte F4 and F6 formats, whose elements do not fill whole bytes).
 pub fn dtype_from_safetensors(d: Dtype) -> Option<DType> {
     Some(match d {
         Dtype::F32 => DType::F32,
@@ -79,6 +80,12 @@ pub fn dtype_from_safetensors(d: Dtype) -> Option<DType> {
         Dtype::I64 => DType::I64,
         Dtype::U64 => DType::U64,
         Dtype::BOOL => DType::Bool,
+        Dtype::F8_E4M3 => DType::F8E4M3,
+        Dtype::F8_E5M2 => DType::F8E5M2,
+        Dtype::F8_E8M0 => DType::F8E8M0,
+        Dtype::F8_E4M3FNUZ => DType::F8E4M3Fnuz,
+        Dtype::F8_E5M2FNUZ => DType::F8E5M2Fnuz,
+        Dtype::C64 => DType::C64,
         _ => return None,
     })
 }
@@ -99,6 +106,12 @@ pub fn dtype_to_safetensors(d: DType) -> Option<Dtype> {
         DType::I64 => Dtype::I64,
         DType::U64 => Dtype::U64,
         DType::Bool => Dtype::BOOL,
+        DType::F8E4M3 => Dtype::F8_E4M3,
+        DType::F8E5M2 => Dtype::F8_E5M2,
+        DType::F8E8M0 => Dtype::F8_E8M0,
+        DType::F8E4M3Fnuz => Dtype::F8_E4M3FNUZ,
+        DType::F8E5M2Fnuz => Dtype::F8_E5M2FNUZ,
+        DType::C64 => Dtype::C64,
         _ => return None,
     })
 }
@@ -440,12 +453,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn dtype_mapping_round_trips_and_refuses_fp8() {
+    fn dtype_mapping_round_trips_and_refuses_sub_byte_formats() {
         for d in DType::ALL {
             let st = dtype_to_safetensors(d).expect("every Strata dtype has a safetensors name");
             assert_eq!(dtype_from_safetensors(st), Some(d));
             assert_eq!(format!("{st:?}"), d.safetensors_name());
         }
-        assert_eq!(dtype_from_safetensors(Dtype::F8_E4M3), None);
+        for d in [Dtype::F4, Dtype::F6_E2M3, Dtype::F6_E3M2] {
+            assert_eq!(dtype_from_safetensors(d), None, "{d:?}");
+        }
     }
 }

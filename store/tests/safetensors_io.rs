@@ -158,7 +158,7 @@ fn unsupported_dtype_names_the_tensor() {
     let file = file_with(
         &[
             ("ok", Dtype::F32, vec![2], vec![0; 8]),
-            ("fp8", Dtype::F8_E4M3, vec![4], vec![1; 4]),
+            ("mxfp4", Dtype::F4, vec![4], vec![1; 2]),
         ],
         None,
     );
@@ -166,17 +166,66 @@ fn unsupported_dtype_names_the_tensor() {
     let store = Store::open(&path).expect("open");
     let err = store
         .import_safetensors_bytes(&file, 1, "model.safetensors")
-        .expect_err("fp8 must be refused");
+        .expect_err("a sub-byte dtype must be refused");
     match &err {
         StoreError::Invalid(InvalidInput::UnsupportedDType { tensor, path, .. }) => {
-            assert_eq!(tensor, "fp8");
+            assert_eq!(tensor, "mxfp4");
             assert_eq!(path.to_str(), Some("model.safetensors"));
         }
         other => panic!("unexpected error {other:?}"),
     }
-    assert!(err.to_string().contains("fp8"), "{err}");
+    assert!(err.to_string().contains("mxfp4"), "{err}");
     // Nothing was saved.
     assert!(store.checkpoints().expect("list").is_empty());
+}
+
+#[test]
+fn fp8_and_complex_tensors_round_trip_bit_exact() {
+    let every_byte: Vec<u8> = (0..=255u8).collect();
+    let complex: Vec<u8> = (0..64u32)
+        .flat_map(|i| (i as f32 * 0.5 - 3.0).to_le_bytes())
+        .collect();
+    let tensors = [
+        ("e4m3", Dtype::F8_E4M3, vec![16, 16], every_byte.clone()),
+        ("e5m2", Dtype::F8_E5M2, vec![256], every_byte.clone()),
+        ("e8m0", Dtype::F8_E8M0, vec![4, 64], every_byte.clone()),
+        (
+            "e4m3fnuz",
+            Dtype::F8_E4M3FNUZ,
+            vec![256],
+            every_byte.clone(),
+        ),
+        ("e5m2fnuz", Dtype::F8_E5M2FNUZ, vec![2, 128], every_byte),
+        ("c64", Dtype::C64, vec![8, 4], complex),
+    ];
+    let (dir, path) = temp_store();
+    let store = Store::open(&path).expect("open");
+    for step in [1u64, 2] {
+        // The second step changes a few bytes of each: a delta against the first.
+        let file = file_with(
+            &tensors
+                .iter()
+                .map(|(n, d, s, b)| {
+                    let mut b = b.clone();
+                    if step == 2 {
+                        b[3] ^= 1;
+                    }
+                    (*n, *d, s.clone(), b)
+                })
+                .collect::<Vec<_>>(),
+            None,
+        );
+        store
+            .import_safetensors_bytes(&file, step, "fp8.safetensors")
+            .expect("import fp8 and complex");
+        let out = dir.path().join(format!("{step}.safetensors"));
+        store.export_safetensors(step, &out).expect("export");
+        assert_eq!(std::fs::read(&out).expect("read"), file, "step {step}");
+    }
+    let t = store.get("e4m3", 2).expect("get");
+    assert_eq!(t.dtype, DType::F8E4M3);
+    assert_eq!(t.shape, vec![16, 16]);
+    assert!(store.verify().expect("verify").is_ok());
 }
 
 #[test]

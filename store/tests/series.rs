@@ -72,7 +72,9 @@ fn import_and_check(series: &[Ckpt], policy: DeltaPolicy, max_chain: u8) -> Meas
         stored: stats.stored_bytes,
         file_before_compact,
         file: stats.file_bytes,
-        allocated: stats.allocated_bytes,
+        allocated: stats
+            .allocated_bytes
+            .expect("a writer knows its allocated pages"),
     }
 }
 

@@ -254,6 +254,10 @@ proptest! {
                     DType::I64 => i64::from_le_bytes(a) as f64,
                     DType::U64 => u64::from_le_bytes(a) as f64,
                     DType::F64 => f64::from_le_bytes(a),
+                    DType::C64 => f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+                    DType::F8E5M2 => half::f16::from_bits(u16::from(c[0]) << 8).to_f64(),
+                    // The other 8-bit floats: fp8_formats_decode_their_reference_values.
+                    DType::F8E4M3 | DType::F8E8M0 | DType::F8E4M3Fnuz | DType::F8E5M2Fnuz => x,
                     _ => f64::from(to_f32(dt, c).unwrap()[0]),
                 };
                 prop_assert!(x.to_bits() == expect.to_bits() || (x.is_nan() && expect.is_nan()),
@@ -261,4 +265,44 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn fp8_formats_decode_their_reference_values() {
+    let one = |d: DType, b: u8| to_f64(d, &[b])[0];
+    // E5M2 is the top byte of a binary16, specials included.
+    for b in 0..=255u8 {
+        let want = half::f16::from_bits(u16::from(b) << 8).to_f64();
+        let got = one(DType::F8E5M2, b);
+        assert!(
+            got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+            "E5M2 {b:#04x}: {got} != {want}"
+        );
+    }
+    // E4M3 (fn): 1.0, the largest finite, the smallest subnormal, NaN, negative zero.
+    assert_eq!(one(DType::F8E4M3, 0x38), 1.0);
+    assert_eq!(one(DType::F8E4M3, 0x7E), 448.0);
+    assert_eq!(one(DType::F8E4M3, 0x01), 2f64.powi(-9));
+    assert_eq!(one(DType::F8E4M3, 0xB8), -1.0);
+    assert!(one(DType::F8E4M3, 0x7F).is_nan() && one(DType::F8E4M3, 0xFF).is_nan());
+    assert!(one(DType::F8E4M3, 0x80) == 0.0 && one(DType::F8E4M3, 0x80).is_sign_negative());
+    // FNUZ: bias one more, 0x80 the only NaN.
+    assert_eq!(one(DType::F8E4M3Fnuz, 0x40), 1.0);
+    assert_eq!(one(DType::F8E4M3Fnuz, 0x7F), 240.0);
+    assert_eq!(one(DType::F8E4M3Fnuz, 0x01), 2f64.powi(-10));
+    assert!(one(DType::F8E4M3Fnuz, 0x80).is_nan());
+    assert_eq!(one(DType::F8E5M2Fnuz, 0x40), 1.0);
+    assert_eq!(one(DType::F8E5M2Fnuz, 0x7F), 57344.0);
+    assert!(one(DType::F8E5M2Fnuz, 0x80).is_nan());
+    // E8M0: powers of two.
+    assert_eq!(one(DType::F8E8M0, 127), 1.0);
+    assert_eq!(one(DType::F8E8M0, 0), 2f64.powi(-127));
+    assert_eq!(one(DType::F8E8M0, 130), 8.0);
+    assert!(one(DType::F8E8M0, 255).is_nan());
+    // Complex: the real parts.
+    let c: Vec<u8> = [1.5f32, -2.0, 3.0, 4.0]
+        .iter()
+        .flat_map(|x| x.to_le_bytes())
+        .collect();
+    assert_eq!(to_f64(DType::C64, &c), vec![1.5, 3.0]);
 }

@@ -2,7 +2,7 @@
 //! process's writer.
 //!
 //! Both open the file in redb's `SingleWriter` concurrency mode: one process writes, any
-//! number of processes open it read-only and see each commit whole (ADR 0015).
+//! number of processes open it read-only and see each commit whole (ADR 0017).
 
 use std::path::Path;
 

@@ -38,7 +38,7 @@ pub(crate) use encode::{
 };
 pub(crate) use handle::Handle;
 pub(crate) use quantized::ResidualBytes;
-pub(crate) use rebase::{delete_version, rebase_dependents};
+pub(crate) use rebase::{delete_version, delete_versions, rebase_dependents};
 pub(crate) use segments::address_of;
 pub(crate) use tables::{
     CHECKPOINTS, CHUNKS, FORMAT_KEY, META, POLICIES, SEGMENTS, TAGS, TAILS, TIERS, VERSIONS,

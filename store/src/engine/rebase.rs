@@ -43,7 +43,7 @@ pub(crate) fn delete_version(
     step: u64,
     from_checkpoint: bool,
 ) -> Result<()> {
-    let Some(doomed) = wt.version(name, step)? else {
+    if wt.version(name, step)?.is_none() {
         return Err(if !wt.has_versions(name)? {
             StoreError::NotFound(NotFound::Tensor {
                 tensor: name.to_string(),
@@ -54,20 +54,46 @@ pub(crate) fn delete_version(
                 step,
             })
         });
-    };
-    rebase_dependents(wt, cache, opts, name, step, &doomed)?;
-    for (b, block) in doomed.blocks.iter().enumerate() {
-        if block.has_segment() {
-            wt.release(name, step, b as u64, block.address)?;
-        }
     }
-    remove_rows(wt, name, step)?;
-    let key = version_key(name, step);
-    wt.versions
-        .remove(key.as_slice())
-        .ctx("removing a version record")?;
+    delete_versions(wt, cache, opts, name, &[step])?;
     if from_checkpoint {
         drop_from_checkpoint(wt, name, step)?;
+    }
+    Ok(())
+}
+
+/// Deletes the versions of `name` at `steps` (those that exist; others are skipped), each
+/// re-basing its dependents as [`delete_version`] does, reading the tensor's version records
+/// once for all of them: retention of K checkpoints costs one pass over each tensor's
+/// versions, not K. Checkpoint records are the caller's.
+pub(crate) fn delete_versions(
+    wt: &mut WriteTxn<'_>,
+    cache: &BlockCache,
+    opts: &Options,
+    name: &str,
+    steps: &[u64],
+) -> Result<()> {
+    let mut all = wt.versions_of(name)?;
+    for &step in steps {
+        let Ok(at) = all.binary_search_by_key(&step, |(s, _)| *s) else {
+            continue;
+        };
+        let doomed = all.remove(at).1;
+        for (vstep, rec) in rebase_planned(wt, cache, opts, name, step, &doomed, &all)? {
+            if let Ok(i) = all.binary_search_by_key(&vstep, |(s, _)| *s) {
+                all[i].1 = rec;
+            }
+        }
+        for (b, block) in doomed.blocks.iter().enumerate() {
+            if block.has_segment() {
+                wt.release(name, step, b as u64, block.address)?;
+            }
+        }
+        remove_rows(wt, name, step)?;
+        let key = version_key(name, step);
+        wt.versions
+            .remove(key.as_slice())
+            .ctx("removing a version record")?;
     }
     Ok(())
 }
@@ -84,8 +110,23 @@ pub(crate) fn rebase_dependents(
     doomed: &VersionRecord,
 ) -> Result<()> {
     let all = wt.versions_of(name)?;
-    let changes = plan_rebase(wt, cache, opts, name, step, doomed, &all)?;
+    rebase_planned(wt, cache, opts, name, step, doomed, &all)?;
+    Ok(())
+}
 
+/// [`rebase_dependents`] given the tensor's other versions `all` (in step order): writes the
+/// re-based blocks and returns the changed version records.
+fn rebase_planned(
+    wt: &mut WriteTxn<'_>,
+    cache: &BlockCache,
+    opts: &Options,
+    name: &str,
+    step: u64,
+    doomed: &VersionRecord,
+    all: &[(u64, VersionRecord)],
+) -> Result<Vec<(u64, VersionRecord)>> {
+    let changes = plan_rebase(wt, cache, opts, name, step, doomed, all)?;
+    let mut changed = Vec::with_capacity(changes.len());
     for (vstep, rec, blocks) in changes {
         let mut rec = rec;
         for (b, new) in blocks {
@@ -101,8 +142,9 @@ pub(crate) fn rebase_dependents(
             rec.blocks[b as usize] = new.record;
         }
         wt.put_version(name, vstep, &rec)?;
+        changed.push((vstep, rec));
     }
-    Ok(())
+    Ok(changed)
 }
 
 type Changes = Vec<(u64, VersionRecord, Vec<(u64, Rebased)>)>;
