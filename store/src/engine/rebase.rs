@@ -11,7 +11,7 @@
 //!
 //! Depths stored in versions further down the chain stay as they were: an upper bound.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use strata_codec::segment;
@@ -64,8 +64,11 @@ pub(crate) fn delete_version(
 
 /// Deletes the versions of `name` at `steps` (those that exist; others are skipped), each
 /// re-basing its dependents as [`delete_version`] does, reading the tensor's version records
-/// once for all of them: retention of K checkpoints costs one pass over each tensor's
-/// versions, not K. Checkpoint records are the caller's.
+/// once for all of them. The newest goes first and no block is re-based onto a version of
+/// the batch, so each surviving block is re-encoded at most once however many of its
+/// ancestors go: retention of K checkpoints costs work linear in K (oldest first, every
+/// deletion re-encoded every later version anchored on the one deleted). Checkpoint records
+/// are the caller's.
 pub(crate) fn delete_versions(
     wt: &mut WriteTxn<'_>,
     cache: &BlockCache,
@@ -74,12 +77,18 @@ pub(crate) fn delete_versions(
     steps: &[u64],
 ) -> Result<()> {
     let mut all = wt.versions_of(name)?;
-    for &step in steps {
+    let mut going: BTreeSet<u64> = steps.iter().copied().collect();
+    while let Some(step) = going.pop_last() {
         let Ok(at) = all.binary_search_by_key(&step, |(s, _)| *s) else {
             continue;
         };
         let doomed = all.remove(at).1;
-        for (vstep, rec) in rebase_planned(wt, cache, opts, name, step, &doomed, &all)? {
+        let gone = Gone {
+            step,
+            record: &doomed,
+            going: &going,
+        };
+        for (vstep, rec) in rebase_planned(wt, cache, opts, name, gone, &all)? {
             if let Ok(i) = all.binary_search_by_key(&vstep, |(s, _)| *s) {
                 all[i].1 = rec;
             }
@@ -110,7 +119,12 @@ pub(crate) fn rebase_dependents(
     doomed: &VersionRecord,
 ) -> Result<()> {
     let all = wt.versions_of(name)?;
-    rebase_planned(wt, cache, opts, name, step, doomed, &all)?;
+    let gone = Gone {
+        step,
+        record: doomed,
+        going: &BTreeSet::new(),
+    };
+    rebase_planned(wt, cache, opts, name, gone, &all)?;
     Ok(())
 }
 
@@ -121,11 +135,10 @@ fn rebase_planned(
     cache: &BlockCache,
     opts: &Options,
     name: &str,
-    step: u64,
-    doomed: &VersionRecord,
+    gone: Gone<'_>,
     all: &[(u64, VersionRecord)],
 ) -> Result<Vec<(u64, VersionRecord)>> {
-    let changes = plan_rebase(wt, cache, opts, name, step, doomed, all)?;
+    let changes = plan_rebase(wt, cache, opts, name, gone, all)?;
     let mut changed = Vec::with_capacity(changes.len());
     for (vstep, rec, blocks) in changes {
         let mut rec = rec;
@@ -147,18 +160,32 @@ fn rebase_planned(
     Ok(changed)
 }
 
+/// The version being deleted: its step, its record, and the steps deleted after it in the
+/// same batch (no block is re-based onto those).
+#[derive(Clone, Copy)]
+struct Gone<'a> {
+    step: u64,
+    record: &'a VersionRecord,
+    going: &'a BTreeSet<u64>,
+}
+
 type Changes = Vec<(u64, VersionRecord, Vec<(u64, Rebased)>)>;
 
-/// Computes the new records of every block that depends on `(name, step)`.
+/// Computes the new records of every block that depends on `(name, step)`. Versions in
+/// `going` are deleted in the same batch, later: no block is re-based onto one of them.
 fn plan_rebase(
     wt: &WriteTxn<'_>,
     cache: &BlockCache,
     opts: &Options,
     name: &str,
-    step: u64,
-    doomed: &VersionRecord,
+    gone: Gone<'_>,
     all: &[(u64, VersionRecord)],
 ) -> Result<Changes> {
+    let Gone {
+        step,
+        record: doomed,
+        going,
+    } = gone;
     let name_arc: Arc<str> = Arc::from(name);
     let mut fetcher = Fetcher::new(wt, cache);
     // Per block: the dependent that became the new keyframe, as (step, record).
@@ -193,28 +220,39 @@ fn plan_rebase(
             }
             let data = decode(&mut fetcher, cache, &name_arc, *vstep, rec, b)?;
             let d = doomed.blocks[b as usize];
-            let candidate = match d.base {
-                Some(c) => {
-                    let crec = fetcher.record(&name_arc, c)?.ok_or_else(|| {
-                        StoreError::Corrupt(Corruption::BadBase {
-                            tensor: name.to_string(),
-                            step,
-                            block: b,
-                            base: c,
-                            reason: "does not exist",
-                        })
-                    })?;
-                    if !crec.same_layout(doomed) {
-                        return Err(StoreError::Corrupt(Corruption::BadBase {
-                            tensor: name.to_string(),
-                            step,
-                            block: b,
-                            base: c,
-                            reason: "has another dtype, shape or block size",
-                        }));
-                    }
-                    Some((c, crec.blocks[b as usize], Some(crec)))
+            // The new base: the doomed block's own base, or, when that one is going too (in
+            // the same batch), the nearest ancestor that stays.
+            let mut candidate = None;
+            let mut next = d.base;
+            while let Some(c) = next {
+                let crec = fetcher.record(&name_arc, c)?.ok_or_else(|| {
+                    StoreError::Corrupt(Corruption::BadBase {
+                        tensor: name.to_string(),
+                        step,
+                        block: b,
+                        base: c,
+                        reason: "does not exist",
+                    })
+                })?;
+                if !crec.same_layout(doomed) {
+                    return Err(StoreError::Corrupt(Corruption::BadBase {
+                        tensor: name.to_string(),
+                        step,
+                        block: b,
+                        base: c,
+                        reason: "has another dtype, shape or block size",
+                    }));
                 }
+                let c_block = crec.blocks[b as usize];
+                if going.contains(&c) {
+                    next = c_block.base;
+                    continue;
+                }
+                candidate = Some((c, c_block, Some(crec)));
+                break;
+            }
+            let candidate = match candidate {
+                Some(found) => Some(found),
                 None => new_root.get(&b).map(|&(s, r)| (s, r, None)),
             };
             let rebased = match candidate {
