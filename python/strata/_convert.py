@@ -96,10 +96,11 @@ def to_bytes(x: Any) -> tuple[str, list[int], np.ndarray]:
         else:
             raise TypeError(f"expected a numpy array or torch tensor, got {type(x).__name__}")
     name = _np_name(x.dtype)
+    shape = list(x.shape)  # before ascontiguousarray, which makes 0-d arrays 1-d
     if x.dtype.byteorder == ">":
         x = x.astype(x.dtype.newbyteorder("<"))
     x = np.ascontiguousarray(x)
-    return name, list(x.shape), x.reshape(-1).view(np.uint8)
+    return name, shape, x.reshape(-1).view(np.uint8)
 
 
 _TORCH_NAMES: dict[Any, str] = {}

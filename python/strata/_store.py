@@ -312,9 +312,11 @@ def _slice_rows(index: Any, rows: int) -> tuple[int, int, Any]:
         start, stop, step = first.indices(rows)
         if step == 1:
             return start, max(start, stop), (slice(None),) + tuple(rest)
-        lo, hi = (start, stop) if step > 0 else (stop + 1, start + 1)
-        lo, hi = max(lo, 0), min(max(hi, lo), rows)
-        return lo, hi, (slice(start - lo, stop - lo if stop >= 0 else None, step),) + tuple(rest)
+        picked = range(start, stop, step)
+        if len(picked) == 0:
+            return 0, 0, (slice(None),) + tuple(rest)
+        lo, hi = min(picked), max(picked) + 1
+        return lo, hi, ([i - lo for i in picked],) + tuple(rest)
     if isinstance(first, (int, np.integer)) and not isinstance(first, bool):
         i = int(first)
         if i < 0:

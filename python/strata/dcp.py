@@ -29,11 +29,11 @@ import io
 import os
 import pickle
 import time
-from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
 import torch
+from torch.futures import Future
 from torch.distributed._shard._utils import narrow_tensor_by_index
 from torch.distributed.checkpoint.metadata import Metadata, MetadataIndex
 from torch.distributed.checkpoint.planner import (
@@ -77,7 +77,7 @@ def _open(path: str, timeout: float) -> Store:
 
 
 def _done(value: Any) -> Future:
-    fut: Future = Future()
+    fut: Future = Future()  # DCP waits with torch.futures' .wait()
     fut.set_result(value)
     return fut
 

@@ -24,8 +24,10 @@ def model_sd():
 
 def same(a, b):
     assert a.dtype == b.dtype and a.shape == b.shape
-    assert torch.equal(a.view(torch.uint8) if a.dtype != torch.bool else a,
-                       b.view(torch.uint8) if b.dtype != torch.bool else b)
+    if a.dtype == torch.bool:
+        assert torch.equal(a, b)
+    else:
+        assert torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
 
 
 def test_roundtrip_pt(store_path):
