@@ -12,7 +12,8 @@ Data sets (each skipped with a note if absent):
 Each (tool, operation, data set) runs in its own subprocess, which repeats it `--runs` times
 (fresh output each time for saves) and reports the median seconds and its peak RSS
 (ru_maxrss, which includes the ~0.3-0.5 GB of importing torch: the `import only` row is that
-baseline). Bytes on disk: the files the save wrote. Every load is checked bit-exact against
+baseline). Bytes on disk: the files the save wrote, and for Strata also after `compact()`
+(the saves leave redb's growth slack; the CLI's import compacts, `save_checkpoint` does not). Every load is checked bit-exact against
 the input in the child. Prints a markdown table (and JSON with --json). Figures depend on the
 machine and its load: this workplace's machines have 2 shared cores.
 """
@@ -109,7 +110,14 @@ def child(args: argparse.Namespace) -> None:
             if i < spec["runs"] - 1:
                 shutil.rmtree(dst)
         disk = sum(os.path.getsize(p) for p in glob.glob(os.path.join(dst, "*")))
-        result = {"seconds": statistics.median(times), "disk": disk}
+        compacted = disk
+        if tool == "strata":
+            import strata
+
+            with strata.Store(os.path.join(dst, "run.strata")) as st:
+                st.compact()
+            compacted = os.path.getsize(os.path.join(dst, "run.strata"))
+        result = {"seconds": statistics.median(times), "disk": disk, "compacted": compacted}
     else:
         src = spec["src"]
         del_data = data
@@ -185,26 +193,27 @@ def main() -> None:
                 "data": ds["name"], "tool": tool,
                 "save_s": s["seconds"], "load_s": lo["seconds"],
                 "save_rss": s["maxrss"], "load_rss": lo["maxrss"], "disk": s["disk"],
+                "compacted": s["compacted"],
             })
             if tool == "safetensors":
-                raw = s["disk"]
+                raw = s["compacted"]
             print(f"  {ds['name']}: {tool} done", file=sys.stderr)
         for r in rows:
             if r["data"] == ds["name"]:
-                r["raw_over_disk"] = raw / r["disk"] if raw else None
+                r["raw_over_disk"] = raw / r["compacted"] if raw else None
 
     mb = 1e6
     print(f"Measured {time.strftime('%Y-%m-%d')} on {os.cpu_count()} cores, "
           f"load average {os.getloadavg()[0]:.1f}; median of {args.runs} runs; "
           f"peak RSS of a child that only imports torch and strata: {base / mb:.0f} MB.\n")
     print("| data | tool | save s | load s | save peak RSS MB | load peak RSS MB | disk MB | "
-          "safetensors bytes / disk |")
-    print("|---|---|---|---|---|---|---|---|")
+          "disk MB after compact() | safetensors bytes / compacted |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         ratio = f"{r['raw_over_disk']:.3f}" if r.get("raw_over_disk") else "-"
         print(f"| {r['data']} | {r['tool']} | {r['save_s']:.3f} | {r['load_s']:.3f} | "
               f"{r['save_rss'] / mb:.0f} | {r['load_rss'] / mb:.0f} | {r['disk'] / mb:.2f} | "
-              f"{ratio} |")
+              f"{r['compacted'] / mb:.2f} | {ratio} |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"import_rss": base, "rows": rows}, f, indent=1)

@@ -462,6 +462,17 @@ impl PyStore {
         Ok(d)
     }
 
+    /// Compacts the file (moves live pages down, truncates the free tail): it shrinks after
+    /// deletes and after the growth slack of large writes. Waits for calls in progress.
+    /// Returns whether anything moved.
+    fn compact(&self, py: Python<'_>) -> PyResult<bool> {
+        py.detach(|| {
+            let mut guard = self.inner.write();
+            let store = guard.as_mut().ok_or_else(closed)?;
+            store.compact().map_err(to_py)
+        })
+    }
+
     /// Saves a safetensors file as the checkpoint at `step`; returns `(tensors, raw bytes)`.
     fn import_safetensors(
         &self,

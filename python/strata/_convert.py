@@ -142,6 +142,8 @@ def _torch_to_bytes(t: Any) -> tuple[str, list[int], np.ndarray]:
     if t.layout != torch.strided:
         raise TypeError(f"unsupported tensor layout {t.layout} (only dense tensors)")
     t = t.detach()
+    if t.device.type == "meta":
+        raise TypeError("a tensor on the meta device has no data to store")
     if t.device.type != "cpu":
         t = t.to("cpu")
     if t.is_conj():

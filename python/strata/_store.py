@@ -262,6 +262,11 @@ class Store:
             keep_period = check_step(keep_period, "keep_period")
         return self._s.retain(max_to_keep, keep_period, bool(keep_tagged))
 
+    def compact(self) -> bool:
+        """Shrinks the file to its live pages (after deletes, and the growth slack redb leaves
+        after large writes; ``retain`` compacts by itself). Waits for calls in progress."""
+        return self._s.compact()
+
     # -- safetensors ----------------------------------------------------------------------
     def export_safetensors(self, step: int, path: str | os.PathLike[str]) -> int:
         """Writes the checkpoint at ``step`` as a safetensors file; returns its size."""

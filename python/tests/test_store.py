@@ -64,6 +64,9 @@ def test_get_at_history_tags_retain(store_path):
     assert st.steps() == [10, 30, 40] and rep["removed"] == [20]
     st.delete_checkpoint(30)
     assert st.steps() == [10, 40]
+    before = os.path.getsize(store_path)
+    st.compact()
+    assert os.path.getsize(store_path) <= before
     with pytest.raises(strata.InvalidInput):
         st.retain()
     st.close()
@@ -220,3 +223,32 @@ def test_exception_hierarchy():
     for e in (strata.NotFound, strata.InvalidInput, strata.Corrupt, strata.InUse, strata.TierError):
         assert issubclass(e, strata.StrataError)
     assert issubclass(strata.StrataError, Exception)
+
+
+def test_native_module_refuses_bad_input(store_path):
+    """The native module itself (bypassing the Python checks) raises, never panics."""
+    u8 = np.zeros(4, np.uint8)
+    with strata.Store(store_path) as st:
+        n = st._s
+        with pytest.raises(strata.InvalidInput):
+            n.put("w", 1, "f32", [2**63, 4], u8)  # shape overflows
+        with pytest.raises(strata.InvalidInput):
+            n.put("w", 1, "f32", [3], u8)  # 4 bytes for 3 f32
+        with pytest.raises(TypeError):
+            n.put("w", 1, "c64", [1], u8)  # unknown dtype
+        with pytest.raises(TypeError):
+            n.put("w", 1, "f32", [1], np.zeros(1, np.float32))  # not a uint8 array
+        with pytest.raises(ValueError):
+            n.put("w", 1, "u8", [2], np.zeros(4, np.uint8)[::2])  # not contiguous
+        with pytest.raises(OverflowError):
+            n.put("w", -1, "u8", [4], u8)
+        with pytest.raises(strata.InvalidInput):
+            n.put("x" * 100_000, 1, "u8", [4], u8)  # name too long
+        n.put("w", 1, "u8", [4], u8)
+        with pytest.raises(ValueError):
+            n.get_range("w", 1, 3, 1)
+        with pytest.raises(strata.InvalidInput):
+            n.get_range("w", 1, 0, 10**6)
+        with pytest.raises(ValueError):
+            n.set_policy("k*", "hot8", "topk:nan", False)
+        assert n.get("w", 1)[2].tobytes() == bytes(4)

@@ -75,6 +75,8 @@ def test_unsupported_torch(store_path):
             st.save_checkpoint(1, {"c": torch.zeros(3, dtype=torch.complex64)})
         with pytest.raises(TypeError, match="layout"):
             st.save_checkpoint(1, {"s": torch.eye(3).to_sparse()})
+        with pytest.raises(TypeError, match="meta"):
+            st.save_checkpoint(1, {"m": torch.empty(3, device="meta")})
         assert st.steps() == []
 
 
