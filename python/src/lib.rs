@@ -7,18 +7,18 @@
 //! - **Input** is a 1-D C-contiguous `uint8` NumPy array per tensor (the Python side makes it
 //!   with `reshape(-1).view(np.uint8)`, no copy), read in place: the store encodes straight
 //!   from the array's memory.
-//! - **Output** is a 1-D `uint8` NumPy array that owns the bytes: either created empty here
-//!   and filled by [`Store::get_into`], or a `Vec<u8>` the store decoded, handed to NumPy as
-//!   the array's memory (`PyArray1::from_vec`, no copy).
+//! - **Output** is a 1-D `uint8` NumPy array that owns the bytes: a `Vec<u8>` of the
+//!   tensor's size that [`Store::get_into`] filled, or one the store's checkpoint reader
+//!   decoded, handed to NumPy as the array's memory (`PyArray1::from_vec`, no copy).
 //! - The GIL is released (`Python::detach`) around every store call: encode, decode, I/O.
 //! - Errors are Python exceptions: [`StrataError`] and its subclasses by the kind of the
 //!   store's error ([`strata_store::StoreError`], ADR 0008), carrying its message. Nothing here
 //!   panics on any input: no indexing, no unwrap.
 
-use numpy::{PyArray1, PyArrayMethods, PyReadonlyArray1};
+use numpy::{PyArray1, PyReadonlyArray1};
 use parking_lot::RwLock;
 use pyo3::create_exception;
-use pyo3::exceptions::{PyException, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyException, PyMemoryError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use strata_store::{
@@ -182,21 +182,24 @@ impl PyStore {
         })
     }
 
-    /// Reads version `step` of `name` into a new array of its size (no second copy).
+    /// Reads version `step` of `name` into a new buffer of its size, which becomes the
+    /// NumPy array's memory (no second copy). The buffer is reserved fallibly, so a tensor too
+    /// large for memory is a `MemoryError`, not an abort.
     fn read_into<'py>(&self, py: Python<'py>, name: &str, step: u64) -> PyResult<PyTensor<'py>> {
         let info = self.with(py, |s| s.version_info(name, step))?;
         let len = byte_len(info.dtype, &info.shape)?;
-        let arr = PyArray1::<u8>::zeros(py, len, false);
-        {
-            let mut rw = arr.readwrite();
-            let out = rw
-                .as_slice_mut()
-                .map_err(|e| PyValueError::new_err(e.to_string()))?;
-            // `arr` is new and no Python code holds it: nothing else touches `out` while
-            // the GIL is released.
-            self.with(py, |s| s.get_into(name, step, out))?;
-        }
-        Ok((info.dtype.name(), info.shape, arr))
+        let data = py.detach(|| {
+            let mut data = Vec::new();
+            data.try_reserve_exact(len).map_err(|_| {
+                PyMemoryError::new_err(format!("tensor {name:?} needs {len} bytes"))
+            })?;
+            data.resize(len, 0);
+            let guard = self.inner.read();
+            let store = guard.as_ref().ok_or_else(closed)?;
+            store.get_into(name, step, &mut data).map_err(to_py)?;
+            Ok::<_, PyErr>(data)
+        })?;
+        Ok((info.dtype.name(), info.shape, PyArray1::from_vec(py, data)))
     }
 }
 
@@ -227,8 +230,7 @@ impl PyStore {
 
     /// Closes the file (waits for calls in progress); later calls raise `StrataError`.
     fn close(&self, py: Python<'_>) {
-        let store = py.detach(|| self.inner.write().take());
-        py.detach(move || drop(store));
+        py.detach(|| drop(self.inner.write().take()));
     }
 
     /// Saves a checkpoint atomically from `(name, dtype, shape, uint8 array)` items,
