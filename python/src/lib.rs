@@ -22,7 +22,7 @@ use pyo3::exceptions::{PyException, PyMemoryError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use strata_store::{
-    DType, OpenError, Residual, RetainPolicy, Store, StoreError, Tensor, TensorRef, Tier,
+    DType, OpenError, Options, Residual, RetainPolicy, Store, StoreError, Tensor, TensorRef, Tier,
     TierPolicy,
 };
 
@@ -205,11 +205,31 @@ impl PyStore {
 
 #[pymethods]
 impl PyStore {
-    /// Opens (or creates) the store file at `path`.
+    /// Opens (or creates) the store file at `path`; options left `None` keep the store's
+    /// defaults ([`strata_store::Options`]).
     #[new]
-    fn new(py: Python<'_>, path: std::path::PathBuf) -> PyResult<Self> {
+    #[pyo3(signature = (path, *, block_bytes=None, max_chain=None, cache_bytes=None,
+        db_cache_bytes=None, window_bytes=None))]
+    fn new(
+        py: Python<'_>,
+        path: std::path::PathBuf,
+        block_bytes: Option<u64>,
+        max_chain: Option<u8>,
+        cache_bytes: Option<usize>,
+        db_cache_bytes: Option<usize>,
+        window_bytes: Option<u64>,
+    ) -> PyResult<Self> {
+        let d = Options::default();
+        let opts = Options {
+            block_bytes: block_bytes.unwrap_or(d.block_bytes),
+            max_chain: max_chain.unwrap_or(d.max_chain),
+            cache_bytes: cache_bytes.unwrap_or(d.cache_bytes),
+            db_cache_bytes: db_cache_bytes.unwrap_or(d.db_cache_bytes),
+            window_bytes: window_bytes.unwrap_or(d.window_bytes),
+            ..d
+        };
         let shown = path.display().to_string();
-        let store = py.detach(|| Store::open(&path)).map_err(to_py)?;
+        let store = py.detach(|| Store::open_with(&path, opts)).map_err(to_py)?;
         Ok(PyStore {
             inner: RwLock::new(Some(store)),
             path: shown,

@@ -22,7 +22,16 @@ class InUse(StrataError): ...
 class TierError(StrataError): ...
 
 class Store:
-    def __init__(self, path: str) -> None: ...
+    def __init__(
+        self,
+        path: str,
+        *,
+        block_bytes: int | None = None,
+        max_chain: int | None = None,
+        cache_bytes: int | None = None,
+        db_cache_bytes: int | None = None,
+        window_bytes: int | None = None,
+    ) -> None: ...
     @property
     def path(self) -> str: ...
     @property

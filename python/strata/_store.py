@@ -71,10 +71,35 @@ class Store:
     ``Store(path)`` opens or creates the file; one process at a time (another gets
     :class:`strata.InUse`). Use it as a context manager or call :meth:`close`.
     Every encode, decode and file operation runs with the GIL released.
+
+    Options (keyword-only, the store's defaults when None): ``block_bytes`` (raw bytes per
+    block, 1 MiB), ``max_chain`` (most segments decoded per block read, 6), ``cache_bytes``
+    (decoded-block cache, 256 MiB), ``db_cache_bytes`` (redb's page cache, 64 MiB),
+    ``window_bytes`` (raw bytes a write encodes at once, 128 MiB: lower it to lower a save's
+    peak memory).
     """
 
-    def __init__(self, path: str | os.PathLike[str]):
-        self._s = _native.Store(os.fspath(path))
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        block_bytes: int | None = None,
+        max_chain: int | None = None,
+        cache_bytes: int | None = None,
+        db_cache_bytes: int | None = None,
+        window_bytes: int | None = None,
+    ):
+        opts = {
+            "block_bytes": block_bytes,
+            "max_chain": max_chain,
+            "cache_bytes": cache_bytes,
+            "db_cache_bytes": db_cache_bytes,
+            "window_bytes": window_bytes,
+        }
+        for k, v in opts.items():
+            if v is not None:
+                check_step(v, k)
+        self._s = _native.Store(os.fspath(path), **opts)
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
 
@@ -410,6 +435,6 @@ class StepReader:
         return TensorSlice(self, name, dtype, shape)
 
 
-def open(path: str | os.PathLike[str]) -> Store:  # noqa: A001 - mirrors strata.open
-    """Opens (or creates) a store; same as ``Store(path)``."""
-    return Store(path)
+def open(path: str | os.PathLike[str], **options: Any) -> Store:  # noqa: A001
+    """Opens (or creates) a store; same as ``Store(path, **options)``."""
+    return Store(path, **options)

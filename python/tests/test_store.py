@@ -252,3 +252,16 @@ def test_native_module_refuses_bad_input(store_path):
         with pytest.raises(ValueError):
             n.set_policy("k*", "hot8", "topk:nan", False)
         assert n.get("w", 1)[2].tobytes() == bytes(4)
+
+
+def test_options(store_path):
+    with strata.Store(store_path, block_bytes=4096, window_bytes=1 << 20, cache_bytes=0) as st:
+        a = sd(4)
+        st.save_checkpoint(1, a)
+        assert st.get("embed.weight", 1).tobytes() == a["embed.weight"].tobytes()
+    with pytest.raises(strata.InvalidInput):
+        strata.Store(store_path + "2", block_bytes=0)
+    with pytest.raises(TypeError):
+        strata.Store(store_path + "3", window_bytes=1.5)
+    with pytest.raises(OverflowError):
+        strata.Store(store_path + "4", max_chain=300)
