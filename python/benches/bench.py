@@ -1,0 +1,223 @@
+"""Save and load through the Python API: Strata vs safetensors.torch vs torch.save/torch.load.
+
+    python python/benches/bench.py [--minilm PATH] [--series DIR] [--runs N] [--json OUT]
+
+Data sets (each skipped with a note if absent):
+- MiniLM (all-MiniLM-L6-v2.safetensors, f32, 90.9 MB; `../shared/data/fetch-minilm.sh` gets it;
+  default /work/cache/minilm/ or ../shared/data/minilm/), as is and cast to bf16: one checkpoint.
+- The dev series (../shared/data/series/dev_pre, dev_ft and their bf16/): every checkpoint of a
+  series, saved in step order (Strata: one store with one checkpoint per step; the others:
+  one file per step), then all loaded back.
+
+Each (tool, operation, data set) runs in its own subprocess, which repeats it `--runs` times
+(fresh output each time for saves) and reports the median seconds and its peak RSS
+(ru_maxrss, which includes the ~0.3-0.5 GB of importing torch: the `import only` row is that
+baseline). Bytes on disk: the files the save wrote, and for Strata also after `compact()`
+(the saves leave redb's growth slack; the CLI's import compacts, `save_checkpoint` does not). Every load is checked bit-exact against
+the input in the child. Prints a markdown table (and JSON with --json). Figures depend on the
+machine and its load: this workplace's machines have 2 shared cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+SHARED = os.path.join(os.path.dirname(REPO), "shared", "data")
+MINILM_CANDIDATES = [
+    "/work/cache/minilm/all-MiniLM-L6-v2.safetensors",
+    os.path.join(SHARED, "minilm", "all-MiniLM-L6-v2.safetensors"),
+]
+TOOLS = ["strata", "safetensors", "torch.save"]
+
+
+# ---------------------------------------------------------------- child side
+
+
+def load_dataset(spec: dict) -> list[tuple[int, dict]]:
+    import torch
+    from safetensors.torch import load_file
+
+    out = []
+    for step, path in spec["files"]:
+        sd = load_file(path)
+        if spec.get("cast") == "bf16":
+            sd = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in sd.items()}
+        out.append((step, sd))
+    return out
+
+
+def child(args: argparse.Namespace) -> None:
+    import torch
+
+    spec = json.loads(args.child)
+    tool, op = spec["tool"], spec["op"]
+    if tool == "import":
+        print(json.dumps({"maxrss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+        return
+    data = load_dataset(spec)
+    work = spec["work"]
+    times = []
+
+    def save(dst: str) -> None:
+        if tool == "strata":
+            import strata
+
+            with strata.Store(os.path.join(dst, "run.strata")) as st:
+                for step, sd in data:
+                    st.save_checkpoint(step, sd)
+        elif tool == "safetensors":
+            from safetensors.torch import save_file
+
+            for step, sd in data:
+                save_file(sd, os.path.join(dst, f"step_{step}.safetensors"))
+        else:
+            for step, sd in data:
+                torch.save(sd, os.path.join(dst, f"step_{step}.pt"))
+
+    def load(src: str) -> list[dict]:
+        if tool == "strata":
+            import strata
+
+            with strata.Store(os.path.join(src, "run.strata")) as st:
+                return [st.load_checkpoint(step, framework="pt") for step, _ in data]
+        if tool == "safetensors":
+            from safetensors.torch import load_file
+
+            return [load_file(os.path.join(src, f"step_{step}.safetensors")) for step, _ in data]
+        return [torch.load(os.path.join(src, f"step_{step}.pt"), weights_only=True)
+                for step, _ in data]
+
+    if op == "save":
+        # Measure saves only: free the loaded input's files-cache effects by a warm-up save.
+        for i in range(spec["runs"]):
+            dst = os.path.join(work, f"save{i}")
+            os.makedirs(dst)
+            t0 = time.perf_counter()
+            save(dst)
+            times.append(time.perf_counter() - t0)
+            if i < spec["runs"] - 1:
+                shutil.rmtree(dst)
+        disk = sum(os.path.getsize(p) for p in glob.glob(os.path.join(dst, "*")))
+        compacted = disk
+        if tool == "strata":
+            import strata
+
+            with strata.Store(os.path.join(dst, "run.strata")) as st:
+                st.compact()
+            compacted = os.path.getsize(os.path.join(dst, "run.strata"))
+        result = {"seconds": statistics.median(times), "disk": disk, "compacted": compacted}
+    else:
+        src = spec["src"]
+        del_data = data
+        for _ in range(spec["runs"]):
+            t0 = time.perf_counter()
+            back = load(src)
+            times.append(time.perf_counter() - t0)
+            for (step, sd), got in zip(del_data, back):
+                for k, v in sd.items():
+                    assert torch.equal(v, got[k]), (step, k)
+            del back
+        result = {"seconds": statistics.median(times)}
+    result["maxrss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(json.dumps(result))
+
+
+# ---------------------------------------------------------------- parent side
+
+
+def run_child(spec: dict) -> dict:
+    r = subprocess.run(
+        [sys.executable, __file__, "--child", json.dumps(spec)], capture_output=True, text=True
+    )
+    if r.returncode != 0:
+        raise RuntimeError(f"{spec['tool']} {spec['op']}: {r.stderr[-2000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def datasets(args: argparse.Namespace) -> list[dict]:
+    out = []
+    minilm = args.minilm or next((p for p in MINILM_CANDIDATES if os.path.exists(p)), None)
+    if minilm and os.path.exists(minilm):
+        out.append({"name": "MiniLM f32", "files": [[0, minilm]]})
+        out.append({"name": "MiniLM bf16", "files": [[0, minilm]], "cast": "bf16"})
+    else:
+        print("note: MiniLM not found (../shared/data/fetch-minilm.sh); skipped", file=sys.stderr)
+    for series in ("dev_pre", "dev_ft", "dev_pre/bf16", "dev_ft/bf16"):
+        files = sorted(glob.glob(os.path.join(args.series, series, "step_*.safetensors")))
+        if not files:
+            print(f"note: series {series} not found under {args.series}; skipped", file=sys.stderr)
+            continue
+        steps = [[int(os.path.basename(f)[5:-12]), f] for f in files]
+        out.append({"name": f"{series} ({len(files)} ckpts)", "files": steps})
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--minilm")
+    ap.add_argument("--series", default=os.path.join(SHARED, "series"))
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--only", help="substring of the data set names to run")
+    ap.add_argument("--json")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(args)
+        return
+
+    base = run_child({"tool": "import", "op": "import"})["maxrss"]
+    rows = []
+    for ds in datasets(args):
+        if args.only and args.only not in ds["name"]:
+            continue
+        raw = None
+        for tool in TOOLS:
+            with tempfile.TemporaryDirectory() as work:
+                spec = dict(ds, tool=tool, runs=args.runs, work=work)
+                s = run_child(dict(spec, op="save"))
+                src = os.path.join(work, f"save{args.runs - 1}")
+                lo = run_child(dict(spec, op="load", src=src))
+            rows.append({
+                "data": ds["name"], "tool": tool,
+                "save_s": s["seconds"], "load_s": lo["seconds"],
+                "save_rss": s["maxrss"], "load_rss": lo["maxrss"], "disk": s["disk"],
+                "compacted": s["compacted"],
+            })
+            if tool == "safetensors":
+                raw = s["compacted"]
+            print(f"  {ds['name']}: {tool} done", file=sys.stderr)
+        for r in rows:
+            if r["data"] == ds["name"]:
+                r["raw_over_disk"] = raw / r["compacted"] if raw else None
+
+    mb = 1e6
+    print(f"Measured {time.strftime('%Y-%m-%d')} on {os.cpu_count()} cores, "
+          f"load average {os.getloadavg()[0]:.1f}; median of {args.runs} runs; "
+          f"peak RSS of a child that only imports torch and strata: {base / mb:.0f} MB.\n")
+    print("| data | tool | save s | load s | save peak RSS MB | load peak RSS MB | disk MB | "
+          "disk MB after compact() | safetensors bytes / compacted |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        ratio = f"{r['raw_over_disk']:.3f}" if r.get("raw_over_disk") else "-"
+        print(f"| {r['data']} | {r['tool']} | {r['save_s']:.3f} | {r['load_s']:.3f} | "
+              f"{r['save_rss'] / mb:.0f} | {r['load_rss'] / mb:.0f} | {r['disk'] / mb:.2f} | "
+              f"{r['compacted'] / mb:.2f} | {ratio} |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"import_rss": base, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,618 @@
+//! `strata._native`: the native half of the `strata` Python package (ADR 0015).
+//!
+//! A thin layer over [`strata_store::Store`]; everything users call is in the Python
+//! package (`python/strata/`), which converts NumPy arrays and torch tensors to the flat
+//! `uint8` arrays this module takes and returns:
+//!
+//! - **Input** is a 1-D C-contiguous `uint8` NumPy array per tensor (the Python side makes it
+//!   with `reshape(-1).view(np.uint8)`, no copy), read in place: the store encodes straight
+//!   from the array's memory.
+//! - **Output** is a 1-D `uint8` NumPy array that owns the bytes: a `Vec<u8>` of the
+//!   tensor's size that [`Store::get_into`] filled, or one the store's checkpoint reader
+//!   decoded, handed to NumPy as the array's memory (`PyArray1::from_vec`, no copy).
+//! - The GIL is released (`Python::detach`) around every store call: encode, decode, I/O.
+//! - Errors are Python exceptions: [`StrataError`] and its subclasses by the kind of the
+//!   store's error ([`strata_store::StoreError`], ADR 0008), carrying its message. Nothing here
+//!   panics on any input: no indexing, no unwrap.
+
+use numpy::{PyArray1, PyReadonlyArray1};
+use parking_lot::RwLock;
+use pyo3::create_exception;
+use pyo3::exceptions::{PyException, PyMemoryError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use strata_store::{
+    DType, OpenError, Options, Residual, RetainPolicy, Store, StoreError, Tensor, TensorRef, Tier,
+    TierPolicy,
+};
+
+create_exception!(
+    _native,
+    StrataError,
+    PyException,
+    "Base class of every error the Strata store reports."
+);
+create_exception!(
+    _native,
+    NotFound,
+    StrataError,
+    "A tensor, version, checkpoint, tag or policy rule that does not exist."
+);
+create_exception!(
+    _native,
+    InvalidInput,
+    StrataError,
+    "Input the store refused; nothing was changed."
+);
+create_exception!(
+    _native,
+    Corrupt,
+    StrataError,
+    "Damaged stored data (a checksum, record, segment or chain does not hold)."
+);
+create_exception!(
+    _native,
+    InUse,
+    StrataError,
+    "The store file is open in another process or handle."
+);
+create_exception!(
+    _native,
+    TierError,
+    StrataError,
+    "A tiered read or operation that cannot give what was asked."
+);
+
+/// The Python exception for a store error: the class by kind, the store's message.
+fn to_py(e: StoreError) -> PyErr {
+    let msg = error_chain(&e);
+    match &e {
+        StoreError::Open(OpenError::InUse { .. }) => InUse::new_err(msg),
+        _ if e.is_corrupt() => Corrupt::new_err(msg),
+        StoreError::NotFound(_) => NotFound::new_err(msg),
+        StoreError::Invalid(_) => InvalidInput::new_err(msg),
+        StoreError::Tier(_) => TierError::new_err(msg),
+        _ => StrataError::new_err(msg),
+    }
+}
+
+/// The error's message followed by its sources' (the store's transparent variants already
+/// include their inner message once).
+fn error_chain(e: &StoreError) -> String {
+    let mut msg = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !msg.contains(&text) {
+            msg.push_str(": ");
+            msg.push_str(&text);
+        }
+        source = s.source();
+    }
+    msg
+}
+
+fn closed() -> PyErr {
+    StrataError::new_err("the store is closed")
+}
+
+/// The store's dtype of a lower-case name (`"f32"`, `"bf16"`, ... as [`DType::name`]).
+fn parse_dtype(name: &str) -> PyResult<DType> {
+    DType::ALL
+        .into_iter()
+        .find(|d| d.name() == name)
+        .ok_or_else(|| PyTypeError::new_err(format!("unsupported dtype {name:?}")))
+}
+
+fn parse_tier(name: &str) -> PyResult<Tier> {
+    Ok(match name {
+        "exact" => Tier::Exact,
+        "hot8" => Tier::Hot8,
+        "warm7" => Tier::Warm7,
+        "warm5" => Tier::Warm5,
+        "cold3" => Tier::Cold3,
+        "absent" => Tier::Absent,
+        _ => {
+            return Err(PyValueError::new_err(format!(
+                "unknown tier {name:?} (exact, hot8, warm7, warm5, cold3, absent)"
+            )))
+        }
+    })
+}
+
+fn parse_residual(text: &str) -> PyResult<Residual> {
+    match text {
+        "none" => Ok(Residual::None),
+        "exact" => Ok(Residual::Exact),
+        _ => {
+            let fraction = text
+                .strip_prefix("topk:")
+                .and_then(|f| f.parse::<f32>().ok())
+                .filter(|f| (0.0..=1.0).contains(f))
+                .ok_or_else(|| {
+                    PyValueError::new_err(format!(
+                        "unknown residual {text:?} (none, exact, topk:F with 0 <= F <= 1)"
+                    ))
+                })?;
+            Ok(Residual::TopK { fraction })
+        }
+    }
+}
+
+/// Byte length of a tensor of `shape` and `dtype`, or an error if it overflows.
+fn byte_len(dtype: DType, shape: &[u64]) -> PyResult<usize> {
+    shape
+        .iter()
+        .try_fold(dtype.size() as u64, |n, &d| n.checked_mul(d))
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or_else(|| PyValueError::new_err(format!("shape {shape:?} is too large")))
+}
+
+/// One tensor handed to Python: dtype name, shape, bytes as a `uint8` array.
+type PyTensor<'py> = (&'static str, Vec<u64>, Bound<'py, PyArray1<u8>>);
+
+/// A history query's answer: dtype name, and each version's step and element bytes.
+type PyHistory<'py> = (&'static str, Vec<(u64, Bound<'py, PyArray1<u8>>)>);
+
+/// Hands a decoded tensor's bytes to NumPy without copying them.
+fn tensor_to_py(py: Python<'_>, t: Tensor) -> PyTensor<'_> {
+    (t.dtype.name(), t.shape, PyArray1::from_vec(py, t.data))
+}
+
+/// A Strata store, open until `close()` (then every call raises `StrataError`).
+#[pyclass(frozen, module = "strata._native", name = "Store")]
+struct PyStore {
+    /// `None` once closed. Reads and writes take the lock shared (the store serializes
+    /// writes itself); `retain` (which compacts) and `close` take it exclusively.
+    inner: RwLock<Option<Store>>,
+    path: String,
+}
+
+impl PyStore {
+    /// Runs `f` on the open store with the GIL released.
+    fn with<T: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&Store) -> strata_store::Result<T> + Send,
+    ) -> PyResult<T> {
+        py.detach(|| {
+            let guard = self.inner.read();
+            let store = guard.as_ref().ok_or_else(closed)?;
+            f(store).map_err(to_py)
+        })
+    }
+
+    /// Reads version `step` of `name` into a new buffer of its size, which becomes the
+    /// NumPy array's memory (no second copy). The buffer is reserved fallibly, so a tensor too
+    /// large for memory is a `MemoryError`, not an abort.
+    fn read_into<'py>(&self, py: Python<'py>, name: &str, step: u64) -> PyResult<PyTensor<'py>> {
+        let info = self.with(py, |s| s.version_info(name, step))?;
+        let len = byte_len(info.dtype, &info.shape)?;
+        let data = py.detach(|| {
+            let mut data = Vec::new();
+            data.try_reserve_exact(len).map_err(|_| {
+                PyMemoryError::new_err(format!("tensor {name:?} needs {len} bytes"))
+            })?;
+            data.resize(len, 0);
+            let guard = self.inner.read();
+            let store = guard.as_ref().ok_or_else(closed)?;
+            store.get_into(name, step, &mut data).map_err(to_py)?;
+            Ok::<_, PyErr>(data)
+        })?;
+        Ok((info.dtype.name(), info.shape, PyArray1::from_vec(py, data)))
+    }
+}
+
+#[pymethods]
+impl PyStore {
+    /// Opens (or creates) the store file at `path`; options left `None` keep the store's
+    /// defaults ([`strata_store::Options`]).
+    #[new]
+    #[pyo3(signature = (path, *, block_bytes=None, max_chain=None, cache_bytes=None,
+        db_cache_bytes=None, window_bytes=None))]
+    fn new(
+        py: Python<'_>,
+        path: std::path::PathBuf,
+        block_bytes: Option<u64>,
+        max_chain: Option<u8>,
+        cache_bytes: Option<usize>,
+        db_cache_bytes: Option<usize>,
+        window_bytes: Option<u64>,
+    ) -> PyResult<Self> {
+        let d = Options::default();
+        let opts = Options {
+            block_bytes: block_bytes.unwrap_or(d.block_bytes),
+            max_chain: max_chain.unwrap_or(d.max_chain),
+            cache_bytes: cache_bytes.unwrap_or(d.cache_bytes),
+            db_cache_bytes: db_cache_bytes.unwrap_or(d.db_cache_bytes),
+            window_bytes: window_bytes.unwrap_or(d.window_bytes),
+            ..d
+        };
+        let shown = path.display().to_string();
+        let store = py.detach(|| Store::open_with(&path, opts)).map_err(to_py)?;
+        Ok(PyStore {
+            inner: RwLock::new(Some(store)),
+            path: shown,
+        })
+    }
+
+    /// The store file.
+    #[getter]
+    fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// Whether `close()` was called.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.inner.read().is_none()
+    }
+
+    /// Closes the file (waits for calls in progress); later calls raise `StrataError`.
+    fn close(&self, py: Python<'_>) {
+        py.detach(|| drop(self.inner.write().take()));
+    }
+
+    /// Saves a checkpoint atomically from `(name, dtype, shape, uint8 array)` items,
+    /// streamed through the store's checkpoint writer with the GIL released.
+    fn save_checkpoint(
+        &self,
+        py: Python<'_>,
+        step: u64,
+        items: Vec<(String, String, Vec<u64>, PyReadonlyArray1<'_, u8>)>,
+        metadata: &str,
+    ) -> PyResult<()> {
+        let mut refs = Vec::with_capacity(items.len());
+        for (name, dtype, shape, arr) in &items {
+            let dtype = parse_dtype(dtype)?;
+            let bytes = arr.as_slice().map_err(|_| {
+                PyValueError::new_err(format!("tensor {name:?}: the array is not contiguous"))
+            })?;
+            refs.push((name.as_str(), dtype, shape.as_slice(), bytes));
+        }
+        self.with(py, |s| {
+            let mut w = s.begin_checkpoint(step, metadata)?;
+            for (name, dtype, shape, bytes) in &refs {
+                w.put(
+                    name,
+                    &TensorRef {
+                        dtype: *dtype,
+                        shape,
+                        bytes,
+                    },
+                )?;
+            }
+            w.commit()
+        })
+    }
+
+    /// Writes one version of one tensor (outside any checkpoint).
+    fn put(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        step: u64,
+        dtype: &str,
+        shape: Vec<u64>,
+        data: PyReadonlyArray1<'_, u8>,
+    ) -> PyResult<()> {
+        let dtype = parse_dtype(dtype)?;
+        let bytes = data
+            .as_slice()
+            .map_err(|_| PyValueError::new_err("the array is not contiguous"))?;
+        self.with(py, |s| {
+            s.put(
+                name,
+                step,
+                &TensorRef {
+                    dtype,
+                    shape: &shape,
+                    bytes,
+                },
+            )
+        })
+    }
+
+    /// `(dtype, shape, bytes)` of version `step` of `name`.
+    fn get<'py>(&self, py: Python<'py>, name: &str, step: u64) -> PyResult<PyTensor<'py>> {
+        self.read_into(py, name, step)
+    }
+
+    /// `(step, dtype, shape, bytes)` of the latest version of `name` at or before `step`.
+    fn get_at<'py>(
+        &self,
+        py: Python<'py>,
+        name: &str,
+        step: u64,
+    ) -> PyResult<(u64, PyTensor<'py>)> {
+        let found = self.with(py, |s| s.step_at_or_before(name, step))?;
+        Ok((found, self.read_into(py, name, found)?))
+    }
+
+    /// `(dtype, shape)` of version `step` of `name`, without reading data.
+    fn info(&self, py: Python<'_>, name: &str, step: u64) -> PyResult<(&'static str, Vec<u64>)> {
+        let info = self.with(py, |s| s.version_info(name, step))?;
+        Ok((info.dtype.name(), info.shape))
+    }
+
+    /// Bytes of the flat elements `start..end` of version `step` of `name`; only the blocks
+    /// holding them are decoded.
+    fn get_range<'py>(
+        &self,
+        py: Python<'py>,
+        name: &str,
+        step: u64,
+        start: u64,
+        end: u64,
+    ) -> PyResult<Bound<'py, PyArray1<u8>>> {
+        if end < start {
+            return Err(PyValueError::new_err(format!(
+                "element range {start}..{end} is reversed"
+            )));
+        }
+        let slice = self.with(py, |s| s.get_range(name, step, start..end))?;
+        Ok(PyArray1::from_vec(py, slice.data))
+    }
+
+    /// `(metadata, [(name, dtype, shape, bytes)])` of the checkpoint at `step`, read through
+    /// the store's checkpoint reader (one snapshot, small tensors decoded together).
+    fn load_checkpoint<'py>(
+        &self,
+        py: Python<'py>,
+        step: u64,
+    ) -> PyResult<(String, Vec<(String, PyTensor<'py>)>)> {
+        let (metadata, tensors) = self.with(py, |s| {
+            let reader = s.read_checkpoint(step)?;
+            let metadata = reader.metadata().to_string();
+            let tensors = reader.collect::<strata_store::Result<Vec<_>>>()?;
+            Ok((metadata, tensors))
+        })?;
+        let tensors = tensors
+            .into_iter()
+            .map(|(name, t)| (name, tensor_to_py(py, t)))
+            .collect();
+        Ok((metadata, tensors))
+    }
+
+    /// `(metadata, [tensor names])` of the checkpoint at `step`.
+    fn checkpoint_info(&self, py: Python<'_>, step: u64) -> PyResult<(String, Vec<String>)> {
+        let info = self.with(py, |s| s.checkpoint_info(step))?;
+        Ok((info.metadata, info.tensors))
+    }
+
+    /// Steps of every checkpoint, ascending.
+    fn checkpoints(&self, py: Python<'_>) -> PyResult<Vec<u64>> {
+        self.with(py, |s| s.checkpoints())
+    }
+
+    /// Names of every tensor.
+    fn tensors(&self, py: Python<'_>) -> PyResult<Vec<String>> {
+        self.with(py, |s| s.tensors())
+    }
+
+    /// Steps of every version of `name`, ascending.
+    fn versions(&self, py: Python<'_>, name: &str) -> PyResult<Vec<u64>> {
+        self.with(py, |s| {
+            Ok(s.versions(name)?.into_iter().map(|v| v.step).collect())
+        })
+    }
+
+    /// Tags as `(tag, step)` pairs.
+    fn tags(&self, py: Python<'_>) -> PyResult<Vec<(String, u64)>> {
+        self.with(py, |s| s.tags())
+    }
+
+    /// Names the checkpoint at `step` `tag`.
+    fn tag(&self, py: Python<'_>, tag: &str, step: u64) -> PyResult<()> {
+        self.with(py, |s| s.tag(tag, step))
+    }
+
+    /// Removes a tag.
+    fn untag(&self, py: Python<'_>, tag: &str) -> PyResult<()> {
+        self.with(py, |s| s.untag(tag))
+    }
+
+    /// Deletes version `step` of `name`.
+    fn delete(&self, py: Python<'_>, name: &str, step: u64) -> PyResult<()> {
+        self.with(py, |s| s.delete(name, step))
+    }
+
+    /// Deletes the checkpoint at `step` with its tensor versions and tags, one version at a
+    /// time (the store has no one-transaction delete of a checkpoint outside `retain`).
+    /// Returns the number of versions deleted.
+    fn delete_checkpoint(&self, py: Python<'_>, step: u64) -> PyResult<usize> {
+        self.with(py, |s| {
+            let info = s.checkpoint_info(step)?;
+            for name in &info.tensors {
+                s.delete(name, step)?;
+            }
+            Ok(info.tensors.len())
+        })
+    }
+
+    /// Elements `start..end` of every version of `name` with a step in `first..=last`:
+    /// `(dtype, [(step, bytes)])`.
+    fn history<'py>(
+        &self,
+        py: Python<'py>,
+        name: &str,
+        start: u64,
+        end: u64,
+        first: u64,
+        last: u64,
+    ) -> PyResult<PyHistory<'py>> {
+        if end < start {
+            return Err(PyValueError::new_err(format!(
+                "element range {start}..{end} is reversed"
+            )));
+        }
+        let rows = self.with(py, |s| s.history(name, start..end, first..=last))?;
+        let dtype = rows.first().map(|(_, sl)| sl.dtype.name()).unwrap_or("u8");
+        let rows = rows
+            .into_iter()
+            .map(|(step, sl)| (step, PyArray1::from_vec(py, sl.data)))
+            .collect();
+        Ok((dtype, rows))
+    }
+
+    /// Keeps the `keep_last` latest checkpoints, those whose step is a multiple of
+    /// `keep_every`, and (if `keep_tagged`) the tagged ones; deletes the rest and compacts.
+    #[pyo3(signature = (keep_last, keep_every, keep_tagged))]
+    fn retain<'py>(
+        &self,
+        py: Python<'py>,
+        keep_last: Option<usize>,
+        keep_every: Option<u64>,
+        keep_tagged: bool,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let policy = RetainPolicy {
+            keep_last,
+            keep_every,
+            keep_tagged,
+        };
+        let report = py.detach(|| {
+            let mut guard = self.inner.write();
+            let store = guard.as_mut().ok_or_else(closed)?;
+            store.retain(&policy).map_err(to_py)
+        })?;
+        let d = PyDict::new(py);
+        d.set_item("kept", report.kept)?;
+        d.set_item("removed", report.removed)?;
+        d.set_item("versions_removed", report.versions_removed)?;
+        d.set_item("file_bytes_before", report.file_bytes_before)?;
+        d.set_item("file_bytes_after", report.file_bytes_after)?;
+        Ok(d)
+    }
+
+    /// Compacts the file (moves live pages down, truncates the free tail): it shrinks after
+    /// deletes and after the growth slack of large writes. Waits for calls in progress.
+    /// Returns whether anything moved.
+    fn compact(&self, py: Python<'_>) -> PyResult<bool> {
+        py.detach(|| {
+            let mut guard = self.inner.write();
+            let store = guard.as_mut().ok_or_else(closed)?;
+            store.compact().map_err(to_py)
+        })
+    }
+
+    /// Saves a safetensors file as the checkpoint at `step`; returns `(tensors, raw bytes)`.
+    fn import_safetensors(
+        &self,
+        py: Python<'_>,
+        path: std::path::PathBuf,
+        step: u64,
+    ) -> PyResult<(usize, u64)> {
+        let r = self.with(py, |s| s.import_safetensors(&path, step))?;
+        Ok((r.tensors, r.raw_bytes))
+    }
+
+    /// Writes the checkpoint at `step` as a safetensors file; returns `(tensors, file bytes)`.
+    fn export_safetensors(
+        &self,
+        py: Python<'_>,
+        step: u64,
+        path: std::path::PathBuf,
+    ) -> PyResult<(usize, u64)> {
+        let r = self.with(py, |s| s.export_safetensors(step, &path))?;
+        Ok((r.tensors, r.file_bytes))
+    }
+
+    /// Sets the tier policy of tensors whose names match `pattern`: `tier` is where they
+    /// start ("exact" for lossless), `pinned` keeps them there, `residual` is "none",
+    /// "exact" or "topk:F".
+    #[pyo3(signature = (pattern, tier, residual, pinned))]
+    fn set_policy(
+        &self,
+        py: Python<'_>,
+        pattern: &str,
+        tier: &str,
+        residual: &str,
+        pinned: bool,
+    ) -> PyResult<()> {
+        let tier = parse_tier(tier)?;
+        let residual = parse_residual(residual)?;
+        let policy = if tier == Tier::Exact {
+            TierPolicy::exact()
+        } else if pinned {
+            TierPolicy::pinned(tier)
+        } else {
+            TierPolicy::tiered(tier)
+        }
+        .with_residual(residual);
+        self.with(py, |s| s.set_policy(pattern, policy))
+    }
+
+    /// Removes the policy rule of `pattern`.
+    fn remove_policy(&self, py: Python<'_>, pattern: &str) -> PyResult<()> {
+        self.with(py, |s| s.remove_policy(pattern))
+    }
+
+    /// One tier maintenance pass at `now_ms` (the store's clock when `None`).
+    #[pyo3(signature = (now_ms=None))]
+    fn maintain<'py>(&self, py: Python<'py>, now_ms: Option<u64>) -> PyResult<Bound<'py, PyDict>> {
+        let r = self.with(py, |s| {
+            let now = now_ms.unwrap_or_else(|| s.options().tiering.clock.now());
+            s.maintain(now)
+        })?;
+        let d = PyDict::new(py);
+        d.set_item("moves", r.moves)?;
+        d.set_item("promoted", r.promoted)?;
+        d.set_item("demoted", r.demoted)?;
+        d.set_item("converted", r.converted)?;
+        d.set_item("absent", r.absent)?;
+        d.set_item("bytes_written", r.bytes_written)?;
+        d.set_item("deferred", r.deferred)?;
+        Ok(d)
+    }
+
+    /// Checks every block, record and segment: a dict with counts and `issues` (strings).
+    fn verify<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let r = self.with(py, |s| s.verify())?;
+        let d = PyDict::new(py);
+        d.set_item("ok", r.is_ok())?;
+        d.set_item("versions", r.versions)?;
+        d.set_item("blocks", r.blocks)?;
+        d.set_item("segments", r.segments)?;
+        d.set_item("checkpoints", r.checkpoints)?;
+        let issues: Vec<String> = r.issues.iter().map(|i| i.to_string()).collect();
+        d.set_item("issues", issues)?;
+        Ok(d)
+    }
+
+    /// Raw, stored and file bytes, counts and the ratio, as a dict.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.with(py, |s| s.stats())?;
+        let d = PyDict::new(py);
+        d.set_item("raw_bytes", s.raw_bytes)?;
+        d.set_item("stored_bytes", s.stored_bytes)?;
+        d.set_item("file_bytes", s.file_bytes)?;
+        d.set_item("segments", s.segments)?;
+        d.set_item("versions", s.versions)?;
+        d.set_item("checkpoints", s.checkpoints)?;
+        d.set_item("tensors", s.tensors.len())?;
+        d.set_item("file_ratio", s.file_ratio())?;
+        d.set_item("stored_ratio", s.stored_ratio())?;
+        d.set_item("tier_bytes", s.tier_bytes)?;
+        Ok(d)
+    }
+
+    fn __repr__(&self) -> String {
+        let state = if self.closed() { "closed" } else { "open" };
+        format!("<strata._native.Store {:?} ({state})>", self.path)
+    }
+}
+
+/// The native module: the `Store` class and the exception classes.
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add_class::<PyStore>()?;
+    m.add("StrataError", py.get_type::<StrataError>())?;
+    m.add("NotFound", py.get_type::<NotFound>())?;
+    m.add("InvalidInput", py.get_type::<InvalidInput>())?;
+    m.add("Corrupt", py.get_type::<Corrupt>())?;
+    m.add("InUse", py.get_type::<InUse>())?;
+    m.add("TierError", py.get_type::<TierError>())?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

@@ -1,0 +1,36 @@
+"""Strata: an embedded store for tensors that change over time, from Python.
+
+>>> import strata
+>>> with strata.Store("run.strata") as st:
+...     st.save_checkpoint(1000, model.state_dict(), metadata={"loss": 1.93})
+...     w = st.get("lm_head.weight", step=1000, framework="pt")
+
+See ``python/README.md`` for the API, the dtype table and the drop-ins
+(``strata.torch``, ``strata.hf``, ``strata.lightning``), which are imported on demand.
+"""
+
+from __future__ import annotations
+
+from . import _native
+from ._flatten import SEP, flatten, unflatten
+from ._native import Corrupt, InUse, InvalidInput, NotFound, StrataError, TierError
+from ._store import Store, StepReader, TensorSlice, open
+
+__version__: str = _native.__version__
+
+__all__ = [
+    "Store",
+    "StepReader",
+    "TensorSlice",
+    "open",
+    "flatten",
+    "unflatten",
+    "SEP",
+    "StrataError",
+    "NotFound",
+    "InvalidInput",
+    "Corrupt",
+    "InUse",
+    "TierError",
+    "__version__",
+]

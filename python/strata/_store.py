@@ -1,0 +1,440 @@
+"""The Python-facing :class:`Store`, over the native module."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import threading
+from collections.abc import Mapping
+from typing import Any, Iterator
+
+import numpy as np
+
+from . import _native
+from ._convert import (
+    check_framework,
+    check_name,
+    check_step,
+    from_bytes,
+    snapshot,
+    to_bytes,
+)
+
+_PY_TIERS = ("exact", "hot8", "warm7", "warm5", "cold3", "absent")
+
+
+def _metadata_text(metadata: Any) -> str:
+    if metadata is None:
+        return ""
+    if isinstance(metadata, str):
+        return metadata
+    if isinstance(metadata, Mapping):
+        return json.dumps(metadata, sort_keys=True)
+    raise TypeError(f"metadata must be a dict or str, not {type(metadata).__name__}")
+
+
+def _metadata_value(text: str) -> Any:
+    if text == "":
+        return {}
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _items(tensors: Any) -> list[tuple[str, str, list[int], np.ndarray]]:
+    if not isinstance(tensors, Mapping):
+        raise TypeError(
+            f"tensors must be a mapping of name -> tensor (e.g. a state_dict), "
+            f"not {type(tensors).__name__}"
+        )
+    items = []
+    for name, value in tensors.items():
+        check_name(name)
+        if isinstance(value, Mapping):
+            raise TypeError(
+                f"tensor {name!r} is a nested dict: flatten it first "
+                "(strata.flatten joins keys with '/')"
+            )
+        try:
+            dtype, shape, data = to_bytes(value)
+        except TypeError as e:
+            raise TypeError(f"tensor {name!r}: {e}") from None
+        items.append((name, dtype, shape, data))
+    return items
+
+
+class Store:
+    """A Strata store file: tensors versioned by step, checkpoints, tags, tiers.
+
+    ``Store(path)`` opens or creates the file; one process at a time (another gets
+    :class:`strata.InUse`). Use it as a context manager or call :meth:`close`.
+    Every encode, decode and file operation runs with the GIL released.
+
+    Options (keyword-only, the store's defaults when None): ``block_bytes`` (raw bytes per
+    block, 1 MiB), ``max_chain`` (most segments decoded per block read, 6), ``cache_bytes``
+    (decoded-block cache, 256 MiB), ``db_cache_bytes`` (redb's page cache, 64 MiB),
+    ``window_bytes`` (raw bytes a write encodes at once, 128 MiB: lower it to lower a save's
+    peak memory).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        block_bytes: int | None = None,
+        max_chain: int | None = None,
+        cache_bytes: int | None = None,
+        db_cache_bytes: int | None = None,
+        window_bytes: int | None = None,
+    ):
+        opts = {
+            "block_bytes": block_bytes,
+            "max_chain": max_chain,
+            "cache_bytes": cache_bytes,
+            "db_cache_bytes": db_cache_bytes,
+            "window_bytes": window_bytes,
+        }
+        for k, v in opts.items():
+            if v is not None:
+                check_step(v, k)
+        self._s = _native.Store(os.fspath(path), **opts)
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    # -- lifecycle -------------------------------------------------------------------------
+    @property
+    def path(self) -> str:
+        return self._s.path
+
+    @property
+    def closed(self) -> bool:
+        return self._s.closed
+
+    def close(self) -> None:
+        """Waits for pending async saves, then closes the file."""
+        ex = self._executor
+        if ex is not None:
+            ex.shutdown(wait=True)
+            self._executor = None
+        self._s.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"strata.Store({self.path!r}{', closed' if self.closed else ''})"
+
+    # -- writes ----------------------------------------------------------------------------
+    def save_checkpoint(self, step: int, tensors: Mapping[str, Any], metadata: Any = None) -> None:
+        """Saves ``tensors`` (name -> numpy array or torch tensor, e.g. a state_dict) as the
+        checkpoint at ``step``, atomically: after a crash all of it is there or none.
+
+        Contiguous CPU inputs are read in place; others are copied to CPU contiguous first.
+        ``metadata`` is a JSON-serializable dict (or a str), read back by :meth:`metadata`.
+        Tensors sharing storage (tied weights) are stored once per name.
+        """
+        step = check_step(step)
+        items = _items(tensors)
+        self._s.save_checkpoint(step, items, _metadata_text(metadata))
+
+    def save_checkpoint_async(
+        self, step: int, tensors: Mapping[str, Any], metadata: Any = None
+    ) -> concurrent.futures.Future[None]:
+        """Copies ``tensors`` to private CPU buffers now, then saves them in a background
+        thread (GIL released while encoding and writing). Saves run one at a time in the
+        order they were asked. Returns a :class:`concurrent.futures.Future`."""
+        step = check_step(step)
+        if not isinstance(tensors, Mapping):
+            raise TypeError(f"tensors must be a mapping, not {type(tensors).__name__}")
+        items = _items({k: snapshot(v) for k, v in tensors.items()})
+        text = _metadata_text(metadata)
+        with self._lock:
+            if self._executor is None:
+                self._executor = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=1, thread_name_prefix="strata-save"
+                )
+            return self._executor.submit(self._s.save_checkpoint, step, items, text)
+
+    def put(self, name: str, step: int, tensor: Any) -> None:
+        """Writes one version of one tensor, outside any checkpoint."""
+        check_name(name)
+        step = check_step(step)
+        dtype, shape, data = to_bytes(tensor)
+        self._s.put(name, step, dtype, shape, data)
+
+    def delete(self, name: str, step: int) -> None:
+        """Deletes version ``step`` of ``name`` (dependent versions are re-based)."""
+        self._s.delete(check_name(name), check_step(step))
+
+    def delete_checkpoint(self, step: int) -> None:
+        """Deletes the checkpoint at ``step``, its tensor versions and its tags."""
+        self._s.delete_checkpoint(check_step(step))
+
+    # -- reads -----------------------------------------------------------------------------
+    def get(self, name: str, step: int, framework: str = "np") -> Any:
+        """The tensor ``name`` at exactly ``step``, bit-exact (``framework``: ``"np"`` or
+        ``"pt"``). Raises :class:`strata.NotFound` if there is no such version."""
+        check_framework(framework)
+        dtype, shape, data = self._s.get(check_name(name), check_step(step))
+        return from_bytes(dtype, shape, data, framework)
+
+    def get_at(self, name: str, step: int, framework: str = "np") -> tuple[int, Any]:
+        """``(found_step, tensor)``: the latest version of ``name`` at or before ``step``."""
+        check_framework(framework)
+        found, (dtype, shape, data) = self._s.get_at(check_name(name), check_step(step))
+        return found, from_bytes(dtype, shape, data, framework)
+
+    def load_checkpoint(self, step: int, framework: str = "np") -> dict[str, Any]:
+        """Every tensor of the checkpoint at ``step`` (name -> tensor, in saved order)."""
+        check_framework(framework)
+        _meta, tensors = self._s.load_checkpoint(check_step(step))
+        return {name: from_bytes(d, s, b, framework) for name, (d, s, b) in tensors}
+
+    def metadata(self, step: int) -> Any:
+        """The checkpoint's metadata: the dict saved (JSON), the raw text otherwise."""
+        text, _names = self._s.checkpoint_info(check_step(step))
+        return _metadata_value(text)
+
+    def keys(self, step: int) -> list[str]:
+        """Tensor names of the checkpoint at ``step``."""
+        return self._s.checkpoint_info(check_step(step))[1]
+
+    def open_step(self, step: int | None = None, framework: str = "np") -> StepReader:
+        """A reader of one checkpoint shaped like safetensors' ``safe_open``; ``step=None``
+        is the latest checkpoint."""
+        if step is None:
+            step = self.latest_step()
+            if step is None:
+                raise _native.NotFound("the store has no checkpoint")
+        return StepReader(self, check_step(step), check_framework(framework))
+
+    def steps(self) -> list[int]:
+        """Steps of every checkpoint, ascending."""
+        return self._s.checkpoints()
+
+    def latest_step(self) -> int | None:
+        """The latest checkpoint's step, or None for a store without checkpoints."""
+        steps = self._s.checkpoints()
+        return steps[-1] if steps else None
+
+    def tensors(self) -> list[str]:
+        """Names of every tensor in the store."""
+        return self._s.tensors()
+
+    def versions(self, name: str) -> list[int]:
+        """Steps of every version of ``name``."""
+        return self._s.versions(check_name(name))
+
+    def history(
+        self,
+        name: str,
+        index: int | slice,
+        steps: tuple[int, int] | None = None,
+        framework: str = "np",
+    ) -> list[tuple[int, Any]]:
+        """Flat element(s) ``index`` (an int or a slice of the flattened tensor) of every
+        version of ``name`` with a step in ``steps = (first, last)`` (all when None):
+        ``[(step, values)]``, each version decoded once."""
+        check_framework(framework)
+        if isinstance(index, slice):
+            if index.step not in (None, 1):
+                raise ValueError("history takes a contiguous slice (step 1)")
+            start = check_step(index.start or 0, "index")
+            if index.stop is None:
+                raise ValueError("history needs a slice with an end")
+            end = check_step(index.stop, "index")
+        else:
+            start = check_step(index, "index")
+            end = start + 1
+        first, last = (0, 2**64 - 1) if steps is None else steps
+        dtype, rows = self._s.history(
+            check_name(name), start, end, check_step(first), check_step(last)
+        )
+        return [(s, from_bytes(dtype, (end - start,), b, framework)) for s, b in rows]
+
+    # -- tags, retention -------------------------------------------------------------------
+    def tag(self, tag: str, step: int) -> None:
+        """Names the checkpoint at ``step`` (moves the tag if it exists)."""
+        if not isinstance(tag, str):
+            raise TypeError("tag must be a str")
+        self._s.tag(tag, check_step(step))
+
+    def untag(self, tag: str) -> None:
+        self._s.untag(tag)
+
+    def tags(self) -> dict[str, int]:
+        """tag -> step."""
+        return dict(self._s.tags())
+
+    def retain(
+        self,
+        max_to_keep: int | None = None,
+        keep_period: int | None = None,
+        keep_tagged: bool = True,
+    ) -> dict[str, Any]:
+        """Keeps the ``max_to_keep`` latest checkpoints, every checkpoint whose step is a
+        multiple of ``keep_period`` and (``keep_tagged``) the tagged ones; deletes the rest
+        and compacts the file (Orbax's names; the store's ``keep_last`` / ``keep_every``).
+        At least one of ``max_to_keep`` and ``keep_period`` is required."""
+        if max_to_keep is not None:
+            max_to_keep = check_step(max_to_keep, "max_to_keep")
+        if keep_period is not None:
+            keep_period = check_step(keep_period, "keep_period")
+        return self._s.retain(max_to_keep, keep_period, bool(keep_tagged))
+
+    def compact(self) -> bool:
+        """Shrinks the file to its live pages (after deletes, and the growth slack redb leaves
+        after large writes; ``retain`` compacts by itself). Waits for calls in progress."""
+        return self._s.compact()
+
+    # -- safetensors ----------------------------------------------------------------------
+    def export_safetensors(self, step: int, path: str | os.PathLike[str]) -> int:
+        """Writes the checkpoint at ``step`` as a safetensors file; returns its size."""
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        return self._s.export_safetensors(check_step(step), os.fspath(path))[1]
+
+    def import_safetensors(self, path: str | os.PathLike[str], step: int) -> int:
+        """Saves a safetensors file as the checkpoint at ``step`` (its ``__metadata__`` as
+        the metadata); returns the number of tensors."""
+        return self._s.import_safetensors(os.fspath(path), check_step(step))[0]
+
+    # -- tiers, upkeep ---------------------------------------------------------------------
+    def set_policy(
+        self,
+        pattern: str,
+        tier: str = "hot8",
+        residual: str | None = None,
+        pinned: bool = False,
+    ) -> None:
+        """Tier policy for tensors whose names match ``pattern`` (``*`` wildcards): ``tier``
+        is one of exact, hot8, warm7, warm5, cold3, absent; ``residual`` None, "exact" or
+        "topk:F"; ``pinned`` keeps blocks at ``tier``. Checkpoint tensors stay lossless."""
+        if tier not in _PY_TIERS:
+            raise ValueError(f"unknown tier {tier!r} (one of {', '.join(_PY_TIERS)})")
+        self._s.set_policy(pattern, tier, residual or "none", bool(pinned))
+
+    def remove_policy(self, pattern: str) -> None:
+        self._s.remove_policy(pattern)
+
+    def maintain(self, now_ms: int | None = None) -> dict[str, Any]:
+        """One tier maintenance pass (moves blocks between tiers by read scores)."""
+        return self._s.maintain(None if now_ms is None else check_step(now_ms, "now_ms"))
+
+    def verify(self) -> dict[str, Any]:
+        """Decodes every block and checks every record: a dict with ``ok`` and ``issues``."""
+        return self._s.verify()
+
+    def stats(self) -> dict[str, Any]:
+        """Raw, stored and file bytes, counts and ratios."""
+        return self._s.stats()
+
+
+def _slice_rows(index: Any, rows: int) -> tuple[int, int, Any]:
+    """(first row, end row, index to apply to the rows read) for a get_slice index."""
+    first = index[0] if isinstance(index, tuple) and index else index
+    rest = index[1:] if isinstance(index, tuple) else ()
+    if isinstance(first, slice):
+        start, stop, step = first.indices(rows)
+        if step == 1:
+            return start, max(start, stop), (slice(None),) + tuple(rest)
+        picked = range(start, stop, step)
+        if len(picked) == 0:
+            return 0, 0, (slice(None),) + tuple(rest)
+        lo, hi = min(picked), max(picked) + 1
+        return lo, hi, ([i - lo for i in picked],) + tuple(rest)
+    if isinstance(first, (int, np.integer)) and not isinstance(first, bool):
+        i = int(first)
+        if i < 0:
+            i += rows
+        if not 0 <= i < rows:
+            raise IndexError(f"index {int(first)} is out of range for {rows} rows")
+        return i, i + 1, (0,) + tuple(rest)
+    if first is Ellipsis:
+        return 0, rows, index
+    raise TypeError(f"unsupported index {index!r} (ints and slices)")
+
+
+class TensorSlice:
+    """A lazily read tensor (``StepReader.get_slice``): indexing the first dimension decodes
+    only the blocks holding those rows; further dimensions are sliced after reading."""
+
+    def __init__(self, reader: StepReader, name: str, dtype: str, shape: list[int]):
+        self._r, self._name, self._dtype, self._shape = reader, name, dtype, shape
+
+    def get_shape(self) -> list[int]:
+        return list(self._shape)
+
+    def get_dtype(self) -> str:
+        return self._dtype
+
+    @property
+    def shape(self) -> list[int]:
+        return list(self._shape)
+
+    def __getitem__(self, index: Any) -> Any:
+        if not self._shape:
+            raise IndexError("a 0-dimensional tensor cannot be sliced; use get_tensor")
+        rows = self._shape[0]
+        row_elems = int(np.prod(self._shape[1:], dtype=np.int64))
+        lo, hi, rest = _slice_rows(index, rows)
+        data = self._r._store._s.get_range(
+            self._name, self._r.step, lo * row_elems, hi * row_elems
+        )
+        t = from_bytes(self._dtype, [hi - lo, *self._shape[1:]], data, self._r.framework)
+        return t[rest]
+
+
+class StepReader:
+    """One checkpoint, read like safetensors' ``safe_open``: ``keys()``, ``get_tensor``,
+    ``get_slice``, ``metadata()``."""
+
+    def __init__(self, store: Store, step: int, framework: str):
+        self._store, self.step, self.framework = store, step, framework
+        text, names = store._s.checkpoint_info(step)
+        self._meta, self._names = text, names
+        self._set = set(names)
+
+    def __enter__(self) -> StepReader:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
+
+    def keys(self) -> list[str]:
+        return list(self._names)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def metadata(self) -> dict[str, str] | None:
+        """The metadata as safetensors gives it: a dict of strings, or None."""
+        value = _metadata_value(self._meta)
+        if value == {}:
+            return None
+        if isinstance(value, dict):
+            return {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in value.items()}
+        return {"metadata": str(value)}
+
+    def _check(self, name: str) -> None:
+        if name not in self._set:
+            raise _native.NotFound(f"checkpoint {self.step} has no tensor {name!r}")
+
+    def get_tensor(self, name: str) -> Any:
+        self._check(name)
+        dtype, shape, data = self._store._s.get(name, self.step)
+        return from_bytes(dtype, shape, data, self.framework)
+
+    def get_slice(self, name: str) -> TensorSlice:
+        self._check(name)
+        dtype, shape = self._store._s.info(name, self.step)
+        return TensorSlice(self, name, dtype, shape)
+
+
+def open(path: str | os.PathLike[str], **options: Any) -> Store:  # noqa: A001
+    """Opens (or creates) a store; same as ``Store(path, **options)``."""
+    return Store(path, **options)

@@ -1,0 +1,227 @@
+"""``torch.distributed.checkpoint`` (DCP) storage for a Strata store (ADR 0016).
+
+>>> dcp.save(state_dict, storage_writer=StrataStorageWriter("run.strata", step=1000))
+>>> dcp.load(state_dict, storage_reader=StrataStorageReader("run.strata", step=1000))
+
+A store has one writer process at a time, so ranks do not write it directly:
+
+- **save**: each rank writes the items DCP planned for it (tensor chunks, and serialized
+  non-tensor objects as ``uint8`` tensors) into its own *staging store*, a file beside the store
+  named ``<store>.dcp-<step>-rank<N>.staging`` (no contention: one file per rank). The
+  coordinator's ``finish`` then reads every staging store and writes one checkpoint at ``step``
+  into the real store, atomically, with DCP's ``Metadata`` pickled into the checkpoint metadata
+  (key ``strata.dcp.metadata``, base64), and deletes the staging files. A crash before
+  ``finish`` commits leaves the store as it was (and staging files, removed by the next save
+  of that step).
+- **load**: each rank opens the store for its reads and closes it right after; a rank that finds
+  it in use by another rank retries for up to ``open_timeout`` seconds.
+
+Names in the store: a tensor item is stored under its fully qualified name, a chunk of a
+sharded tensor under ``<fqn>@<offset>,<offset>,...``, a non-tensor object under
+``<fqn>`` as bytes (``torch.save`` format, as DCP serializes it).
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import io
+import os
+import pickle
+import time
+from typing import Any
+
+import numpy as np
+import torch
+from torch.futures import Future
+from torch.distributed._shard._utils import narrow_tensor_by_index
+from torch.distributed.checkpoint.metadata import Metadata, MetadataIndex
+from torch.distributed.checkpoint.planner import (
+    LoadItemType,
+    LoadPlan,
+    LoadPlanner,
+    SavePlan,
+    SavePlanner,
+    WriteItemType,
+)
+from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
+
+from ._convert import check_step
+from ._native import InUse, NotFound
+from ._store import Store
+
+__all__ = ["StrataStorageWriter", "StrataStorageReader"]
+
+METADATA_KEY = "strata.dcp.metadata"
+
+
+def _name(index: MetadataIndex, whole: bool) -> str:
+    if whole or index.offset is None:
+        return index.fqn
+    return index.fqn + "@" + ",".join(str(int(o)) for o in index.offset)
+
+
+def _staging_path(store_path: str, step: int, rank_key: str) -> str:
+    return f"{store_path}.dcp-{step}-{rank_key}.staging"
+
+
+def _open(path: str, timeout: float) -> Store:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return Store(path)
+        except InUse:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
+def _done(value: Any) -> Future:
+    fut: Future = Future()  # DCP waits with torch.futures' .wait()
+    fut.set_result(value)
+    return fut
+
+
+class StrataStorageWriter(StorageWriter):
+    """Writes a DCP checkpoint as the store checkpoint at ``step`` (see the module doc)."""
+
+    def __init__(self, store_path: str | os.PathLike[str], step: int, open_timeout: float = 60.0):
+        super().__init__()
+        self.store_path = os.path.abspath(os.fspath(store_path))
+        self.step = check_step(step)
+        self.open_timeout = open_timeout
+        self.is_coordinator = False
+
+    def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
+        if checkpoint_id is not None:
+            self.store_path = os.path.abspath(os.fspath(checkpoint_id))
+
+    def set_up_storage_writer(self, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
+        self.is_coordinator = is_coordinator
+
+    def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
+        return plan
+
+    def prepare_global_plan(self, plans: list[SavePlan]) -> list[SavePlan]:
+        # Each rank's staging store is named by its position in the global plan.
+        return [dataclasses.replace(p, storage_data=f"rank{i}") for i, p in enumerate(plans)]
+
+    def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
+        staging = _staging_path(self.store_path, self.step, str(plan.storage_data))
+        if os.path.exists(staging):
+            os.remove(staging)
+        tensors: dict[str, Any] = {}
+        results = []
+        for item in plan.items:
+            data = planner.resolve_data(item)
+            if item.type == WriteItemType.BYTE_IO:
+                raw = data.getvalue() if isinstance(data, io.BytesIO) else bytes(data.read())
+                name = _name(item.index, True)
+                tensors[name] = np.frombuffer(raw, dtype=np.uint8)
+                size = len(raw)
+            else:
+                t = data.detach()
+                whole = item.type == WriteItemType.TENSOR
+                name = _name(item.index, whole)
+                tensors[name] = t
+                size = t.numel() * t.element_size()
+            results.append(WriteResult(index=item.index, size_in_bytes=size,
+                                       storage_data=(name, staging)))
+        if tensors:
+            with Store(staging) as st:
+                st.save_checkpoint(0, tensors)
+        return _done(results)
+
+    def finish(self, metadata: Metadata, results: list[list[WriteResult]]) -> None:
+        names: dict[MetadataIndex, str] = {}
+        stagings: dict[str, list[str]] = {}
+        for rank_results in results:
+            for wr in rank_results:
+                name, staging = wr.storage_data
+                names[wr.index] = name
+                stagings.setdefault(staging, []).append(name)
+        metadata.storage_data = names
+        tensors: dict[str, Any] = {}
+        for staging in stagings:
+            with Store(staging) as st:
+                tensors.update(st.load_checkpoint(0, framework="pt"))
+        blob = base64.b64encode(pickle.dumps(metadata, protocol=4)).decode("ascii")
+        with _open(self.store_path, self.open_timeout) as st:
+            st.save_checkpoint(self.step, tensors, metadata={METADATA_KEY: blob})
+        for staging in stagings:
+            os.remove(staging)
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike[str]) -> bool:
+        return os.fspath(checkpoint_id).endswith(".strata")
+
+    def storage_meta(self) -> Any:
+        return None
+
+
+class StrataStorageReader(StorageReader):
+    """Reads the DCP checkpoint at ``step`` (the latest when None) of a store."""
+
+    def __init__(
+        self, store_path: str | os.PathLike[str], step: int | None = None,
+        open_timeout: float = 60.0,
+    ):
+        super().__init__()
+        self.store_path = os.path.abspath(os.fspath(store_path))
+        self.step = None if step is None else check_step(step)
+        self.open_timeout = open_timeout
+        self.storage_data: dict[MetadataIndex, str] = {}
+
+    def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
+        if checkpoint_id is not None:
+            self.store_path = os.path.abspath(os.fspath(checkpoint_id))
+
+    def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
+        with _open(self.store_path, self.open_timeout) as st:
+            if self.step is None:
+                self.step = st.latest_step()
+                if self.step is None:
+                    raise NotFound(f"store {self.store_path} has no checkpoint")
+            meta = st.metadata(self.step)
+        if not isinstance(meta, dict) or METADATA_KEY not in meta:
+            raise NotFound(f"checkpoint {self.step} of {self.store_path} was not saved by DCP")
+        md = pickle.loads(base64.b64decode(meta[METADATA_KEY]))
+        self.storage_data = md.storage_data
+        return md
+
+    def set_up_storage_reader(self, metadata: Metadata, is_coordinator: bool, *args: Any,
+                              **kwargs: Any) -> None:
+        self.storage_data = metadata.storage_data
+
+    def prepare_local_plan(self, plan: LoadPlan) -> LoadPlan:
+        return plan
+
+    def prepare_global_plan(self, plans: list[LoadPlan]) -> list[LoadPlan]:
+        return plans
+
+    def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
+        if self.step is None:
+            self.read_metadata()
+        step = self.step
+        with _open(self.store_path, self.open_timeout) as st:
+            for req in plan.items:
+                name = self.storage_data[req.storage_index]
+                if req.type == LoadItemType.BYTE_IO:
+                    raw = st.get(name, step)
+                    planner.load_bytes(req, io.BytesIO(raw.tobytes()))
+                    continue
+                tensor = st.get(name, step, framework="pt")
+                tensor = narrow_tensor_by_index(tensor, req.storage_offsets, req.lengths)
+                target = planner.resolve_tensor(req).detach()
+                if target.size() != tensor.size():
+                    raise ValueError(
+                        f"{req.storage_index}: stored {tuple(tensor.size())}, "
+                        f"asked {tuple(target.size())}"
+                    )
+                target.copy_(tensor)
+                planner.commit_tensor(req, target)
+        return _done(None)
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike[str]) -> bool:
+        return os.fspath(checkpoint_id).endswith(".strata")
