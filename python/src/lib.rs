@@ -22,7 +22,8 @@ use pyo3::exceptions::{PyException, PyMemoryError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use strata_store::{
-    DType, OpenError, Options, Residual, RetainPolicy, Store, StoreError, Tensor, TensorRef, Tier,
+    DType, Fidelity, OpenError, Options, Residual, RetainPolicy, Store, StoreError, Tensor,
+    TensorRef, Tier,
     TierPolicy,
 };
 
@@ -186,9 +187,19 @@ impl PyStore {
     /// NumPy array's memory (no second copy). The buffer is reserved fallibly, so a tensor too
     /// large for memory is a `MemoryError`, not an abort.
     fn read_into<'py>(&self, py: Python<'py>, name: &str, step: u64) -> PyResult<PyTensor<'py>> {
+        Ok(self.read_with_fidelity(py, name, step)?.0)
+    }
+
+    /// [`PyStore::read_into`] and what the data is worth ([`Fidelity`]).
+    fn read_with_fidelity<'py>(
+        &self,
+        py: Python<'py>,
+        name: &str,
+        step: u64,
+    ) -> PyResult<(PyTensor<'py>, Fidelity)> {
         let info = self.with(py, |s| s.version_info(name, step))?;
         let len = byte_len(info.dtype, &info.shape)?;
-        let data = py.detach(|| {
+        let (data, fidelity) = py.detach(|| {
             let mut data = Vec::new();
             data.try_reserve_exact(len).map_err(|_| {
                 PyMemoryError::new_err(format!("tensor {name:?} needs {len} bytes"))
@@ -196,11 +207,37 @@ impl PyStore {
             data.resize(len, 0);
             let guard = self.inner.read();
             let store = guard.as_ref().ok_or_else(closed)?;
-            store.get_into(name, step, &mut data).map_err(to_py)?;
-            Ok::<_, PyErr>(data)
+            let read = store.get_into(name, step, &mut data).map_err(to_py)?;
+            Ok::<_, PyErr>((data, read.fidelity))
         })?;
-        Ok((info.dtype.name(), info.shape, PyArray1::from_vec(py, data)))
+        Ok((
+            (info.dtype.name(), info.shape, PyArray1::from_vec(py, data)),
+            fidelity,
+        ))
     }
+}
+
+/// A [`Fidelity`] as a dict: `{"kind": "exact"}`, `{"kind": "bounded", "bits": b,
+/// "max_rel_error": e}`, `{"kind": "reconstructed", "depth": d}` or `{"kind": "zeros"}`.
+fn fidelity_to_py(py: Python<'_>, f: Fidelity) -> PyResult<Bound<'_, PyDict>> {
+    let d = PyDict::new(py);
+    match f {
+        Fidelity::Exact => d.set_item("kind", "exact")?,
+        Fidelity::Bounded {
+            bits,
+            max_rel_error,
+        } => {
+            d.set_item("kind", "bounded")?;
+            d.set_item("bits", bits)?;
+            d.set_item("max_rel_error", max_rel_error)?;
+        }
+        Fidelity::Reconstructed { depth } => {
+            d.set_item("kind", "reconstructed")?;
+            d.set_item("depth", depth)?;
+        }
+        Fidelity::Zeros => d.set_item("kind", "zeros")?,
+    }
+    Ok(d)
 }
 
 #[pymethods]
@@ -318,6 +355,19 @@ impl PyStore {
         self.read_into(py, name, step)
     }
 
+    /// `((dtype, shape, bytes), fidelity)` of version `step` of `name`: the fidelity as a dict
+    /// (`kind` "exact", "bounded" with `bits` and `max_rel_error`, "reconstructed" with
+    /// `depth`, or "zeros").
+    fn get_with_fidelity<'py>(
+        &self,
+        py: Python<'py>,
+        name: &str,
+        step: u64,
+    ) -> PyResult<(PyTensor<'py>, Bound<'py, PyDict>)> {
+        let (t, f) = self.read_with_fidelity(py, name, step)?;
+        Ok((t, fidelity_to_py(py, f)?))
+    }
+
     /// `(step, dtype, shape, bytes)` of the latest version of `name` at or before `step`.
     fn get_at<'py>(
         &self,
@@ -417,17 +467,10 @@ impl PyStore {
         self.with(py, |s| s.delete(name, step))
     }
 
-    /// Deletes the checkpoint at `step` with its tensor versions and tags, one version at a
-    /// time (the store has no one-transaction delete of a checkpoint outside `retain`).
+    /// Deletes the checkpoint at `step` with its tensor versions and tags, in one transaction.
     /// Returns the number of versions deleted.
     fn delete_checkpoint(&self, py: Python<'_>, step: u64) -> PyResult<usize> {
-        self.with(py, |s| {
-            let info = s.checkpoint_info(step)?;
-            for name in &info.tensors {
-                s.delete(name, step)?;
-            }
-            Ok(info.tensors.len())
-        })
+        self.with(py, |s| s.delete_checkpoint(step))
     }
 
     /// Elements `start..end` of every version of `name` with a step in `first..=last`:

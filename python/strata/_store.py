@@ -176,10 +176,24 @@ class Store:
         self._s.delete_checkpoint(check_step(step))
 
     # -- reads -----------------------------------------------------------------------------
-    def get(self, name: str, step: int, framework: str = "np") -> Any:
-        """The tensor ``name`` at exactly ``step``, bit-exact (``framework``: ``"np"`` or
-        ``"pt"``). Raises :class:`strata.NotFound` if there is no such version."""
+    def get(
+        self, name: str, step: int, framework: str = "np", with_fidelity: bool = False
+    ) -> Any:
+        """The tensor ``name`` at exactly ``step`` (``framework``: ``"np"`` or ``"pt"``).
+        Raises :class:`strata.NotFound` if there is no such version.
+
+        Checkpoints are bit-exact; a tensor under a tier policy (``set_policy``) may have been
+        quantized by ``maintain``. With ``with_fidelity=True`` the result is
+        ``(tensor, fidelity)``, the fidelity a dict: ``{"kind": "exact"}``,
+        ``{"kind": "bounded", "bits": 5, "max_rel_error": 0.033}`` (each element within that
+        fraction of its group's largest magnitude), ``{"kind": "reconstructed", "depth": d}``
+        or ``{"kind": "zeros"}``."""
         check_framework(framework)
+        if with_fidelity:
+            (dtype, shape, data), fidelity = self._s.get_with_fidelity(
+                check_name(name), check_step(step)
+            )
+            return from_bytes(dtype, shape, data, framework), fidelity
         dtype, shape, data = self._s.get(check_name(name), check_step(step))
         return from_bytes(dtype, shape, data, framework)
 

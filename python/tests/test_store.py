@@ -116,6 +116,12 @@ def test_policy_maintain_verify_stats(store_path):
         st.put("kv.0", 7, x)
         got = st.get("kv.0", 7)
         assert np.max(np.abs(got - x)) <= np.max(np.abs(x)) / 200
+        # The read says what it is worth: 8 bits within the stated bound, not exact.
+        got2, fidelity = st.get("kv.0", 7, with_fidelity=True)
+        assert fidelity["kind"] == "bounded" and fidelity["bits"] == 8
+        assert np.max(np.abs(got2 - x)) <= fidelity["max_rel_error"] * np.max(np.abs(x))
+        st.put("w", 7, x)
+        assert st.get("w", 7, with_fidelity=True)[1] == {"kind": "exact"}
         rep = st.maintain()
         assert "moves" in rep
         v = st.verify()

@@ -512,6 +512,24 @@ pub enum TierFailure {
 }
 
 impl StoreError {
+    /// An I/O error of redb on the store file at `path` (a full disk, a failing device) as
+    /// [`StoreError::Io`] naming the file; any other error as it is.
+    pub(crate) fn on_file(self, path: &std::path::Path) -> StoreError {
+        match self {
+            StoreError::Database { source, op } => match *source {
+                redb::Error::Io(source) => StoreError::Io {
+                    path: path.to_path_buf(),
+                    source,
+                },
+                other => StoreError::Database {
+                    op,
+                    source: Box::new(other),
+                },
+            },
+            other => other,
+        }
+    }
+
     pub(crate) fn db(op: &'static str) -> impl FnOnce(redb::Error) -> StoreError {
         move |e| StoreError::Database {
             op,

@@ -274,12 +274,16 @@ impl Store {
 
     /// Opens a read transaction and its tables.
     pub(crate) fn read(&self) -> Result<ReadTxn> {
-        ReadTxn::begin(&self.db)
+        ReadTxn::begin(&self.db).map_err(|e| e.on_file(&self.path))
     }
 
     /// Runs `f` in a write transaction and commits if it succeeds (dropping it aborts); the
     /// tier state learns the transaction's changes after the commit.
     pub(crate) fn write<T>(&self, f: impl FnOnce(&mut WriteTxn<'_>) -> Result<T>) -> Result<T> {
+        self.write_txn(f).map_err(|e| e.on_file(&self.path))
+    }
+
+    fn write_txn<T>(&self, f: impl FnOnce(&mut WriteTxn<'_>) -> Result<T>) -> Result<T> {
         let txn = self.db.begin_write(&self.path, "a write")?;
         let (out, changes) = {
             let mut tables = WriteTxn::open(&txn)?;

@@ -2,7 +2,7 @@
 //! written through a streaming write session (`writer.rs`): encoded a window at a time inside
 //! one write transaction.
 
-use crate::engine::{check_name, delete_version, View};
+use crate::engine::{check_name, delete_version, delete_versions, View};
 use crate::error::{DbContext, NotFound, Result, StoreError};
 use crate::options::PutOptions;
 use crate::store::Store;
@@ -68,6 +68,27 @@ impl Store {
         check_name(name)?;
         let _writer = self.writer.lock();
         self.write(|wt| delete_version(wt, &self.cache, &self.opts, name, step, true))
+    }
+
+    /// Deletes the checkpoint at `step` whole, in one transaction: every tensor version of it
+    /// (their dependents re-based, as [`Store::delete`] does), its record and its tags.
+    /// Returns the number of tensor versions deleted.
+    ///
+    /// # Errors
+    /// [`crate::NotFound::Checkpoint`], and block errors if a dependent cannot be decoded
+    /// (nothing is deleted then).
+    pub fn delete_checkpoint(&self, step: u64) -> Result<usize> {
+        let _writer = self.writer.lock();
+        self.write(|wt| {
+            let Some(cp) = wt.checkpoint(step)? else {
+                return Err(StoreError::NotFound(NotFound::Checkpoint { step }));
+            };
+            wt.remove_checkpoint(step)?;
+            for name in &cp.tensors {
+                delete_versions(wt, &self.cache, &self.opts, name, &[step])?;
+            }
+            Ok(cp.tensors.len())
+        })
     }
 
     /// Names the checkpoint at `step` `tag` (moving the tag if it exists).

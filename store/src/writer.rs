@@ -104,8 +104,8 @@ impl<'s> Session<'s> {
         if self.poisoned {
             return Err(poisoned());
         }
-        let mut tables = WriteTxn::open(txn)?;
-        let out = f(&mut tables);
+        let mut tables = WriteTxn::open(txn).map_err(|e| e.on_file(&self.store.path))?;
+        let out = f(&mut tables).map_err(|e| e.on_file(&self.store.path));
         self.poisoned = out.is_err();
         let changes = std::mem::take(&mut tables.tier_changes);
         self.changes.forgotten.extend(changes.forgotten);
@@ -300,7 +300,9 @@ impl<'s> Session<'s> {
         self.flush(step)?;
         self.with_tables(last)?;
         let txn = self.txn.take().ok_or_else(committed)?;
-        txn.commit().ctx("committing")?;
+        txn.commit()
+            .ctx("committing")
+            .map_err(|e| e.on_file(&self.store.path))?;
         let changes = std::mem::take(&mut self.changes);
         self.store
             .tiers

@@ -195,3 +195,40 @@ fn deleting_a_checkpoint_tensor_updates_the_checkpoint() {
     assert!(store.tags().expect("tags").is_empty());
     assert!(store.verify().expect("verify").is_ok());
 }
+
+#[test]
+fn delete_checkpoint_removes_it_whole_and_keeps_the_others_exact() {
+    let (_dir, path) = temp_store();
+    let store = Store::open(&path).expect("open");
+    let data = |s: u64| -> Vec<u8> {
+        (0..4096u32)
+            .flat_map(|i| ((i as f32) * 0.01 + s as f32 * 1e-3).to_le_bytes())
+            .collect()
+    };
+    for s in 1..=4u64 {
+        let d = data(s);
+        let t = TensorRef {
+            dtype: DType::F32,
+            shape: &[64, 64],
+            bytes: &d,
+        };
+        store
+            .save_checkpoint(s, &[("a", t), ("b", t)], "")
+            .expect("save");
+    }
+    store.tag("two", 2).expect("tag");
+    // Step 2 is the base of step 3's deltas: they are re-based in the same transaction.
+    assert_eq!(store.delete_checkpoint(2).expect("delete"), 2);
+    assert_eq!(store.checkpoints().expect("list"), vec![1, 3, 4]);
+    assert!(store.tags().expect("tags").is_empty());
+    for s in [1u64, 3, 4] {
+        for n in ["a", "b"] {
+            assert_eq!(store.get(n, s).expect("get").data, data(s), "{n} {s}");
+        }
+    }
+    assert!(matches!(
+        store.delete_checkpoint(2),
+        Err(StoreError::NotFound(NotFound::Checkpoint { step: 2 }))
+    ));
+    assert!(store.verify().expect("verify").is_ok());
+}
