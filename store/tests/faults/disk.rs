@@ -11,8 +11,9 @@
 //! "the 3rd write" is `(Kind::Write, 3)`. `len` and `close` are neither counted nor faulted.
 //!
 //! **Faults** fire once (a transient error): the call fails and later calls succeed, except
-//! for a power loss, after which every call fails (the machine is off) until the test takes
-//! the surviving bytes with [`FaultDisk::power_off`] and opens a new disk on them.
+//! for [`Fault::DiskFull`], after which writes fail with ENOSPC (the disk stays full), and a
+//! power loss, after which every call fails (the machine is off) until the test takes the
+//! surviving bytes with [`FaultDisk::power_off`] and opens a new disk on them.
 //!
 //! **Power loss** keeps, of the writes since the last completed sync: none
 //! ([`Loss::DropAll`]), all ([`Loss::KeepAll`]), or a seeded random subset
@@ -73,8 +74,12 @@ pub enum Fault {
     /// The call fails with ENOSPC and changes nothing.
     Enospc,
     /// A write stores the first half of its data, then fails with ENOSPC (a short write
-    /// followed by a full disk).
+    /// followed by a full disk); later calls succeed (space was freed meanwhile).
     ShortEnospc,
+    /// The disk is full from this call on, until the power goes off: a write stores the first
+    /// half of its data and fails with ENOSPC, and so does every later write (storing
+    /// nothing) and every `set_len` that grows the storage; a `set_len` here fails with ENOSPC.
+    DiskFull,
     /// The power goes off before the call: it fails with EIO, and so does every later call.
     PowerLoss(Loss),
 }
@@ -96,6 +101,8 @@ struct Disk {
     fired: Option<(Kind, u64, Fault)>,
     /// Set at a power loss: the bytes that survived it.
     survivor: Option<Vec<u8>>,
+    /// Set by [`Fault::DiskFull`].
+    full: bool,
 }
 
 /// The shared handle of a faulty disk: give a clone to [`strata_store::Store::open_with_backend`]
@@ -184,8 +191,10 @@ impl Disk {
             Some((k, at, fault)) if k == kind && at == n => {
                 self.armed = None;
                 self.fired = Some((k, at, fault));
-                if let Fault::PowerLoss(loss) = fault {
-                    self.survivor = Some(self.surviving(loss));
+                match fault {
+                    Fault::PowerLoss(loss) => self.survivor = Some(self.surviving(loss)),
+                    Fault::DiskFull => self.full = true,
+                    _ => {}
                 }
                 Some(fault)
             }
@@ -283,8 +292,9 @@ impl StorageBackend for FaultDisk {
     fn set_len(&self, len: u64) -> io::Result<()> {
         let mut d = self.lock();
         match d.enter(Kind::SetLen) {
+            None if d.full && len > d.current.len() as u64 => return Err(enospc()),
             None => {}
-            Some(Fault::Enospc | Fault::ShortEnospc) => return Err(enospc()),
+            Some(Fault::Enospc | Fault::ShortEnospc | Fault::DiskFull) => return Err(enospc()),
             Some(_) => return Err(eio()),
         }
         let op = Op::SetLen(len);
@@ -308,8 +318,9 @@ impl StorageBackend for FaultDisk {
     fn write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
         let mut d = self.lock();
         let (data, result) = match d.enter(Kind::Write) {
+            None if d.full => return Err(enospc()),
             None => (data, Ok(())),
-            Some(Fault::ShortEnospc) => (&data[..data.len() / 2], Err(enospc())),
+            Some(Fault::ShortEnospc | Fault::DiskFull) => (&data[..data.len() / 2], Err(enospc())),
             Some(Fault::Enospc) => return Err(enospc()),
             Some(_) => return Err(eio()),
         };
