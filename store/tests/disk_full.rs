@@ -126,8 +126,11 @@ fn write_safetensors(path: &Path, count: usize, elems: usize, seed: u64) -> Vec<
     tensors
 }
 
+/// A checkpoint as a reader sees it: step, metadata, each tensor's name and bytes.
+type Seen = (u64, String, Vec<(String, Vec<u8>)>);
+
 /// What a reader sees: checkpoints with metadata, every version's bytes.
-fn snapshot(store: &Store) -> Vec<(u64, String, Vec<(String, Vec<u8>)>)> {
+fn snapshot(store: &Store) -> Vec<Seen> {
     let mut out = Vec::new();
     for step in store.checkpoints().expect("checkpoints") {
         let info = store.checkpoint_info(step).expect("checkpoint info");
@@ -157,14 +160,14 @@ fn is_disk_full(e: &StoreError) -> bool {
 }
 
 /// What the scenario showed, for the tests to check.
-struct Seen {
+struct Shown {
     message: String,
     store_path: PathBuf,
 }
 
 /// Fills an 8 MiB tmpfs with a 16 MiB import under `opts`, checks the store after it, and
 /// imports again after remounting with 64 MiB. `None`: mounting is not permitted here.
-fn fill_the_disk(label: &str, opts: &Options) -> Option<Seen> {
+fn fill_the_disk(label: &str, opts: &Options) -> Option<Shown> {
     let disk = match Tmpfs::mount(8) {
         Ok(d) => d,
         Err(why) => {
@@ -224,7 +227,7 @@ fn fill_the_disk(label: &str, opts: &Options) -> Option<Seen> {
         std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0)
     );
     drop(store);
-    Some(Seen {
+    Some(Shown {
         message,
         store_path: path,
     })

@@ -238,14 +238,17 @@ fn operations() -> Vec<(&'static str, OpFn)> {
     ]
 }
 
+/// One version as a reader sees it: step, dtype, shape, fidelity, bytes.
+type Version = (u64, DType, Vec<u64>, Fidelity, Vec<u8>);
+
 /// What a store holds, as a reader sees it.
 #[derive(Debug, PartialEq)]
 struct State {
     checkpoints: Vec<(u64, String, Vec<String>)>,
     tags: Vec<(String, u64)>,
     policies: String,
-    /// By tensor, its versions: step, dtype, shape, fidelity, bytes.
-    tensors: BTreeMap<String, Vec<(u64, DType, Vec<u64>, Fidelity, Vec<u8>)>>,
+    /// By tensor, its versions.
+    tensors: BTreeMap<String, Vec<Version>>,
 }
 
 fn snapshot(store: &Store) -> Result<State, StoreError> {
@@ -288,9 +291,7 @@ fn diff(a: &State, b: &State) -> String {
     }
     for (name, va) in &a.tensors {
         let vb = &b.tensors[name];
-        let steps = |v: &[(u64, DType, Vec<u64>, Fidelity, Vec<u8>)]| {
-            v.iter().map(|x| x.0).collect::<Vec<_>>()
-        };
+        let steps = |v: &[Version]| v.iter().map(|x| x.0).collect::<Vec<_>>();
         if steps(va) != steps(vb) {
             return format!("{name}: steps {:?} vs {:?}", steps(va), steps(vb));
         }
@@ -542,15 +543,16 @@ fn guarded<T: Send + 'static>(
 /// unsynced writes surviving); the open on those bytes is counted, then run with a fault at
 /// each of its positions (sampled unless `full`), the power going off after it; the store
 /// opened on what survives that must hold the same state as a fault-free open of the first
-/// crash's bytes. Returns the failures and a summary.
+/// crash's bytes. Returns the failures, a summary and the number of faulty opens tried.
 fn recovery_matrix(
     name: &str,
     ctx: &std::sync::Arc<Ctx>,
     op_syncs: u64,
     full: bool,
-) -> (Vec<String>, String) {
+) -> (Vec<String>, String, u64) {
     let mut failures = Vec::new();
     let mut summary = Vec::new();
+    let mut recovery_tried = 0u64;
     for loss in [Loss::KeepAll, Loss::DropAll] {
         let disk = FaultDisk::with_bytes(ctx.base.clone());
         let mut store = open(&disk).expect("open the baseline");
@@ -584,12 +586,12 @@ fn recovery_matrix(
             let n = counts[kind as usize];
             for i in 0..n {
                 index += 1;
-                if !(full || i == 0 || i + 1 == n || index % 5 == 0) {
+                if !(full || i == 0 || i + 1 == n || index.is_multiple_of(5)) {
                     continue;
                 }
                 tried += 1;
                 let fault = fault_for(kind, i);
-                let end = if index % 2 == 0 {
+                let end = if index.is_multiple_of(2) {
                     Loss::DropAll
                 } else {
                     Loss::KeepSome(index)
@@ -618,12 +620,13 @@ fn recovery_matrix(
                 }
             }
         }
+        recovery_tried += tried;
         summary.push(format!(
             "after {loss:?}: open calls read {} write {} set_len {} sync {}, tried {tried}, state {expected:?}",
             counts[0], counts[1], counts[2], counts[3]
         ));
     }
-    (failures, summary.join("; "))
+    (failures, summary.join("; "), recovery_tried)
 }
 
 /// The fault a call of `kind` at position `n` gets.
@@ -631,7 +634,7 @@ fn fault_for(kind: Kind, n: u64) -> Fault {
     match kind {
         Kind::Read | Kind::Sync => Fault::Eio,
         Kind::Write => [Fault::Eio, Fault::ShortEnospc, Fault::DiskFull][(n % 3) as usize],
-        Kind::SetLen if n % 2 == 0 => Fault::Enospc,
+        Kind::SetLen if n.is_multiple_of(2) => Fault::Enospc,
         Kind::SetLen => Fault::DiskFull,
     }
 }
@@ -700,7 +703,9 @@ fn matrix(name: &str, op: OpFn, base: &[u8], before: &State, full: bool) -> Vec<
     disk.arm(None);
     op(&mut store).unwrap_or_else(|e| panic!("{name} without a fault failed: {e}"));
     let counts = disk.counts();
+    disk.arm(None);
     drop(store);
+    let close_counts = disk.counts();
     let after = {
         let store = open(&FaultDisk::with_bytes(disk.current())).expect("reopen after");
         snapshot(&store).expect("state after")
@@ -729,7 +734,7 @@ fn matrix(name: &str, op: OpFn, base: &[u8], before: &State, full: bool) -> Vec<
     let mut tally = Tally::default();
     let mut tried = 0u64;
     for (index, &(kind, i, edge)) in positions.iter().enumerate() {
-        if !(full || edge || index % 5 == 0) {
+        if !(full || edge || index.is_multiple_of(5)) {
             continue;
         }
         tried += 1;
@@ -747,7 +752,7 @@ fn matrix(name: &str, op: OpFn, base: &[u8], before: &State, full: bool) -> Vec<
     let syncs = counts[Kind::Sync as usize];
     let mut losses = 0u64;
     for i in 0..syncs {
-        if !(full || i == 0 || i + 1 == syncs || i % 5 == 0) {
+        if !(full || i == 0 || i + 1 == syncs || i.is_multiple_of(5)) {
             continue;
         }
         for loss in [Loss::DropAll, Loss::KeepAll, Loss::KeepSome(i * 7919 + 1)] {
@@ -764,7 +769,41 @@ fn matrix(name: &str, op: OpFn, base: &[u8], before: &State, full: bool) -> Vec<
             );
         }
     }
-    let (recovery_failures, recovery) = recovery_matrix(name, &ctx, syncs, full);
+    // Faults while the handle closes after the operation succeeded: the commit was synced, so
+    // the store must hold the state after whatever the close does.
+    let mut close_runs = 0u64;
+    for kind in Kind::ALL {
+        let n = close_counts[kind as usize];
+        for i in 0..n {
+            if !(full || i == 0 || i + 1 == n || i.is_multiple_of(5)) {
+                continue;
+            }
+            close_runs += 1;
+            let fault = fault_for(kind, i);
+            let loss = if i.is_multiple_of(2) {
+                Loss::DropAll
+            } else {
+                Loss::KeepSome(i + 17)
+            };
+            let c = ctx.clone();
+            let r = guarded(move || {
+                let disk = FaultDisk::with_bytes(c.base.clone());
+                let mut store = open(&disk).map_err(|e| format!("open: {e}"))?;
+                (c.op)(&mut store).map_err(|e| format!("the operation failed: {e}"))?;
+                disk.arm(Some((kind, i, fault)));
+                catch_unwind(AssertUnwindSafe(|| drop(store)))
+                    .map_err(|p| format!("the close panicked: {}", panic_text(&*p)))?;
+                check_reopened(&c, disk.power_off(loss), true)
+            });
+            if let Err(e) = r {
+                tally.failures.push(format!(
+                    "{name}: {fault:?} at {kind:?} #{i} of the close after it succeeded, then a \
+                     power loss ({loss:?}): {e}"
+                ));
+            }
+        }
+    }
+    let (recovery_failures, recovery, recovery_tried) = recovery_matrix(name, &ctx, syncs, full);
     tally.failures.extend(recovery_failures);
     if tally.errors == 0 {
         tally.failures.push(format!(
@@ -781,6 +820,7 @@ fn matrix(name: &str, op: OpFn, base: &[u8], before: &State, full: bool) -> Vec<
         "faults: {name}: calls read {} write {} set_len {} sync {}; positions tried {tried} of {}, \
          power losses {losses}; outcomes: {} error, {} ok; retries on the same handle: {} ok, {} error; reopened: {} before, {} after, {} same; \
          failures {}; errors: {}; retry errors: {}; {:.1} s\n\
+         faults: {name}: close: calls read {} write {} set_len {} sync {}, tried {close_runs}\n\
          faults: {name}: recovery: {recovery}",
         counts[0],
         counts[1],
@@ -797,8 +837,32 @@ fn matrix(name: &str, op: OpFn, base: &[u8], before: &State, full: bool) -> Vec<
         tally.failures.len(),
         list(&tally.error_kinds),
         list(&tally.retry_kinds),
-        started.elapsed().as_secs_f64()
+        started.elapsed().as_secs_f64(),
+        close_counts[0],
+        close_counts[1],
+        close_counts[2],
+        close_counts[3],
     );
+    // For benches/readme_tables.py.
+    let json = serde_json::json!({
+        "operation": name,
+        "full": full,
+        "calls": {"read": counts[0], "write": counts[1], "set_len": counts[2], "sync": counts[3]},
+        "positions": positions.len(),
+        "tried": tried,
+        "power_losses": losses,
+        "errors": tally.errors,
+        "successes": tally.successes,
+        "retries_ok": tally.retry_ok,
+        "before": tally.before,
+        "after": tally.after,
+        "same": tally.same,
+        "recovery_opens": recovery_tried,
+        "close_runs": close_runs,
+        "failures": tally.failures.len(),
+        "seconds": started.elapsed().as_secs_f64(),
+    });
+    println!("faults-json: {json}");
     tally.failures
 }
 
