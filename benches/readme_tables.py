@@ -374,7 +374,8 @@ def faults_table():
     secs = time.perf_counter() - t0
     rows = [json.loads(l.split(":", 1)[1]) for l in out.splitlines() if l.startswith("faults-json:")]
     lines = [
-        f"Measured {machine()}: `{' '.join(cmd)}` ({secs:.0f} s with the build). Backend calls are",
+        f"Measured {machine()}: `{' '.join(cmd)}` (the matrix {sum(r['seconds'] for r in rows):.0f} s, "
+        f"{secs:.0f} s with the build). Backend calls are",
         "those of one fault-free run on the test store; each position gets one fault (reads EIO;",
         "writes EIO, a short write with ENOSPC, or a disk that stays full; `set_len` ENOSPC; `sync_data`",
         "EIO), then a clean close or a power loss; each sync also gets three power losses (no, all, or a",

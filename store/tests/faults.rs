@@ -43,8 +43,8 @@ use std::time::{Duration, Instant};
 
 use disk::{Fault, FaultDisk, Kind, Loss, Rng};
 use strata_store::{
-    Budget, Clock, DType, Fidelity, Options, RetainPolicy, Store, StoreError, TensorRef, Tier,
-    TierOptions, TierPolicy,
+    Budget, Clock, DType, Fidelity, Options, PutOptions, RetainPolicy, Store, StoreError,
+    TensorRef, Tier, TierOptions, TierPolicy,
 };
 
 const MINUTE: u64 = 60_000;
@@ -212,6 +212,16 @@ fn operations() -> Vec<(&'static str, OpFn)> {
             w.put("c", &f32_ref(&[512, 256], &c))?;
             w.commit()
         }),
+        ("put overwrite", |s| {
+            // Replaces a version others are deltas on: they are re-based in the same commit.
+            let a = bytes(&drift(&a_at(1), 13));
+            s.put_with(
+                "a",
+                2,
+                &f32_ref(&A_SHAPE, &a),
+                &PutOptions { overwrite: true },
+            )
+        }),
         ("delete", |s| s.delete("a", 2)),
         ("retain", |s| {
             let policy = RetainPolicy {
@@ -228,6 +238,7 @@ fn operations() -> Vec<(&'static str, OpFn)> {
                 .map(|_| ())
         }),
         ("tag", |s| s.tag("release", 3)),
+        ("untag", |s| s.untag("best")),
         ("set_policy", |s| {
             s.set_policy("b", TierPolicy::tiered(Tier::Hot8))
         }),
