@@ -254,12 +254,10 @@ fn an_import_that_fills_the_disk_mid_stream_fails_cleanly_and_succeeds_once_ther
     fill_the_disk("small windows", &small_windows());
 }
 
-/// The disk-full error should say which file is full: it reads "database error while
-/// committing: I/O error: No space left on device (os error 28)", naming neither the store
-/// nor the imported file, because I/O errors of redb during a write come back as
-/// `StoreError::Database { op, source }`, which has no path (only `StoreError::Io` has one).
+/// The disk-full error says which file is full: redb's I/O errors on the store file come back
+/// as `StoreError::Io` naming it (they were `StoreError::Database { op, source }`, whose
+/// message named no file, until this test found it).
 #[test]
-#[ignore = "bug: a disk-full (or any I/O) error during a write is StoreError::Database { op, source } and its message does not name the store file"]
 fn the_disk_full_error_names_the_store_file() {
     let Some(seen) = fill_the_disk("default options, message", &Options::default()) else {
         return;
