@@ -13,6 +13,8 @@ Tables, each between markers in README.md, with the date, the machine and the co
   (`examples/tier-sim.rs`) at 100 000 blocks and 1 000 000 reads;
 - `<!-- wasm-figures:start -->` ... `<!-- wasm-figures:end -->`: the .wasm size from wasm/build.sh
   and WASM against native speeds from wasm/bench.mjs (Node);
+- `<!-- python:start -->` ... `<!-- python:end -->`: save and load through the Python package against
+  safetensors.torch and torch.save (python/benches/bench.py, in the venv of python/ci.sh);
 - `<!-- scale:start -->` ... `<!-- scale:end -->`: GB-scale checkpoints and long runs of small
   ones (`examples/scale-bench.rs`, issue 11), with the issue's targets beside the figures. Sizes
   with --scale-gb G (repeatable, default 2); the first size runs everything, larger ones only
@@ -404,6 +406,19 @@ def faults_table():
     return "\n".join(lines)
 
 
+def python_table():
+    """python/benches/bench.py in the venv python/ci.sh makes (Strata's Python API against
+    safetensors.torch and torch.save on MiniLM and the dev series)."""
+    venv = os.environ.get("STRATA_PY_VENV", os.path.expanduser("~/.cache/strata/py-venv"))
+    py = os.path.join(venv, "bin", "python")
+    if not os.path.exists(py):
+        run(["bash", "python/ci.sh", "--collect-only", "-q"])
+    cmd = [py, "python/benches/bench.py", "--runs", "3"]
+    out = run(cmd)
+    shown = " ".join(["python"] + cmd[1:])
+    return f"Measured {machine()} by `{shown}` (the venv of `python/ci.sh`):\n\n" + out.strip()
+
+
 def replace_section(readme, name, body):
     start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
     if start not in readme or end not in readme:
@@ -421,6 +436,7 @@ def main():
         "wasm-figures": wasm_table,
         "scale": scale_table,
         "faults": faults_table,
+        "python": python_table,
     }
     only = [sys.argv[i + 1] for i, a in enumerate(sys.argv[:-1]) if a == "--only"]
     tables = {name: make() for name, make in makers.items() if not only or name in only}
