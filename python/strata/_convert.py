@@ -41,8 +41,25 @@ _NP_OF = {
     "i64": np.dtype("<i8"),
     "u64": np.dtype("<u8"),
     "bool": np.dtype("?"),
+    "c64": np.dtype("<c8"),
 }
 _NAME_OF_NP = {(d.kind, d.itemsize): n for n, d in _NP_OF.items()}
+
+# The 8-bit floats: Strata name -> ml_dtypes type name (NumPy has none; without ml_dtypes they
+# come back as uint8 bits and cannot be saved from NumPy) and torch dtype name.
+_FP8 = {
+    "f8_e4m3": ("float8_e4m3fn", "float8_e4m3fn"),
+    "f8_e5m2": ("float8_e5m2", "float8_e5m2"),
+    "f8_e8m0": ("float8_e8m0fnu", "float8_e8m0fnu"),
+    "f8_e4m3fnuz": ("float8_e4m3fnuz", "float8_e4m3fnuz"),
+    "f8_e5m2fnuz": ("float8_e5m2fnuz", "float8_e5m2fnuz"),
+}
+_NP_FP8: dict[str, Any] = {}
+if _ml_dtypes is not None:
+    for _name, (_ml, _) in _FP8.items():
+        if hasattr(_ml_dtypes, _ml):
+            _NP_FP8[_name] = np.dtype(getattr(_ml_dtypes, _ml))
+_NAME_OF_FP8 = {d: n for n, d in _NP_FP8.items()}
 
 
 def check_step(step: Any, what: str = "step") -> int:
@@ -76,12 +93,15 @@ def is_torch_tensor(x: Any) -> bool:
 def _np_name(dtype: np.dtype) -> str:
     if _NP_BF16 is not None and dtype == _NP_BF16:
         return "bf16"
-    if dtype.kind in "fiub":
+    if dtype in _NAME_OF_FP8:
+        return _NAME_OF_FP8[dtype]
+    if dtype.kind in "fiubc":
         name = _NAME_OF_NP.get((dtype.kind, dtype.itemsize))
         if name is not None:
             return name
     raise TypeError(
-        f"unsupported dtype {dtype} (Strata stores f32, f16, bf16, f64, i8..i64, u8..u64, bool)"
+        f"unsupported dtype {dtype} (Strata stores f32, f16, bf16, f64, i8..i64, u8..u64, bool, "
+        "complex64, and ml_dtypes' 8-bit floats)"
     )
 
 
@@ -123,7 +143,9 @@ def _torch_names() -> dict[Any, str]:
             "int64": "i64",
             "uint64": "u64",
             "bool": "bool",
+            "complex64": "c64",
         }
+        pairs.update({torch_name: name for name, (_, torch_name) in _FP8.items()})
         for attr, name in pairs.items():
             dt = getattr(torch, attr, None)
             if dt is not None:
@@ -137,7 +159,7 @@ def _torch_to_bytes(t: Any) -> tuple[str, list[int], np.ndarray]:
     if name is None:
         raise TypeError(
             f"unsupported dtype {t.dtype} (Strata stores float32/16/64, bfloat16, int8..64, "
-            "uint8..64, bool)"
+            "uint8..64, bool, complex64, the float8 types)"
         )
     if t.layout != torch.strided:
         raise TypeError(f"unsupported tensor layout {t.layout} (only dense tensors)")
@@ -151,8 +173,11 @@ def _torch_to_bytes(t: Any) -> tuple[str, list[int], np.ndarray]:
     if t.is_neg():
         t = t.resolve_neg()
     t = t.contiguous()
+    shape = list(t.shape)
+    if t.is_complex():
+        t = torch.view_as_real(t)  # (..., 2) float32: the same bytes, viewable as uint8
     flat = t.reshape(-1).view(torch.uint8)
-    return name, list(t.shape), flat.numpy()
+    return name, shape, flat.numpy()
 
 
 def snapshot(x: Any) -> Any:
@@ -174,10 +199,14 @@ def from_bytes(dtype: str, shape: Any, data: np.ndarray, framework: str) -> Any:
         tdt = _torch_dtype(dtype)
         if data.size == 0:
             return torch.empty(shape, dtype=tdt)
+        if tdt == torch.complex64:
+            return torch.view_as_complex(torch.from_numpy(data).view(torch.float32).reshape(shape + (2,)))
         return torch.from_numpy(data).view(tdt).reshape(shape)
     if framework in ("np", "numpy"):
         if dtype == "bf16":
             np_dt = _NP_BF16 if _NP_BF16 is not None else np.dtype("<u2")
+        elif dtype in _FP8:
+            np_dt = _NP_FP8.get(dtype, np.dtype("u1"))
         else:
             np_dt = _NP_OF[dtype]
         return data.view(np_dt).reshape(shape)
