@@ -165,8 +165,21 @@ impl Store {
             rules: RwLock::new(RuleSet::default()),
             backend: None,
         };
-        store.check_format()?;
-        store.load_tiers()?;
+        // redb trusts its file past the open too: a damaged one can make it panic while the
+        // format record and the tier rows are read. Turn that into an error as well.
+        let path = store.path.clone();
+        match catch_unwind(AssertUnwindSafe(|| {
+            store.check_format()?;
+            store.load_tiers()
+        })) {
+            Ok(checked) => checked?,
+            Err(panic) => {
+                return Err(StoreError::Open(OpenError::Damaged {
+                    path,
+                    reason: format!("redb failed reading it: {}", panic_message(&panic)),
+                }))
+            }
+        }
         Ok(store)
     }
 

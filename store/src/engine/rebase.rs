@@ -385,6 +385,10 @@ fn drop_from_checkpoint(wt: &mut WriteTxn<'_>, name: &str, step: u64) -> Result<
     let Some(mut cp) = wt.checkpoint(step)? else {
         return Ok(());
     };
+    if !cp.tensors.iter().any(|t| t == name) {
+        // A version written outside the checkpoint at its step: the checkpoint is not its.
+        return Ok(());
+    }
     cp.tensors.retain(|t| t != name);
     if cp.tensors.is_empty() {
         wt.remove_checkpoint(step)
