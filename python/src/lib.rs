@@ -23,8 +23,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use strata_store::{
     DType, Fidelity, OpenError, Options, Residual, RetainPolicy, Store, StoreError, Tensor,
-    TensorRef, Tier,
-    TierPolicy,
+    TensorRef, Tier, TierPolicy,
 };
 
 create_exception!(

@@ -218,7 +218,7 @@ proptest::proptest! {
         let mut store = Store::open_with(&path, opts).expect("open");
         let data = |s: u64| -> Vec<u8> {
             // Every `same_every`-th step repeats its predecessor: reference blocks.
-            let s = if s % same_every == 0 { s.saturating_sub(1) } else { s };
+            let s = if s.is_multiple_of(same_every) { s.saturating_sub(1) } else { s };
             (0..8192u32)
                 .flat_map(|i| ((i as f32) * 0.001 + ((i as u64 * s) % 7) as f32 * 1e-4).to_le_bytes())
                 .collect()
