@@ -93,6 +93,10 @@ impl Store {
     /// The reads of a read-only handle move the tier access scores of this handle only: they
     /// are not written to the file and do not reach the writer's policy.
     ///
+    /// A store whose last writer crashed needs the repair the next writer's open does, which a
+    /// reader cannot do: if no writer holds it, this open recovers it first as a writer would
+    /// (the only case where it writes to the file).
+    ///
     /// # Errors
     /// Those of [`Store::open`] but `InUse` (a writer that opened the store with a Strata before
     /// read-only opens existed, which locks the whole file, still gives `InUse`), and
@@ -122,7 +126,24 @@ impl Store {
             }
             Err(source) => return Err(StoreError::Io { path, source }),
         }
-        let db = guarded_open(&path, || builder(&opts).open_read_only(&path))?;
+        let mut tries = 0;
+        let db = loop {
+            let opened = catch_unwind(AssertUnwindSafe(|| builder(&opts).open_read_only(&path)));
+            if !matches!(opened, Ok(Err(DatabaseError::RepairAborted))) || tries == 3 {
+                break guarded(&path, opened)?;
+            }
+            // The last writer crashed and no writer has opened the store since: a reader
+            // cannot repair it. Recover it as the next writer would (this open writes), then
+            // read. A writer that holds it meanwhile (InUse) recovered it when it opened.
+            tries += 1;
+            match Store::open_with(&path, opts.clone()) {
+                Ok(writer) => drop(writer),
+                Err(StoreError::Open(OpenError::InUse { .. })) => {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err(e) => return Err(e),
+            }
+        };
         Store::from_handle(path, Handle::Reader(db), opts)
     }
 
@@ -432,7 +453,15 @@ fn guarded_open<D>(
     path: &Path,
     open: impl FnOnce() -> std::result::Result<D, DatabaseError>,
 ) -> Result<D> {
-    match catch_unwind(AssertUnwindSafe(open)) {
+    guarded(path, catch_unwind(AssertUnwindSafe(open)))
+}
+
+/// The outcome of a redb open run under `catch_unwind`, as [`guarded_open`] gives it.
+fn guarded<D>(
+    path: &Path,
+    opened: std::thread::Result<std::result::Result<D, DatabaseError>>,
+) -> Result<D> {
+    match opened {
         Ok(Ok(db)) => Ok(db),
         Ok(Err(e)) => Err(open_error(path, e)),
         Err(panic) => Err(StoreError::Open(OpenError::Damaged {
