@@ -85,22 +85,28 @@ fn real_series_round_trip_and_ratios() {
     // on dev_ft bf16. dev_pre f32 measures 1.288 at the default `max_chain` of 6 (ADR 0006):
     // 0.2 % under ZipNN, the one target missed, so its floor is what it measures. Star floors
     // sit a little under what it measured.
+    //
+    // Since stores open in redb's SingleWriter mode (ADR 0017), so that read-only processes can
+    // follow a writer, a compacted file keeps 50 to 110 KB more trailing pages than under
+    // ExclusiveWriter: dev_ft bf16 (3.6 MB) measured 5.053 where it measured 5.123, under the
+    // 5.1 target; the floor is 5.0 until redb's shrink in that mode is understood.
     let shared_cases = [
         ("dev_pre", 1.285, 1.21),
         ("dev_pre/bf16", 1.820, 1.60),
         ("dev_ft", 1.617, 1.50),
-        ("dev_ft/bf16", 5.1, 3.2),
+        ("dev_ft/bf16", 5.0, 3.2),
     ];
     // The committed series (3 dev_pre and 5 dev_ft checkpoints of 5 tensors, one block
     // each): floors about 3 % under what this test printed for it (Chain, Star: dev_pre
     // 1.036, 1.036; dev_pre/bf16 1.648, 1.595; dev_ft 1.594, 1.296; dev_ft/bf16 3.734,
-    // 2.941, later 2.841 as the streaming writer lays pages out differently). redb's fixed regions weigh on files this small: dev_pre keeps 1.294 of its raw
+    // 2.941, later 2.841 as the streaming writer lays pages out differently; SingleWriter
+    // mode: dev_pre/bf16 1.546, 1.546, dev_ft 1.480, dev_ft/bf16 Star 2.747). redb's fixed regions weigh on files this small: dev_pre keeps 1.294 of its raw
     // bytes in segments but its file holds 1.036.
     let committed_cases = [
         ("dev_pre", 1.00, 1.00),
-        ("dev_pre/bf16", 1.59, 1.54),
-        ("dev_ft", 1.54, 1.25),
-        ("dev_ft/bf16", 3.62, 2.75),
+        ("dev_pre/bf16", 1.50, 1.50),
+        ("dev_ft", 1.44, 1.25),
+        ("dev_ft/bf16", 3.62, 2.66),
     ];
     let max_chain = std::env::var("STRATA_MAX_CHAIN")
         .ok()
@@ -139,8 +145,9 @@ fn real_series_round_trip_and_ratios() {
                 );
                 // redb's page layout costs little once compacted. A file of a few MB also
                 // keeps redb's fixed regions: the committed series' files measured up to
-                // 353 KB over their segments (dev_ft Star).
-                let fixed = if src.is_shared() { 0.0 } else { 384.0 * 1024.0 };
+                // 353 KB over their segments (dev_ft Star). SingleWriter mode keeps up to about
+                // 110 KB more trailing pages after compaction (see the floors above).
+                let fixed = if src.is_shared() { 128.0 } else { 384.0 } * 1024.0;
                 assert!(
                     m.file as f64 <= m.stored as f64 * 1.05 + fixed,
                     "{} {dir} {policy:?}: file overhead",
