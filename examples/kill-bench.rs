@@ -634,13 +634,13 @@ fn round(
     if !running {
         return Err(format!("writer ended by itself: {status}: {err}"));
     }
-    let inside = match (&pending, op) {
+    let inside = matches!(
+        (&pending, op),
         (Some(Pending::Checkpoint(_, Written::Import)), Op::Import)
-        | (Some(Pending::Checkpoint(_, Written::Save)), Op::Save)
-        | (Some(Pending::Retain(_)), Op::Retain) => true,
-        (Some(Pending::Other), Op::Maintain | Op::Compact) => true,
-        _ => false,
-    };
+            | (Some(Pending::Checkpoint(_, Written::Save)), Op::Save)
+            | (Some(Pending::Retain(_)), Op::Retain)
+            | (Some(Pending::Other), Op::Maintain | Op::Compact)
+    );
     let checks = check(path, model, pending, files)?;
     Ok(RoundResult { inside, checks })
 }
@@ -674,9 +674,7 @@ fn check(
     // The pending operation: did it commit?
     match &pending {
         Some(Pending::Checkpoint(step, how)) if present.contains(step) => {
-            if !model.checkpoints.contains_key(step) {
-                model.checkpoints.insert(*step, *how);
-            }
+            model.checkpoints.entry(*step).or_insert(*how);
         }
         Some(Pending::Retain(steps)) if !steps.is_empty() => {
             let there = steps.iter().filter(|s| present.contains(s)).count();
