@@ -14,7 +14,7 @@
 //! | op % 12 | operation | a, b, c |
 //! |---|---|---|
 //! | 0, 1 | `put` | name `a % 3`, step `b % 16`, tensor kind and data seed `c` |
-//! | 2 | `save_checkpoint` | step `a % 16`, tensors: bits 0-2 of `b` pick names, seed `c` |
+//! | 2 | `save_checkpoint` | step `a % 16`, tensors: bits 0-2 of `b` pick names (none: skipped unless [`EMPTY_CHECKPOINTS`]), seed `c` |
 //! | 3 | `delete` | name `a % 3`, step `b % 16` |
 //! | 4 | `tag` | tag `a % 3`, step `b % 16` |
 //! | 5 | `untag` | tag `a % 3` |
@@ -40,6 +40,12 @@ const NAMES: [&str; 3] = ["w", "layer.1.b", "kv"];
 const TAGS: [&str; 3] = ["best", "t1", "t2"];
 /// Operations per input, at most.
 const MAX_OPS: usize = 64;
+/// Whether `save_checkpoint` with no tensor is driven. Off until the issue found here is
+/// fixed: `Store::delete` of a version outside an empty checkpoint at the same step removes
+/// that checkpoint (`drop_from_checkpoint` in store/src/engine/rebase.rs removes any
+/// checkpoint left with no tensor, also one the deleted version was never part of).
+/// Replayed by `tests/fuzz_regressions.rs`, `delete_keeps_an_empty_checkpoint_it_is_not_in`.
+const EMPTY_CHECKPOINTS: bool = false;
 
 type Version = (DType, Vec<u64>, Vec<u8>);
 
@@ -185,6 +191,9 @@ fuzz_target!(|data: &[u8]| {
                     .filter(|i| b & (1 << i) != 0)
                     .map(|i| NAMES[i])
                     .collect();
+                if chosen.is_empty() && !EMPTY_CHECKPOINTS {
+                    continue;
+                }
                 let vs: Vec<Version> = chosen
                     .iter()
                     .enumerate()
