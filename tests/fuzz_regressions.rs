@@ -90,21 +90,21 @@ fn read_everything(store: &Store) -> Result<(), String> {
     })
 }
 
-/// A damaged store file must give errors, never a panic. Found by `store_open`: a file
-/// whose redb pages are damaged (but which `Store::open` accepts) makes redb panic inside
-/// `Store::stats` (`redb-4.6.0/src/tree_store/btree_base.rs:667`, "attempt to subtract with
-/// overflow" with overflow checks on, as fuzz builds have; `Store::open` catches redb's
-/// panics, later calls do not), and another in the `Store`'s drop, where redb commits as the
-/// database closes (`redb-4.6.0/src/tree_store/page_store/buddy_allocator.rs:363`, a
-/// `debug_assert!` of the page allocator: its free-page bitmaps, read from the damaged file,
-/// disagree). Without overflow checks (the release build the README's
-/// test command makes) the subtraction wraps and no panic comes, so the test runs there and
-/// is ignored only in builds with debug assertions, until the issue is fixed.
+/// A damaged store file must give errors, never a panic. Found by `store_open`, three inputs
+/// in `fuzz/regressions/store_open/`, all redb panicking on pages it trusts:
+///
+/// - `redb-open-check-format-slice-index`: **`Store::open` panics, in release builds too**.
+///   `Store::open` runs redb's `Database::create` under `catch_unwind`, but its own first
+///   read, `check_format` (store/src/store.rs:150), is not: redb's `AccessGuard::value`
+///   (`redb-4.6.0/src/tree_store/btree_base.rs:283`) slices a leaf with an offset read from
+///   the damaged page ("range start index 134217804 out of range for slice of length 4096").
+/// - `redb-stats-subtract-overflow`: redb panics in `Store::stats` (`btree_base.rs:667`,
+///   "attempt to subtract with overflow"; only with overflow checks, as fuzz builds have).
+/// - `redb-drop-commit-buddy-allocator`: redb panics in the `Store`'s drop, where it commits
+///   as the database closes (`page_store/buddy_allocator.rs:363`, a `debug_assert!` of the
+///   page allocator: its free-page bitmaps, read from the damaged file, disagree).
 #[test]
-#[cfg_attr(
-    debug_assertions,
-    ignore = "issue: redb panics on damaged pages past Store::open (Store::stats -> redb btree_stats), fuzz/regressions/store_open/redb-stats-subtract-overflow"
-)]
+#[ignore = "issue: redb panics on a damaged file past Database::create: Store::open (check_format) in release builds, Store::stats and Store's drop with debug assertions; fuzz/regressions/store_open/"]
 fn damaged_store_files_give_errors_not_panics() {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut failures = Vec::new();
