@@ -374,8 +374,12 @@ fn main() -> Result<(), Box<dyn Error>> {
         &segment::encode_keyframe(DType::BF16, &as_dtype(DType::BF16, &wide), &opts)?,
     )?;
     let base = base_pattern(2 << 14);
-    let seg =
-        segment::encode_delta(DType::BF16, &exponent_step(DType::BF16, &base, &mut rng), &base, &opts)?;
+    let seg = segment::encode_delta(
+        DType::BF16,
+        &exponent_step(DType::BF16, &base, &mut rng),
+        &base,
+        &opts,
+    )?;
     seeds.add("delta-ctx-bf16-wide", &seg)?;
     // zstd planes: the same blocks at maximum ratio.
     let zopts = LosslessOptions::max_ratio();

@@ -22,3 +22,5 @@ pub fn base_pattern(len: usize) -> Vec<u8> {
         })
         .collect()
 }
+
+pub mod store_util;
