@@ -189,19 +189,21 @@ impl Store {
         // redb trusts its file past the open too: a damaged one can make it panic while the
         // format record and the tier rows are read. Turn that into an error as well.
         let path = store.path.clone();
-        match catch_unwind(AssertUnwindSafe(|| {
+        let failed = match catch_unwind(AssertUnwindSafe(|| {
             store.check_format()?;
             store.load_tiers()
         })) {
-            Ok(checked) => checked?,
-            Err(panic) => {
-                return Err(StoreError::Open(OpenError::Damaged {
-                    path,
-                    reason: format!("redb failed reading it: {}", panic_message(&panic)),
-                }))
-            }
-        }
-        Ok(store)
+            Ok(Ok(())) => return Ok(store),
+            Ok(Err(e)) => e,
+            Err(panic) => StoreError::Open(OpenError::Damaged {
+                path,
+                reason: format!("redb failed reading it: {}", panic_message(&panic)),
+            }),
+        };
+        // Closing the database commits, and on a damaged file redb can panic there too: the
+        // error is what the caller gets either way.
+        let _ = catch_unwind(AssertUnwindSafe(move || drop(store)));
+        Err(failed)
     }
 
     /// Whether this handle was opened with [`Store::open_read_only`].
