@@ -16,6 +16,13 @@ VENV="${STRATA_PY_VENV:-$HOME/.cache/strata/py-venv}"
 REQ="$ROOT/python/requirements-ci.txt"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 
+# Debian's own python3 ships venv (and the headers PyO3 links against) separately.
+if ! "$PY" -m venv --help >/dev/null 2>&1; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq python3-venv python3-dev >/dev/null
+fi
+
 stamp="$VENV/.strata-requirements"
 if [ ! -x "$VENV/bin/python" ] || ! cmp -s "$REQ" "$stamp"; then
     echo "python/ci.sh: installing the test requirements into $VENV"
