@@ -97,6 +97,10 @@ pub enum StoreError {
         #[source]
         source: Box<safetensors::SafeTensorError>,
     },
+    /// A remote (object storage) failed: a push, pull or background upload.
+    #[cfg(feature = "remote")]
+    #[error(transparent)]
+    Remote(Box<crate::remote::RemoteError>),
 }
 
 /// Why a store could not be opened ([`crate::Store::open`]).

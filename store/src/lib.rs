@@ -120,6 +120,8 @@ mod options;
 mod read;
 mod reader;
 mod record;
+#[cfg(feature = "remote")]
+pub mod remote;
 mod retain;
 mod safetensors_io;
 mod stats;

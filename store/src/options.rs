@@ -35,6 +35,10 @@ pub struct Options {
     pub window_bytes: u64,
     /// Tiering: the tier policy's settings, the maintenance budget, the read clock.
     pub tiering: TierOptions,
+    /// Push each committed checkpoint to this remote in the background ([`crate::Store::flush`]
+    /// waits for it). Default none.
+    #[cfg(feature = "remote")]
+    pub upload: Option<crate::remote::UploadOptions>,
 }
 
 impl Default for Options {
@@ -48,6 +52,8 @@ impl Default for Options {
             db_cache_bytes: 64 << 20,
             window_bytes: 128 << 20,
             tiering: TierOptions::default(),
+            #[cfg(feature = "remote")]
+            upload: None,
         }
     }
 }

@@ -48,6 +48,9 @@ pub struct Store {
     pub(crate) rules: RwLock<RuleSet>,
     /// The backend of a store opened with [`Store::open_with_backend`] (asked for its size).
     backend: Option<Arc<dyn StorageBackend>>,
+    /// Pushes committed checkpoints to [`Options::upload`] (writers only).
+    #[cfg(feature = "remote")]
+    pub(crate) uploader: Option<crate::remote::Uploader>,
 }
 
 impl Store {
@@ -185,6 +188,8 @@ impl Store {
             tiers: Mutex::new(runtime),
             rules: RwLock::new(RuleSet::default()),
             backend: None,
+            #[cfg(feature = "remote")]
+            uploader: None,
         };
         // redb trusts its file past the open too: a damaged one can make it panic while the
         // format record and the tier rows are read. Turn that into an error as well.
@@ -193,7 +198,7 @@ impl Store {
             store.check_format()?;
             store.load_tiers()
         })) {
-            Ok(Ok(())) => return Ok(store),
+            Ok(Ok(())) => return store.start_upload(),
             Ok(Err(e)) => e,
             Err(panic) => StoreError::Open(OpenError::Damaged {
                 path,
@@ -204,6 +209,46 @@ impl Store {
         // error is what the caller gets either way.
         let _ = catch_unwind(AssertUnwindSafe(move || drop(store)));
         Err(failed)
+    }
+
+    /// Starts the background uploader of [`Options::upload`] on a writer's handle.
+    fn start_upload(self) -> Result<Store> {
+        #[cfg(feature = "remote")]
+        {
+            let mut store = self;
+            if let (Some(up), false) = (&store.opts.upload, store.is_read_only()) {
+                store.uploader = Some(crate::remote::Uploader::start(up)?);
+            }
+            Ok(store)
+        }
+        #[cfg(not(feature = "remote"))]
+        Ok(self)
+    }
+
+    /// Waits until every checkpoint committed so far is in the remote of [`Options::upload`]
+    /// (at once without one). A failed upload is retried with the next checkpoint and here.
+    ///
+    /// # Errors
+    /// [`StoreError::Remote`] with the latest upload error if a checkpoint is still not
+    /// uploaded.
+    pub fn flush(&self) -> Result<()> {
+        #[cfg(feature = "remote")]
+        if let Some(u) = &self.uploader {
+            u.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Tells the uploader, if any, that checkpoint `step` was committed.
+    pub(crate) fn checkpoint_committed(&self, step: u64) {
+        #[cfg(feature = "remote")]
+        if let Some(u) = &self.uploader {
+            if let Ok(snapshot) = self.read() {
+                u.enqueue(step, snapshot);
+            }
+        }
+        #[cfg(not(feature = "remote"))]
+        let _ = step;
     }
 
     /// Whether this handle was opened with [`Store::open_read_only`].
@@ -228,6 +273,11 @@ impl Store {
     /// # Errors
     /// [`StoreError::Compaction`] if redb cannot compact (e.g. a read is in progress).
     pub fn compact(&mut self) -> Result<bool> {
+        // An upload holds a read snapshot, which compaction cannot move pages under.
+        #[cfg(feature = "remote")]
+        if let Some(u) = &self.uploader {
+            let _ = u.flush();
+        }
         let path = self.path.clone();
         self.db
             .writer_mut(&path, "compaction")?

@@ -65,7 +65,7 @@ struct Pending {
 
 /// A write transaction held open across calls, under the store's writer lock.
 pub(crate) struct Session<'s> {
-    store: &'s Store,
+    pub(crate) store: &'s Store,
     _writer: MutexGuard<'s, ()>,
     /// `None` once committed.
     txn: Option<WriteTransaction>,
@@ -543,12 +543,15 @@ impl<'s> CheckpointWriter<'s> {
             metadata,
             tensors: names,
         };
+        let store = session.store;
         session.commit(step, |wt| {
             if wt.checkpoint(step)?.is_some() {
                 return Err(StoreError::Invalid(InvalidInput::CheckpointExists { step }));
             }
             wt.put_checkpoint(step, &record)
-        })
+        })?;
+        store.checkpoint_committed(step);
+        Ok(())
     }
 }
 

@@ -161,6 +161,15 @@ impl<'txn> WriteTxn<'txn> {
             .map_err(|e| fetch_error(e, name, step, block, address))
     }
 
+    /// Whether a segment is stored at `address`.
+    #[cfg(feature = "remote")]
+    pub(crate) fn has_segment(&mut self, address: u128) -> Result<bool> {
+        match segments::info(&self.segments, address) {
+            Ok(found) => Ok(found.is_some()),
+            Err(e) => Err(fetch_error(e, "(a segment)", 0, 0, address)),
+        }
+    }
+
     /// Writes a version record.
     pub(crate) fn put_version(&mut self, name: &str, step: u64, rec: &VersionRecord) -> Result<()> {
         let key = version_key(name, step);

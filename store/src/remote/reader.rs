@@ -1,0 +1,315 @@
+//! [`RemoteStore`]: read a remote without a local copy. Manifests are fetched when it opens;
+//! a read fetches only the segments of the versions it decodes (the chain under them) into a
+//! local cache store, bounded in bytes, and reads from there.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::{Range, RangeBounds};
+use std::path::Path;
+
+use parking_lot::Mutex;
+use xxhash_rust::xxh3::xxh3_64;
+
+use super::error::RemoteError;
+use super::object::{Remote, RequestCounts};
+use super::pull::{apply, remote_tags};
+use super::push::RemoteState;
+use crate::error::{NotFound, StoreError};
+use crate::record::{CheckpointRecord, VersionRecord};
+use crate::safetensors_io::ExportReport;
+use crate::tensor::{Checkpoint, Tensor, TensorSlice};
+use crate::Store;
+
+/// Default bound of a remote read cache: 4 GiB.
+pub const DEFAULT_CACHE_BYTES: u64 = 4 << 30;
+
+/// A remote opened for reading ([`Store::open_remote`]).
+#[derive(Debug)]
+pub struct RemoteStore {
+    remote: Remote,
+    cache: Store,
+    checkpoints: BTreeMap<u64, super::manifest::Manifest>,
+    /// (tensor, step) -> the step of a manifest holding that version.
+    index: BTreeMap<(String, u64), u64>,
+    tags: Vec<(String, u64)>,
+    cache_bytes: u64,
+    /// Tensors in the cache, least recently used first, with the segment bytes fetched.
+    held: Mutex<Vec<(String, u64)>>,
+}
+
+impl Store {
+    /// Opens the remote at `url` (see [`Remote::open`]) for reading, with a cache of at
+    /// most [`DEFAULT_CACHE_BYTES`] of segments in `cache_dir`.
+    ///
+    /// # Errors
+    /// Those of [`Remote::open`] and [`RemoteStore::open`].
+    pub fn open_remote(url: &str, cache_dir: impl AsRef<Path>) -> Result<RemoteStore, RemoteError> {
+        RemoteStore::open(Remote::open(url)?, cache_dir, DEFAULT_CACHE_BYTES)
+    }
+}
+
+impl RemoteStore {
+    /// Opens `remote` for reading: lists and fetches its manifests and tags. The cache is a
+    /// store file in `cache_dir` named after the remote's URL, holding at most about
+    /// `cache_bytes` of segments (least recently read tensors leave first).
+    ///
+    /// # Errors
+    /// [`RemoteError::NotARemote`] or [`RemoteError::NewerFormat`] for the remote, damaged
+    /// manifests, request errors, and the cache store's open errors (a cache in use by another
+    /// process is [`crate::OpenError::InUse`]).
+    pub fn open(
+        remote: Remote,
+        cache_dir: impl AsRef<Path>,
+        cache_bytes: u64,
+    ) -> Result<RemoteStore, RemoteError> {
+        let dir = cache_dir.as_ref();
+        std::fs::create_dir_all(dir).map_err(|source| RemoteError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let mut state = RemoteState::default();
+        remote.block_on(async {
+            if remote.check_format(false).await? {
+                state.refresh(&remote).await?;
+            }
+            Ok::<_, RemoteError>(())
+        })?;
+        let tags = remote_tags(&remote)?;
+        let cache =
+            Store::open(dir.join(format!("{:016x}.strata", xxh3_64(remote.url().as_bytes()))))?;
+        let mut index = BTreeMap::new();
+        for (step, m) in &state.checkpoints {
+            for key in m.versions.keys() {
+                index.entry(key.clone()).or_insert(*step);
+            }
+        }
+        let held = cache
+            .stats()?
+            .tensors
+            .into_iter()
+            .map(|t| (t.name, t.stored_bytes))
+            .collect();
+        Ok(RemoteStore {
+            remote,
+            cache,
+            checkpoints: state.checkpoints,
+            index,
+            tags,
+            cache_bytes,
+            held: Mutex::new(held),
+        })
+    }
+
+    /// The remote.
+    pub fn remote(&self) -> &Remote {
+        &self.remote
+    }
+
+    /// Requests made and bytes fetched since the remote was opened.
+    pub fn counts(&self) -> RequestCounts {
+        self.remote.counts()
+    }
+
+    /// The local cache store.
+    pub fn cache(&self) -> &Store {
+        &self.cache
+    }
+
+    /// Steps of the remote's checkpoints, ascending.
+    pub fn checkpoints(&self) -> Vec<u64> {
+        self.checkpoints.keys().copied().collect()
+    }
+
+    /// The remote's tags, as (name, step).
+    pub fn tags(&self) -> &[(String, u64)] {
+        &self.tags
+    }
+
+    /// The metadata text of checkpoint `step`.
+    ///
+    /// # Errors
+    /// [`NotFound::Checkpoint`].
+    pub fn checkpoint_metadata(&self, step: u64) -> Result<&str, RemoteError> {
+        Ok(&self.manifest(step)?.metadata)
+    }
+
+    /// The tensor names of checkpoint `step`.
+    ///
+    /// # Errors
+    /// [`NotFound::Checkpoint`].
+    pub fn checkpoint_tensors(&self, step: u64) -> Result<&[String], RemoteError> {
+        Ok(&self.manifest(step)?.tensors)
+    }
+
+    /// Steps at which `name` has a version, ascending.
+    pub fn versions(&self, name: &str) -> Vec<u64> {
+        self.index
+            .range((name.to_string(), 0)..=(name.to_string(), u64::MAX))
+            .map(|((_, s), _)| *s)
+            .collect()
+    }
+
+    /// Version `step` of `name`, bit-exact.
+    ///
+    /// # Errors
+    /// [`NotFound::Tensor`] or [`NotFound::Version`], damaged segments, request errors.
+    pub fn get(&self, name: &str, step: u64) -> Result<Tensor, RemoteError> {
+        self.ensure(name, &[step])?;
+        Ok(self.cache.get(name, step)?)
+    }
+
+    /// The latest version of `name` at or before `step`, with its step.
+    ///
+    /// # Errors
+    /// [`NotFound::AtOrBefore`], and those of [`RemoteStore::get`].
+    pub fn get_at(&self, name: &str, step: u64) -> Result<(u64, Tensor), RemoteError> {
+        let found = self.versions(name).into_iter().rfind(|s| *s <= step);
+        let Some(s) = found else {
+            return Err(StoreError::NotFound(NotFound::AtOrBefore {
+                tensor: name.to_string(),
+                step,
+            })
+            .into());
+        };
+        Ok((s, self.get(name, s)?))
+    }
+
+    /// Elements `elems` of `name` at each of its versions in `steps` ([`Store::history`]).
+    ///
+    /// # Errors
+    /// Those of [`Store::history`] and of fetching.
+    pub fn history(
+        &self,
+        name: &str,
+        elems: Range<u64>,
+        steps: impl RangeBounds<u64>,
+    ) -> Result<Vec<(u64, TensorSlice)>, RemoteError> {
+        let wanted: Vec<u64> = self
+            .versions(name)
+            .into_iter()
+            .filter(|s| steps.contains(s))
+            .collect();
+        self.ensure(name, &wanted)?;
+        Ok(self.cache.history(name, elems, steps)?)
+    }
+
+    /// Every tensor of checkpoint `step`.
+    ///
+    /// # Errors
+    /// [`NotFound::Checkpoint`], and those of [`RemoteStore::get`].
+    pub fn load_checkpoint(&self, step: u64) -> Result<Checkpoint, RemoteError> {
+        self.ensure_checkpoint(step)?;
+        Ok(self.cache.load_checkpoint(step)?)
+    }
+
+    /// Writes checkpoint `step` as a safetensors file ([`Store::export_safetensors`]).
+    ///
+    /// # Errors
+    /// [`NotFound::Checkpoint`], and those of fetching and of the export.
+    pub fn export_safetensors(
+        &self,
+        step: u64,
+        path: impl AsRef<Path>,
+    ) -> Result<ExportReport, RemoteError> {
+        self.ensure_checkpoint(step)?;
+        Ok(self.cache.export_safetensors(step, path)?)
+    }
+
+    fn manifest(&self, step: u64) -> Result<&super::manifest::Manifest, RemoteError> {
+        self.checkpoints
+            .get(&step)
+            .ok_or_else(|| StoreError::NotFound(NotFound::Checkpoint { step }).into())
+    }
+
+    /// Brings every tensor of checkpoint `step` and its record into the cache.
+    fn ensure_checkpoint(&self, step: u64) -> Result<(), RemoteError> {
+        let m = self.manifest(step)?;
+        for name in &m.tensors {
+            self.ensure(name, &[step])?;
+        }
+        if self.cache.checkpoints()?.contains(&step) {
+            return Ok(());
+        }
+        let cp = CheckpointRecord {
+            metadata: m.metadata.clone(),
+            tensors: m.tensors.clone(),
+        };
+        apply(
+            &self.cache,
+            &self.remote,
+            &BTreeMap::new(),
+            Some((step, &cp)),
+            &|_| {},
+        )?;
+        Ok(())
+    }
+
+    /// Brings versions `steps` of `name`, and the chain under them, into the cache.
+    fn ensure(&self, name: &str, steps: &[u64]) -> Result<(), RemoteError> {
+        let mut wanted: BTreeMap<(String, u64), VersionRecord> = BTreeMap::new();
+        let mut todo: Vec<u64> = steps.to_vec();
+        let mut seen = BTreeSet::new();
+        while let Some(s) = todo.pop() {
+            if !seen.insert(s) {
+                continue;
+            }
+            let key = (name.to_string(), s);
+            let Some(m) = self.index.get(&key).and_then(|ms| self.checkpoints.get(ms)) else {
+                return Err(StoreError::NotFound(if self.versions(name).is_empty() {
+                    NotFound::Tensor {
+                        tensor: name.to_string(),
+                    }
+                } else {
+                    NotFound::Version {
+                        tensor: name.to_string(),
+                        step: s,
+                    }
+                })
+                .into());
+            };
+            let rec = &m.versions[&key];
+            todo.extend(rec.blocks.iter().filter_map(|b| b.base));
+            wanted.insert(key, rec.clone());
+        }
+        let r = self.cache.read()?;
+        let mut missing = BTreeMap::new();
+        for ((n, s), rec) in wanted {
+            if crate::engine::View::version(&r, &n, s)?.is_none() {
+                missing.insert((n, s), rec);
+            }
+        }
+        drop(r);
+        let fetched = if missing.is_empty() {
+            0
+        } else {
+            apply(&self.cache, &self.remote, &missing, None, &|_| {})?.1
+        };
+        self.touch(name, fetched)
+    }
+
+    /// Marks `name` most recently used (with `added` more bytes) and evicts the least
+    /// recently used other tensors while the cache holds more than its bound.
+    fn touch(&self, name: &str, added: u64) -> Result<(), RemoteError> {
+        let mut held = self.held.lock();
+        let before = held
+            .iter()
+            .position(|(n, _)| n == name)
+            .map(|i| held.remove(i).1);
+        held.push((name.to_string(), before.unwrap_or(0) + added));
+        let mut total: u64 = held.iter().map(|(_, b)| b).sum();
+        while total > self.cache_bytes && held.len() > 1 {
+            let (victim, bytes) = held.remove(0);
+            let r = self.cache.read()?;
+            let mut steps: Vec<u64> = crate::engine::View::versions_of(&r, &victim)?
+                .into_iter()
+                .map(|(s, _)| s)
+                .collect();
+            drop(r);
+            steps.reverse();
+            for s in steps {
+                self.cache.delete(&victim, s)?;
+            }
+            total -= bytes;
+        }
+        Ok(())
+    }
+}

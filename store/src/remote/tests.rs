@@ -1,0 +1,468 @@
+#![allow(clippy::unwrap_used, clippy::panic)]
+
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use proptest::prelude::*;
+
+use super::manifest::{Kind, Manifest};
+use super::*;
+use crate::{DType, Options, RetainPolicy, Store, StoreError, TensorRef};
+
+/// A tensor of `n` f32 values that drift with `step` (so versions are deltas).
+fn weights(n: usize, seed: u32, step: u64) -> Vec<u8> {
+    (0..n)
+        .flat_map(|i| {
+            let x = ((i as u32).wrapping_mul(2654435761) ^ seed) as f32 / u32::MAX as f32;
+            (x + step as f32 * 1e-4).to_le_bytes()
+        })
+        .collect()
+}
+
+/// Saves checkpoints at `steps` with tensors `a` (large, several blocks) and `b` (small).
+fn fill(store: &Store, steps: &[u64], seed: u32) {
+    for &s in steps {
+        let a = weights(300_000, seed, s);
+        let b = weights(100, seed ^ 7, s);
+        store
+            .save_checkpoint(
+                s,
+                &[
+                    (
+                        "a",
+                        TensorRef {
+                            dtype: DType::F32,
+                            shape: &[300_000],
+                            bytes: &a,
+                        },
+                    ),
+                    (
+                        "b",
+                        TensorRef {
+                            dtype: DType::F32,
+                            shape: &[10, 10],
+                            bytes: &b,
+                        },
+                    ),
+                ],
+                &format!("{{\"step\": {s}}}"),
+            )
+            .unwrap();
+    }
+}
+
+fn small_blocks() -> Options {
+    Options {
+        block_bytes: 256 << 10,
+        ..Options::default()
+    }
+}
+
+fn open(dir: &tempfile::TempDir, name: &str) -> Store {
+    Store::open_with(dir.path().join(name), small_blocks()).unwrap()
+}
+
+fn same_checkpoints(a: &Store, b: &Store) {
+    assert_eq!(a.checkpoints().unwrap(), b.checkpoints().unwrap());
+    for s in a.checkpoints().unwrap() {
+        assert_eq!(
+            a.checkpoint_metadata(s).unwrap(),
+            b.checkpoint_metadata(s).unwrap()
+        );
+        for name in ["a", "b"] {
+            assert_eq!(
+                a.get(name, s).unwrap().data,
+                b.get(name, s).unwrap().data,
+                "{name}@{s}"
+            );
+        }
+    }
+}
+
+#[test]
+fn push_then_pull_is_exact_and_incremental() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = open(&dir, "src.strata");
+    fill(&src, &[10, 20, 30], 1);
+    src.tag("best", 20).unwrap();
+    let remote = Remote::in_memory();
+    let first = push(&src, &remote, None).unwrap();
+    assert_eq!(first.steps_sent, vec![10, 20, 30]);
+    assert!(first.segments_sent > 0);
+    assert_eq!(first.tags_sent, 1);
+    let stats = src.stats().unwrap();
+    assert!(
+        first.bytes_sent <= stats.segment_bytes,
+        "sent {} of {} segment bytes",
+        first.bytes_sent,
+        stats.segment_bytes
+    );
+
+    let again = push(&src, &remote, None).unwrap();
+    assert_eq!(again.segments_sent, 0);
+    assert_eq!(again.steps_present, 3);
+    assert!(again.steps_sent.is_empty());
+
+    let dst = open(&dir, "dst.strata");
+    let got = pull(&remote, &dst, None).unwrap();
+    assert_eq!(got.steps_received, vec![10, 20, 30]);
+    assert_eq!(got.tags_received, 1);
+    same_checkpoints(&src, &dst);
+    assert_eq!(dst.tags().unwrap(), vec![("best".to_string(), 20)]);
+    assert!(dst.verify().unwrap().is_ok());
+
+    // New steps on the source travel alone.
+    fill(&src, &[40], 1);
+    let more = push(&src, &remote, None).unwrap();
+    assert_eq!(more.steps_sent, vec![40]);
+    assert!(more.bytes_sent < first.bytes_sent);
+    let got = pull(&remote, &dst, None).unwrap();
+    assert_eq!(got.steps_received, vec![40]);
+    assert_eq!(got.steps_present, 3);
+    same_checkpoints(&src, &dst);
+}
+
+#[test]
+fn a_different_checkpoint_at_a_pushed_step_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (one, two) = (open(&dir, "1.strata"), open(&dir, "2.strata"));
+    fill(&one, &[10], 1);
+    fill(&two, &[10, 20], 2);
+    let remote = Remote::in_memory();
+    push(&one, &remote, None).unwrap();
+    let err = push(&two, &remote, None).unwrap_err();
+    assert!(
+        matches!(err, RemoteError::Conflict { step: 10, .. }),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("checkpoints/00000000000000000010"),
+        "{err}"
+    );
+    // Step 20 of the second store is a delta against its own step 10, which the remote does
+    // not hold: refused too. Step 10 is still the first writer's.
+    let dst = open(&dir, "dst.strata");
+    let _ = pull(&remote, &dst, None).unwrap();
+    assert_eq!(dst.checkpoints().unwrap(), vec![10]);
+    assert_eq!(
+        dst.get("a", 10).unwrap().data,
+        one.get("a", 10).unwrap().data
+    );
+}
+
+#[test]
+fn a_cold_read_fetches_only_its_chain() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = open(&dir, "src.strata");
+    fill(&src, &[10, 20, 30, 40], 3);
+    let folder = dir.path().join("remote");
+    let url = format!("file://{}", folder.display());
+    let remote = Remote::open(&url).unwrap();
+    push(&src, &remote, None).unwrap();
+
+    let rs = Store::open_remote(&url, dir.path().join("cache")).unwrap();
+    assert_eq!(rs.checkpoints(), vec![10, 20, 30, 40]);
+    let before = rs.counts();
+    let b = rs.get("b", 20).unwrap();
+    assert_eq!(b.data, src.get("b", 20).unwrap().data);
+    let after = rs.counts();
+    // "b" is one block: its chain at step 20 is at most 2 segments.
+    let b_bytes: u64 = src
+        .versions("b")
+        .unwrap()
+        .iter()
+        .filter(|v| v.step <= 20)
+        .map(|v| v.stored_bytes)
+        .sum();
+    assert!(
+        after.bytes_in - before.bytes_in <= b_bytes,
+        "{after:?} {before:?} {b_bytes}"
+    );
+    assert!(after.requests - before.requests <= 2);
+    // A second read of it is local.
+    let _ = rs.get("b", 20).unwrap();
+    assert_eq!(rs.counts().requests, after.requests);
+    let (s, a) = rs.get_at("a", 35).unwrap();
+    assert_eq!(s, 30);
+    assert_eq!(a.data, src.get("a", 30).unwrap().data);
+    let h = rs.history("b", 3..5, 10..=40).unwrap();
+    assert_eq!(h.len(), 4);
+    let out = dir.path().join("40.safetensors");
+    rs.export_safetensors(40, &out).unwrap();
+    let back = open(&dir, "back.strata");
+    back.import_safetensors(&out, 40).unwrap();
+    assert_eq!(
+        back.get("a", 40).unwrap().data,
+        src.get("a", 40).unwrap().data
+    );
+    assert!(matches!(
+        rs.get("nope", 10).unwrap_err(),
+        RemoteError::Store(StoreError::NotFound(_))
+    ));
+}
+
+#[test]
+fn the_read_cache_stays_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = open(&dir, "src.strata");
+    fill(&src, &[10, 20], 4);
+    let remote = Remote::in_memory();
+    push(&src, &remote, None).unwrap();
+    let rs = RemoteStore::open(remote, dir.path().join("cache"), 1).unwrap();
+    assert_eq!(
+        rs.get("a", 20).unwrap().data,
+        src.get("a", 20).unwrap().data
+    );
+    assert_eq!(
+        rs.get("b", 20).unwrap().data,
+        src.get("b", 20).unwrap().data
+    );
+    // Over the bound, "a" (least recently read) left the cache.
+    assert_eq!(rs.cache().tensors().unwrap(), vec!["b".to_string()]);
+    assert_eq!(
+        rs.get("a", 10).unwrap().data,
+        src.get("a", 10).unwrap().data
+    );
+}
+
+#[test]
+fn parts_join_into_one_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let rank0 = open(&dir, "r0.strata");
+    let rank1 = open(&dir, "r1.strata");
+    let x = weights(1000, 5, 0);
+    rank0
+        .save_checkpoint(
+            7,
+            &[(
+                "x0",
+                TensorRef {
+                    dtype: DType::F32,
+                    shape: &[1000],
+                    bytes: &x,
+                },
+            )],
+            "",
+        )
+        .unwrap();
+    rank1
+        .save_checkpoint(
+            7,
+            &[(
+                "x1",
+                TensorRef {
+                    dtype: DType::F32,
+                    shape: &[1000],
+                    bytes: &x,
+                },
+            )],
+            "",
+        )
+        .unwrap();
+    let remote = Remote::in_memory();
+    push_part(&rank0, &remote, 7, "rank0").unwrap();
+    // Not visible before the commit.
+    let dst = open(&dir, "dst.strata");
+    assert!(pull(&remote, &dst, None).unwrap().steps_received.is_empty());
+    push_part(&rank1, &remote, 7, "rank1").unwrap();
+    assert_eq!(commit_parts(&remote, 7, "{\"ranks\": 2}").unwrap(), 2);
+    let got = pull(&remote, &dst, None).unwrap();
+    assert_eq!(got.steps_received, vec![7]);
+    assert_eq!(dst.checkpoint_metadata(7).unwrap(), "{\"ranks\": 2}");
+    assert_eq!(dst.get("x0", 7).unwrap().data, x);
+    assert_eq!(dst.get("x1", 7).unwrap().data, x);
+    // Two parts holding one tensor cannot be joined.
+    push_part(&rank0, &remote, 7, "a").unwrap_err_or_commit_fails(&remote);
+}
+
+trait PartOutcome {
+    fn unwrap_err_or_commit_fails(self, remote: &Remote);
+}
+
+impl PartOutcome for Result<PushReport, RemoteError> {
+    /// Step 7 is committed, so a new part of it is pushed but joining it again must not
+    /// replace the checkpoint.
+    fn unwrap_err_or_commit_fails(self, remote: &Remote) {
+        self.unwrap();
+        let err = commit_parts(remote, 7, "other").unwrap_err();
+        assert!(
+            matches!(err, RemoteError::Conflict { step: 7, .. }),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn gc_keeps_what_manifests_name_and_waits_out_the_grace() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = open(&dir, "src.strata");
+    fill(&src, &[10, 20, 30], 6);
+    let remote = Remote::in_memory();
+    push(&src, &remote, None).unwrap();
+    let deleted = retain(
+        &remote,
+        &RetainPolicy {
+            keep_last: Some(1),
+            keep_every: None,
+            keep_tagged: true,
+        },
+    )
+    .unwrap();
+    assert_eq!(deleted, vec![10, 20]);
+    let grace = Duration::from_secs(3600);
+    // Within the grace period nothing goes.
+    let early = gc_at(&remote, grace, SystemTime::now()).unwrap();
+    assert_eq!(early.segments_deleted, 0);
+    // Past it, what only deleted checkpoints named goes, and step 30 still reads whole.
+    let late = gc_at(&remote, grace, SystemTime::now() + 2 * grace).unwrap();
+    assert_eq!(late.manifests_deleted, 2);
+    let dst = open(&dir, "dst.strata");
+    pull(&remote, &dst, None).unwrap();
+    assert_eq!(dst.checkpoints().unwrap(), vec![30]);
+    assert_eq!(
+        dst.get("a", 30).unwrap().data,
+        src.get("a", 30).unwrap().data
+    );
+    assert!(gc(&remote, Duration::from_secs(60)).is_err());
+}
+
+#[test]
+fn damaged_objects_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = open(&dir, "src.strata");
+    fill(&src, &[10], 7);
+    let remote = Remote::in_memory();
+    push(&src, &remote, None).unwrap();
+    let m = remote
+        .block_on(super::push::fetch_manifest(
+            &remote,
+            &remote.manifest_path(10),
+        ))
+        .unwrap()
+        .unwrap();
+    let (address, len) = m.segments().into_iter().next().unwrap();
+    let p = remote.segment_path(address);
+    remote
+        .block_on(remote.put(&p, Bytes::from(vec![0u8; len as usize])))
+        .unwrap();
+    let dst = open(&dir, "dst.strata");
+    let err = pull(&remote, &dst, None).unwrap_err();
+    assert!(matches!(err, RemoteError::BadSegment { .. }), "{err}");
+    assert!(
+        err.to_string().contains(&format!("{address:032x}")),
+        "{err}"
+    );
+    // Nothing half-pulled.
+    assert!(dst.checkpoints().unwrap().is_empty());
+    assert_eq!(dst.stats().unwrap().segments, 0);
+
+    let fmt = remote.path("strata-remote.json");
+    remote
+        .block_on(remote.put(
+            &fmt,
+            Bytes::from_static(b"{\"format\": \"strata-remote\", \"version\": 9}"),
+        ))
+        .unwrap();
+    let err = push(&src, &remote, None).unwrap_err();
+    assert!(
+        matches!(err, RemoteError::NewerFormat { found: 9, .. }),
+        "{err}"
+    );
+
+    let mp = remote.manifest_path(10);
+    remote
+        .block_on(remote.put(&mp, Bytes::from_static(b"STRATAMF\x01\x00garbage")))
+        .unwrap();
+    remote
+        .block_on(remote.put(
+            &fmt,
+            Bytes::from_static(b"{\"format\": \"strata-remote\", \"version\": 1}"),
+        ))
+        .unwrap();
+    let err = pull(&remote, &dst, None).unwrap_err();
+    assert!(matches!(err, RemoteError::BadManifest { .. }), "{err}");
+}
+
+#[test]
+fn bad_urls_are_refused() {
+    for url in ["http://x/y", "s3://", "file://relative/path", "gs://b/p"] {
+        let err = Remote::open(url).unwrap_err();
+        assert!(matches!(err, RemoteError::BadUrl { .. }), "{url}: {err}");
+    }
+}
+
+#[test]
+fn tiered_versions_stay_local() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = open(&dir, "src.strata");
+    fill(&src, &[10], 8);
+    src.set_policy("a", crate::TierPolicy::tiered(crate::Tier::Hot8))
+        .unwrap();
+    src.maintain(48 * 3_600_000).unwrap();
+    let remote = Remote::in_memory();
+    match push(&src, &remote, None) {
+        Err(RemoteError::Tiered { tensor, step: 10 }) => assert_eq!(tensor, "a"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn committed_checkpoints_upload_in_the_background() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", dir.path().join("remote").display());
+    let store = Store::open_with(
+        dir.path().join("auto.strata"),
+        Options {
+            upload: Some(UploadOptions::new(url.clone())),
+            ..small_blocks()
+        },
+    )
+    .unwrap();
+    fill(&store, &[1, 2, 3], 9);
+    store.flush().unwrap();
+    let dst = open(&dir, "dst.strata");
+    let got = pull(&Remote::open(&url).unwrap(), &dst, None).unwrap();
+    assert_eq!(got.steps_received, vec![1, 2, 3]);
+    same_checkpoints(&store, &dst);
+}
+
+fn arb_manifest() -> impl Strategy<Value = (Vec<u8>, u64)> {
+    (1usize..4000, any::<u32>(), 1u64..5).prop_map(|(n, seed, steps)| {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open_with(dir.path().join("m.strata"), small_blocks()).unwrap();
+        for step in 1..=steps {
+            let w = weights(n, seed, step);
+            s.save_checkpoint(
+                step,
+                &[(
+                    "w",
+                    TensorRef {
+                        dtype: DType::F32,
+                        shape: &[n as u64],
+                        bytes: &w,
+                    },
+                )],
+                "m",
+            )
+            .unwrap();
+        }
+        let m = Manifest::of_checkpoint(&s.read().unwrap(), steps, Kind::Checkpoint).unwrap();
+        (m.encode(), steps)
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    #[test]
+    fn manifests_round_trip_and_refuse_damage((bytes, step) in arb_manifest(), at in any::<usize>(), bit in 0u8..8) {
+        let m = Manifest::decode(&bytes).unwrap();
+        prop_assert_eq!(m.step, step);
+        prop_assert_eq!(m.encode(), bytes.clone());
+        let mut bad = bytes.clone();
+        let i = at % bad.len();
+        bad[i] ^= 1 << bit;
+        prop_assert!(Manifest::decode(&bad).is_err());
+        prop_assert!(Manifest::decode(&bytes[..i]).is_err());
+    }
+}
