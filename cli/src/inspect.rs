@@ -47,6 +47,9 @@ pub(crate) fn encoding(blocks: &[BlockEncoding]) -> String {
 
 /// `strata log`.
 pub(crate) fn log(store: &Path, tensor: Option<&str>) -> CliResult {
+    if crate::remote::is_url(store) {
+        return crate::remote::log(store, tensor);
+    }
     let store = Store::open_read_only(store)?;
     match tensor {
         Some(name) => log_tensor(&store, name),

@@ -31,6 +31,7 @@ mod maintain;
 mod npy;
 mod progress;
 mod read;
+mod remote;
 mod synth;
 mod tiers;
 
@@ -39,7 +40,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use strata_store::StoreError;
+use strata_store::remote::RemoteError;
+use strata_store::{RetainPolicy, StoreError};
 
 /// Strata: an embedded store for tensors that change over time.
 #[derive(Debug, Parser)]
@@ -203,6 +205,34 @@ enum Command {
         #[arg(long)]
         step: u64,
     },
+    /// Send the store's checkpoints the remote lacks (only the segments it lacks), then their
+    /// tags. URL: s3://bucket/prefix (AWS_* environment variables; AWS_ENDPOINT_URL for an
+    /// S3-compatible server) or file:///path.
+    Push {
+        /// The store file.
+        store: PathBuf,
+        /// The remote.
+        url: String,
+        /// Push checkpoint --step as this process's part of it (a rank's shard); `strata
+        /// remote commit` joins the parts.
+        #[arg(long, requires = "step")]
+        part: Option<String>,
+        /// The step of the part.
+        #[arg(long, requires = "part")]
+        step: Option<u64>,
+    },
+    /// Bring the remote's checkpoints the store lacks into it (created if missing).
+    Pull {
+        /// The remote.
+        url: String,
+        /// The store file.
+        store: PathBuf,
+    },
+    /// Retention, garbage collection and joining parts on a remote.
+    Remote {
+        #[command(subcommand)]
+        command: RemoteCommand,
+    },
     /// Import a real (or synthetic) fine-tuning series and show what the store does.
     Demo {
         /// Folder for the demo store (default: the workspace's target/ or a temp folder).
@@ -213,12 +243,55 @@ enum Command {
     },
 }
 
+/// `strata remote ...`.
+#[derive(Debug, Subcommand)]
+enum RemoteCommand {
+    /// Delete the remote's checkpoints the policy does not keep (their manifests go to the
+    /// trash; `gc` removes what only they named, after the grace period).
+    Retain {
+        /// The remote.
+        url: String,
+        /// Keep the N latest checkpoints.
+        #[arg(long)]
+        keep_last: Option<usize>,
+        /// Keep every checkpoint whose step is a multiple of K.
+        #[arg(long)]
+        keep_every: Option<u64>,
+        /// Delete tagged checkpoints too when the rules do not keep them.
+        #[arg(long)]
+        no_keep_tagged: bool,
+    },
+    /// Delete segments no checkpoint names, trash and abandoned parts, once older than the
+    /// grace period (a reader or push in progress never loses data under it).
+    Gc {
+        /// The remote.
+        url: String,
+        /// The grace period in hours (at least 1).
+        #[arg(long, default_value_t = 24.0)]
+        grace_hours: f64,
+    },
+    /// Join the parts pushed for a step into one checkpoint, visible whole.
+    Commit {
+        /// The remote.
+        url: String,
+        /// The step.
+        #[arg(long)]
+        step: u64,
+        /// The checkpoint's metadata (JSON text).
+        #[arg(long, default_value = "")]
+        metadata: String,
+    },
+}
+
 /// Why a command failed.
 #[derive(Debug, thiserror::Error)]
 enum CliError {
     /// The store said no.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// A remote said no.
+    #[error(transparent)]
+    Remote(#[from] RemoteError),
     /// The arguments do not make sense together (exit status 2).
     #[error("{0}")]
     Usage(String),
@@ -313,6 +386,34 @@ fn main() -> ExitCode {
             },
         ),
         Command::Maintain { store, now } => tiers::maintain(&store, now),
+        Command::Push {
+            store,
+            url,
+            part,
+            step,
+        } => remote::push(&out, &store, &url, part.as_deref().zip(step)),
+        Command::Pull { url, store } => remote::pull(&out, &url, &store),
+        Command::Remote { command } => match command {
+            RemoteCommand::Retain {
+                url,
+                keep_last,
+                keep_every,
+                no_keep_tagged,
+            } => remote::retain(
+                &url,
+                &RetainPolicy {
+                    keep_last,
+                    keep_every,
+                    keep_tagged: !no_keep_tagged,
+                },
+            ),
+            RemoteCommand::Gc { url, grace_hours } => remote::gc(&url, grace_hours),
+            RemoteCommand::Commit {
+                url,
+                step,
+                metadata,
+            } => remote::commit(&url, step, &metadata),
+        },
         Command::Demo { dir, synthetic } => demo::run(&out, dir.as_deref(), synthetic),
     };
     let mut stderr = std::io::stderr();

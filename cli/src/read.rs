@@ -17,6 +17,9 @@ const HEAD: usize = 8;
 
 /// `strata export`.
 pub(crate) fn export(out: &Output, store: &Path, step: u64, output: &Path) -> CliResult {
+    if crate::remote::is_url(store) {
+        return crate::remote::export(out, store, step, output);
+    }
     let store = Store::open_read_only(store)?;
     let spinner = out.spinner("exporting");
     let t = Instant::now();
@@ -45,6 +48,9 @@ pub(crate) fn get(
     json: bool,
     output: Option<&Path>,
 ) -> CliResult {
+    if crate::remote::is_url(store) {
+        return crate::remote::get(store, tensor, step, at, output);
+    }
     let store = Store::open_read_only(store)?;
     let t = Instant::now();
     let found = if at {
@@ -139,7 +145,7 @@ pub(crate) fn get(
 }
 
 /// Parses `I` or `I..J` into an element range.
-fn parse_index(text: &str) -> Result<std::ops::Range<u64>, CliError> {
+pub(crate) fn parse_index(text: &str) -> Result<std::ops::Range<u64>, CliError> {
     let bad = || CliError::Usage(format!("--index {text:?}: expected I or I..J"));
     match text.split_once("..") {
         Some((a, b)) => {
@@ -169,11 +175,24 @@ pub(crate) fn history(
     json: bool,
 ) -> CliResult {
     let elems = parse_index(index)?;
+    let steps = from.unwrap_or(0)..=to.unwrap_or(u64::MAX);
+    if crate::remote::is_url(store) {
+        return crate::remote::history(store, tensor, elems, steps, json);
+    }
     let store = Store::open_read_only(store)?;
     let t = Instant::now();
-    let steps = from.unwrap_or(0)..=to.unwrap_or(u64::MAX);
     let rows = store.history(tensor, elems.clone(), steps)?;
-    let dt = t.elapsed();
+    print_history(tensor, &elems, &rows, t.elapsed(), json)
+}
+
+/// Prints the rows of `strata history`.
+pub(crate) fn print_history(
+    tensor: &str,
+    elems: &std::ops::Range<u64>,
+    rows: &[(u64, strata_store::TensorSlice)],
+    dt: std::time::Duration,
+    json: bool,
+) -> CliResult {
     if json {
         let doc: Vec<serde_json::Value> = rows
             .iter()
@@ -204,7 +223,7 @@ pub(crate) fn history(
         rows.len(),
         ms(dt)
     );
-    for (step, s) in &rows {
+    for (step, s) in rows {
         let values: Vec<String> = s.to_f64().iter().map(|v| format!("{v:.6}")).collect();
         let worth = if s.fidelity.is_exact() {
             String::new()

@@ -170,11 +170,11 @@ impl Remote {
 
     /// The object's bytes, or `None` if it does not exist.
     pub(crate) async fn get(&self, p: &Path) -> Result<Option<Bytes>, RemoteError> {
-        self.count(0, 0);
+        self.count(0);
         match self.objects.get(p).await {
             Ok(r) => {
                 let bytes = r.bytes().await.map_err(RemoteError::request("get", p))?;
-                self.count(bytes.len() as u64, 0);
+                self.received(bytes.len() as u64);
                 Ok(Some(bytes))
             }
             Err(object_store::Error::NotFound { .. }) => Ok(None),
@@ -188,20 +188,20 @@ impl Remote {
         p: &Path,
         range: std::ops::Range<u64>,
     ) -> Result<Bytes, RemoteError> {
-        self.count(0, 0);
+        self.count(0);
         let bytes = self
             .objects
             .get_range(p, range)
             .await
             .map_err(RemoteError::request("get", p))?;
-        self.count(bytes.len() as u64, 0);
+        self.received(bytes.len() as u64);
         Ok(bytes)
     }
 
     /// Creates an object unless one exists (`If-None-Match: *`): `true` if this call created
     /// it, `false` if it was there.
     pub(crate) async fn create(&self, p: &Path, bytes: Bytes) -> Result<bool, RemoteError> {
-        self.count(0, bytes.len() as u64);
+        self.count(bytes.len() as u64);
         let opts = PutOptions {
             mode: PutMode::Create,
             ..PutOptions::default()
@@ -222,7 +222,7 @@ impl Remote {
 
     /// Writes an object, replacing any.
     pub(crate) async fn put(&self, p: &Path, bytes: Bytes) -> Result<(), RemoteError> {
-        self.count(0, bytes.len() as u64);
+        self.count(bytes.len() as u64);
         self.objects
             .put(p, PutPayload::from_bytes(bytes))
             .await
@@ -232,7 +232,7 @@ impl Remote {
 
     /// Every object under `rel` (a folder of the layout).
     pub(crate) async fn list(&self, rel: &str) -> Result<Vec<ObjectMeta>, RemoteError> {
-        self.count(0, 0);
+        self.count(0);
         let p = self.path(rel);
         self.objects
             .list(Some(&p))
@@ -243,23 +243,24 @@ impl Remote {
 
     /// Deletes an object (one that is already gone is not an error).
     pub(crate) async fn delete(&self, p: &Path) -> Result<(), RemoteError> {
-        self.count(0, 0);
+        self.count(0);
         match self.objects.delete(p).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(RemoteError::request("delete", p)(e)),
         }
     }
 
-    fn count(&self, bytes_in: u64, bytes_out: u64) {
-        if bytes_in == 0 && bytes_out == 0 {
-            self.counters.requests.fetch_add(1, Ordering::Relaxed);
-        }
-        self.counters
-            .bytes_in
-            .fetch_add(bytes_in, Ordering::Relaxed);
+    /// Counts one request sending `bytes_out` body bytes.
+    fn count(&self, bytes_out: u64) {
+        self.counters.requests.fetch_add(1, Ordering::Relaxed);
         self.counters
             .bytes_out
             .fetch_add(bytes_out, Ordering::Relaxed);
+    }
+
+    /// Counts body bytes received for a request counted already.
+    fn received(&self, bytes: u64) {
+        self.counters.bytes_in.fetch_add(bytes, Ordering::Relaxed);
     }
 
     /// Checks the format object: `Ok(true)` if the remote holds one this build reads,

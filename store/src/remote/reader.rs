@@ -140,6 +140,27 @@ impl RemoteStore {
         Ok(&self.manifest(step)?.tensors)
     }
 
+    /// Raw bytes of checkpoint `step`'s tensors, and the segment bytes of their versions at
+    /// that step (what reading them adds over their bases).
+    ///
+    /// # Errors
+    /// [`NotFound::Checkpoint`].
+    pub fn checkpoint_sizes(&self, step: u64) -> Result<(u64, u64), RemoteError> {
+        let m = self.manifest(step)?;
+        let (mut raw, mut stored) = (0, 0);
+        for t in &m.tensors {
+            if let Some(rec) = m.versions.get(&(t.clone(), step)) {
+                raw += rec.raw_bytes();
+                stored += rec
+                    .blocks
+                    .iter()
+                    .map(|b| u64::from(b.segment_len))
+                    .sum::<u64>();
+            }
+        }
+        Ok((raw, stored))
+    }
+
     /// Steps at which `name` has a version, ascending.
     pub fn versions(&self, name: &str) -> Vec<u64> {
         self.index
