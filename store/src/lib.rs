@@ -135,7 +135,7 @@ mod writer;
 pub use error::{Corruption, InvalidInput, NotFound, OpenError, Result, StoreError, TierFailure};
 pub use options::{DeltaPolicy, FrameOptions, Options, PutOptions, TierOptions};
 pub use reader::{BlockRead, CheckpointReader};
-pub use record::RecordError;
+pub use record::{decode_manifest, ManifestError, RecordError};
 /// The redb crate, whose [`redb::StorageBackend`] [`Store::open_with_backend`] takes.
 pub use redb;
 pub use retain::{RetainPolicy, RetainReport};

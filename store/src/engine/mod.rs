@@ -39,7 +39,9 @@ pub(crate) use encode::{
 pub(crate) use handle::Handle;
 pub(crate) use quantized::ResidualBytes;
 pub(crate) use rebase::{delete_version, delete_versions, rebase_dependents};
-pub(crate) use segments::{address_of, fetch_error, MAX_SEGMENT_BYTES};
+pub(crate) use segments::address_of;
+#[cfg(feature = "remote")]
+pub(crate) use segments::{fetch_error, MAX_SEGMENT_BYTES};
 pub(crate) use tables::{
     CHECKPOINTS, CHUNKS, FORMAT_KEY, META, POLICIES, SEGMENTS, TAGS, TAILS, TIERS, VERSIONS,
     WRITER_KEY,

@@ -7,6 +7,7 @@
 mod checkpoint;
 mod format;
 mod keys;
+mod manifest;
 mod policy;
 mod segment;
 mod tier;
@@ -15,6 +16,9 @@ mod version;
 pub(crate) use checkpoint::CheckpointRecord;
 pub(crate) use format::FormatRecord;
 pub(crate) use keys::{decode_version_key, piece_key, version_key, version_key_range};
+pub use manifest::{decode_manifest, ManifestError};
+#[cfg(feature = "remote")]
+pub(crate) use manifest::{Kind, Manifest, MANIFEST_FORMAT};
 pub(crate) use policy::Rule;
 pub(crate) use segment::SegmentInfo;
 pub(crate) use tier::{

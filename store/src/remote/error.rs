@@ -2,8 +2,8 @@
 
 use thiserror::Error;
 
-use super::manifest::ManifestError;
 use crate::error::StoreError;
+use crate::record::ManifestError;
 
 /// Everything that can go wrong talking to a remote.
 #[derive(Debug, Error)]

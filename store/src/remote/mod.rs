@@ -30,7 +30,6 @@ mod upload;
 
 pub use error::RemoteError;
 pub use gc::{gc, gc_at, retain, GcReport};
-pub use manifest::{decode_manifest, ManifestError};
 pub use object::{Remote, RequestCounts};
 pub use pull::{pull, PullReport};
 pub use push::{commit_parts, push, push_part, Progress, PushReport};

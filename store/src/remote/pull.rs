@@ -9,11 +9,12 @@ use futures::{StreamExt, TryStreamExt};
 use xxhash_rust::xxh3::xxh3_128;
 
 use super::error::RemoteError;
-use super::manifest::{Kind, Manifest};
+use super::manifest::of_checkpoint;
 use super::object::{unhex, Remote, RANGE_BYTES};
 use super::push::{Progress, RemoteState};
 use crate::engine::{checkpoint_steps, View, WriteTxn};
 use crate::error::StoreError;
+use crate::record::Kind;
 use crate::record::{CheckpointRecord, VersionRecord};
 use crate::Store;
 
@@ -81,7 +82,7 @@ pub fn pull(
     };
     for (step, m) in &state.checkpoints {
         if local.contains(step) {
-            let mine = Manifest::of_checkpoint(&store.read()?, *step, Kind::Checkpoint);
+            let mine = of_checkpoint(&store.read()?, *step, Kind::Checkpoint);
             match mine {
                 Ok(mine) if mine == *m => report.steps_present += 1,
                 _ => {

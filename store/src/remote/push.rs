@@ -9,10 +9,11 @@ use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 
 use super::error::RemoteError;
-use super::manifest::{Kind, Manifest};
+use super::manifest::of_checkpoint;
 use super::object::{unhex, Remote};
 use crate::engine::{checkpoint_steps, tag_list, ReadTxn, View};
 use crate::error::{InvalidInput, StoreError};
+use crate::record::{Kind, Manifest};
 use crate::Store;
 
 /// Uploads in flight at once.
@@ -152,10 +153,10 @@ pub(crate) async fn fetch_manifest(
     Manifest::decode(&bytes)
         .map(Some)
         .map_err(|source| match source {
-            super::manifest::ManifestError::NewerFormat { found } => RemoteError::NewerFormat {
+            crate::record::ManifestError::NewerFormat { found } => RemoteError::NewerFormat {
                 object: p.to_string(),
                 found: found.into(),
-                supported: super::manifest::MANIFEST_FORMAT.into(),
+                supported: crate::record::MANIFEST_FORMAT.into(),
             },
             source => RemoteError::BadManifest {
                 object: p.to_string(),
@@ -171,7 +172,7 @@ fn check_step(m: &Manifest, step: u64, p: &object_store::path::Path) -> Result<(
     }
     Err(RemoteError::BadManifest {
         object: p.to_string(),
-        source: super::manifest::ManifestError::Inconsistent(format!(
+        source: crate::record::ManifestError::Inconsistent(format!(
             "it describes step {} ({:?}), not checkpoint {step}",
             m.step, m.kind
         )),
@@ -223,7 +224,7 @@ pub fn push_part(
         .into());
     }
     let r = store.read()?;
-    let m = Manifest::of_checkpoint(&r, step, Kind::Part)?;
+    let m = of_checkpoint(&r, step, Kind::Part)?;
     remote.block_on(async {
         remote.check_format(true).await?;
         let mut state = RemoteState::default();
@@ -333,7 +334,7 @@ pub(crate) async fn push_steps(
         })
         .collect();
     for &step in steps {
-        let m = Manifest::of_checkpoint(r, step, Kind::Checkpoint)?;
+        let m = of_checkpoint(r, step, Kind::Checkpoint)?;
         let disagrees = m
             .versions
             .iter()

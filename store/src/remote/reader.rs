@@ -27,7 +27,7 @@ pub const DEFAULT_CACHE_BYTES: u64 = 4 << 30;
 pub struct RemoteStore {
     remote: Remote,
     cache: Store,
-    checkpoints: BTreeMap<u64, super::manifest::Manifest>,
+    checkpoints: BTreeMap<u64, crate::record::Manifest>,
     /// (tensor, step) -> the step of a manifest holding that version.
     index: BTreeMap<(String, u64), u64>,
     tags: Vec<(String, u64)>,
@@ -235,7 +235,7 @@ impl RemoteStore {
         Ok(self.cache.export_safetensors(step, path)?)
     }
 
-    fn manifest(&self, step: u64) -> Result<&super::manifest::Manifest, RemoteError> {
+    fn manifest(&self, step: u64) -> Result<&crate::record::Manifest, RemoteError> {
         self.checkpoints
             .get(&step)
             .ok_or_else(|| StoreError::NotFound(NotFound::Checkpoint { step }).into())

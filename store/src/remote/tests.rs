@@ -5,8 +5,9 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use proptest::prelude::*;
 
-use super::manifest::{Kind, Manifest};
+use super::manifest::of_checkpoint;
 use super::*;
+use crate::record::{Kind, Manifest};
 use crate::{DType, Options, RetainPolicy, Store, StoreError, TensorRef};
 
 /// A tensor of `n` f32 values that drift with `step` (so versions are deltas).
@@ -446,7 +447,7 @@ fn arb_manifest() -> impl Strategy<Value = (Vec<u8>, u64)> {
             )
             .unwrap();
         }
-        let m = Manifest::of_checkpoint(&s.read().unwrap(), steps, Kind::Checkpoint).unwrap();
+        let m = of_checkpoint(&s.read().unwrap(), steps, Kind::Checkpoint).unwrap();
         (m.encode(), steps)
     })
 }
