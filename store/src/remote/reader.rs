@@ -17,7 +17,7 @@ use crate::error::{NotFound, StoreError};
 use crate::record::{CheckpointRecord, VersionRecord};
 use crate::safetensors_io::ExportReport;
 use crate::tensor::{Checkpoint, Tensor, TensorSlice};
-use crate::Store;
+use crate::{DType, Store};
 
 /// Default bound of a remote read cache: 4 GiB.
 pub const DEFAULT_CACHE_BYTES: u64 = 4 << 30;
@@ -169,12 +169,56 @@ impl RemoteStore {
             .collect()
     }
 
+    /// Names of every tensor of the remote's checkpoints, sorted.
+    pub fn tensors(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.index.keys().map(|(n, _)| n.clone()).collect();
+        names.dedup();
+        names
+    }
+
+    /// Dtype and shape of version `step` of `name`, from its manifest (nothing fetched).
+    ///
+    /// # Errors
+    /// [`NotFound::Version`].
+    pub fn version_shape(&self, name: &str, step: u64) -> Result<(DType, Vec<u64>), RemoteError> {
+        let key = (name.to_string(), step);
+        let rec = self
+            .index
+            .get(&key)
+            .and_then(|ms| self.checkpoints.get(ms))
+            .and_then(|m| m.versions.get(&key))
+            .ok_or_else(|| {
+                StoreError::NotFound(NotFound::Version {
+                    tensor: name.to_string(),
+                    step,
+                })
+            })?;
+        Ok((rec.dtype, rec.shape.clone()))
+    }
+
+    /// Flat elements `elems` of version `step` of `name` ([`Store::get_range`]; the whole
+    /// version is fetched into the cache).
+    ///
+    /// # Errors
+    /// Those of [`RemoteStore::get`] and [`Store::get_range`].
+    pub fn get_range(
+        &self,
+        name: &str,
+        step: u64,
+        elems: Range<u64>,
+    ) -> Result<TensorSlice, RemoteError> {
+        self.ensure(name, &[step])?;
+        self.evict(&[name.to_string()])?;
+        Ok(self.cache.get_range(name, step, elems)?)
+    }
+
     /// Version `step` of `name`, bit-exact.
     ///
     /// # Errors
     /// [`NotFound::Tensor`] or [`NotFound::Version`], damaged segments, request errors.
     pub fn get(&self, name: &str, step: u64) -> Result<Tensor, RemoteError> {
         self.ensure(name, &[step])?;
+        self.evict(&[name.to_string()])?;
         Ok(self.cache.get(name, step)?)
     }
 
@@ -210,6 +254,7 @@ impl RemoteStore {
             .filter(|s| steps.contains(s))
             .collect();
         self.ensure(name, &wanted)?;
+        self.evict(&[name.to_string()])?;
         Ok(self.cache.history(name, elems, steps)?)
     }
 
@@ -218,8 +263,10 @@ impl RemoteStore {
     /// # Errors
     /// [`NotFound::Checkpoint`], and those of [`RemoteStore::get`].
     pub fn load_checkpoint(&self, step: u64) -> Result<Checkpoint, RemoteError> {
-        self.ensure_checkpoint(step)?;
-        Ok(self.cache.load_checkpoint(step)?)
+        let keep = self.ensure_checkpoint(step)?;
+        let out = self.cache.load_checkpoint(step)?;
+        self.evict(&keep)?;
+        Ok(out)
     }
 
     /// Writes checkpoint `step` as a safetensors file ([`Store::export_safetensors`]).
@@ -231,8 +278,10 @@ impl RemoteStore {
         step: u64,
         path: impl AsRef<Path>,
     ) -> Result<ExportReport, RemoteError> {
-        self.ensure_checkpoint(step)?;
-        Ok(self.cache.export_safetensors(step, path)?)
+        let keep = self.ensure_checkpoint(step)?;
+        let out = self.cache.export_safetensors(step, path)?;
+        self.evict(&keep)?;
+        Ok(out)
     }
 
     fn manifest(&self, step: u64) -> Result<&crate::record::Manifest, RemoteError> {
@@ -241,27 +290,28 @@ impl RemoteStore {
             .ok_or_else(|| StoreError::NotFound(NotFound::Checkpoint { step }).into())
     }
 
-    /// Brings every tensor of checkpoint `step` and its record into the cache.
-    fn ensure_checkpoint(&self, step: u64) -> Result<(), RemoteError> {
+    /// Brings every tensor of checkpoint `step` and its record into the cache; returns the
+    /// tensor names.
+    fn ensure_checkpoint(&self, step: u64) -> Result<Vec<String>, RemoteError> {
         let m = self.manifest(step)?;
         for name in &m.tensors {
             self.ensure(name, &[step])?;
         }
-        if self.cache.checkpoints()?.contains(&step) {
-            return Ok(());
+        let cached = self.cache.checkpoint_info(step).ok();
+        if !cached.is_some_and(|c| c.tensors == m.tensors && c.metadata == m.metadata) {
+            let cp = CheckpointRecord {
+                metadata: m.metadata.clone(),
+                tensors: m.tensors.clone(),
+            };
+            apply(
+                &self.cache,
+                &self.remote,
+                &BTreeMap::new(),
+                Some((step, &cp)),
+                &|_| {},
+            )?;
         }
-        let cp = CheckpointRecord {
-            metadata: m.metadata.clone(),
-            tensors: m.tensors.clone(),
-        };
-        apply(
-            &self.cache,
-            &self.remote,
-            &BTreeMap::new(),
-            Some((step, &cp)),
-            &|_| {},
-        )?;
-        Ok(())
+        Ok(m.tensors.clone())
     }
 
     /// Brings versions `steps` of `name`, and the chain under them, into the cache.
@@ -304,27 +354,39 @@ impl RemoteStore {
         } else {
             apply(&self.cache, &self.remote, &missing, None, &|_| {})?.1
         };
-        self.touch(name, fetched)
+        self.note(name, fetched);
+        Ok(())
     }
 
-    /// Marks `name` most recently used (with `added` more bytes) and evicts the least
-    /// recently used other tensors while the cache holds more than its bound.
-    fn touch(&self, name: &str, added: u64) -> Result<(), RemoteError> {
+    /// Marks `name` most recently used, holding `added` more bytes.
+    fn note(&self, name: &str, added: u64) {
         let mut held = self.held.lock();
         let before = held
             .iter()
             .position(|(n, _)| n == name)
             .map(|i| held.remove(i).1);
         held.push((name.to_string(), before.unwrap_or(0) + added));
+    }
+
+    /// Evicts the least recently used tensors but those of `keep` while the cache holds
+    /// more than its bound.
+    fn evict(&self, keep: &[String]) -> Result<(), RemoteError> {
+        let mut held = self.held.lock();
         let mut total: u64 = held.iter().map(|(_, b)| b).sum();
-        while total > self.cache_bytes && held.len() > 1 {
-            let (victim, bytes) = held.remove(0);
+        let mut i = 0;
+        while total > self.cache_bytes && i < held.len() {
+            if keep.contains(&held[i].0) {
+                i += 1;
+                continue;
+            }
+            let (victim, bytes) = held.remove(i);
             let r = self.cache.read()?;
             let mut steps: Vec<u64> = crate::engine::View::versions_of(&r, &victim)?
                 .into_iter()
                 .map(|(s, _)| s)
                 .collect();
             drop(r);
+            // Newest first: no version left depends on the one deleted.
             steps.reverse();
             for s in steps {
                 self.cache.delete(&victim, s)?;

@@ -224,6 +224,15 @@ fn the_read_cache_stays_bounded() {
         rs.get("a", 10).unwrap().data,
         src.get("a", 10).unwrap().data
     );
+    // A whole checkpoint is read even when it is larger than the bound.
+    let ckpt = rs.load_checkpoint(20).unwrap();
+    assert_eq!(ckpt.tensors.len(), 2);
+    assert_eq!(ckpt.tensors[0].1.data, src.get("a", 20).unwrap().data);
+    let (found, b) = rs.get_at("b", 15).unwrap();
+    assert_eq!(found, 10);
+    assert_eq!(b.data, src.get("b", 10).unwrap().data);
+    rs.export_safetensors(20, dir.path().join("20.safetensors"))
+        .unwrap();
 }
 
 #[test]
