@@ -21,6 +21,8 @@ use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyMemoryError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
+mod remote;
+
 use strata_store::{
     DType, Fidelity, OpenError, Options, Residual, RetainPolicy, Store, StoreError, Tensor,
     TensorRef, Tier, TierPolicy,
@@ -58,6 +60,18 @@ create_exception!(
 );
 create_exception!(
     _native,
+    RemoteFailure,
+    StrataError,
+    "A remote (object storage) could not be used: a bad URL, missing credentials, a failed request."
+);
+create_exception!(
+    _native,
+    Conflict,
+    RemoteFailure,
+    "The remote holds a different checkpoint (or version) at a step being pushed or pulled."
+);
+create_exception!(
+    _native,
     TierError,
     StrataError,
     "A tiered read or operation that cannot give what was asked."
@@ -65,8 +79,20 @@ create_exception!(
 
 /// The Python exception for a store error: the class by kind, the store's message.
 fn to_py(e: StoreError) -> PyErr {
-    let msg = error_chain(&e);
-    match &e {
+    store_error_to_py(e)
+}
+
+/// [`to_py`], by value (remote errors carry store errors).
+pub(crate) fn store_error_to_py(e: StoreError) -> PyErr {
+    let msg = message_chain(&e);
+    match e {
+        StoreError::Remote(r) => remote::remote_to_py(*r),
+        ref e => to_py_kind(e, msg),
+    }
+}
+
+fn to_py_kind(e: &StoreError, msg: String) -> PyErr {
+    match e {
         StoreError::Open(OpenError::InUse { .. }) => InUse::new_err(msg),
         _ if e.is_corrupt() => Corrupt::new_err(msg),
         StoreError::NotFound(_) => NotFound::new_err(msg),
@@ -78,9 +104,9 @@ fn to_py(e: StoreError) -> PyErr {
 
 /// The error's message followed by its sources' (the store's transparent variants already
 /// include their inner message once).
-fn error_chain(e: &StoreError) -> String {
+pub(crate) fn message_chain(e: &dyn std::error::Error) -> String {
     let mut msg = e.to_string();
-    let mut source = std::error::Error::source(e);
+    let mut source = e.source();
     while let Some(s) = source {
         let text = s.to_string();
         if !msg.contains(&text) {
@@ -149,14 +175,27 @@ fn byte_len(dtype: DType, shape: &[u64]) -> PyResult<usize> {
 }
 
 /// One tensor handed to Python: dtype name, shape, bytes as a `uint8` array.
-type PyTensor<'py> = (&'static str, Vec<u64>, Bound<'py, PyArray1<u8>>);
+pub(crate) type PyTensor<'py> = (&'static str, Vec<u64>, Bound<'py, PyArray1<u8>>);
 
 /// A history query's answer: dtype name, and each version's step and element bytes.
-type PyHistory<'py> = (&'static str, Vec<(u64, Bound<'py, PyArray1<u8>>)>);
+pub(crate) type PyHistory<'py> = (&'static str, Vec<(u64, Bound<'py, PyArray1<u8>>)>);
 
 /// Hands a decoded tensor's bytes to NumPy without copying them.
-fn tensor_to_py(py: Python<'_>, t: Tensor) -> PyTensor<'_> {
+pub(crate) fn tensor_to_py(py: Python<'_>, t: Tensor) -> PyTensor<'_> {
     (t.dtype.name(), t.shape, PyArray1::from_vec(py, t.data))
+}
+
+/// A history query's rows handed to Python (the dtype of the first row, `u8` if none).
+pub(crate) fn history_to_py(
+    py: Python<'_>,
+    rows: Vec<(u64, strata_store::TensorSlice)>,
+) -> PyHistory<'_> {
+    let dtype = rows.first().map(|(_, sl)| sl.dtype.name()).unwrap_or("u8");
+    let rows = rows
+        .into_iter()
+        .map(|(step, sl)| (step, PyArray1::from_vec(py, sl.data)))
+        .collect();
+    (dtype, rows)
 }
 
 /// A Strata store, open until `close()` (then every call raises `StrataError`).
@@ -218,7 +257,7 @@ impl PyStore {
 
 /// A [`Fidelity`] as a dict: `{"kind": "exact"}`, `{"kind": "bounded", "bits": b,
 /// "max_rel_error": e}`, `{"kind": "reconstructed", "depth": d}` or `{"kind": "zeros"}`.
-fn fidelity_to_py(py: Python<'_>, f: Fidelity) -> PyResult<Bound<'_, PyDict>> {
+pub(crate) fn fidelity_to_py(py: Python<'_>, f: Fidelity) -> PyResult<Bound<'_, PyDict>> {
     let d = PyDict::new(py);
     match f {
         Fidelity::Exact => d.set_item("kind", "exact")?,
@@ -244,8 +283,10 @@ impl PyStore {
     /// Opens (or creates) the store file at `path`; options left `None` keep the store's
     /// defaults ([`strata_store::Options`]).
     #[new]
+    // Python's keyword options, one argument each (PyO3 maps them by name).
+    #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (path, *, block_bytes=None, max_chain=None, cache_bytes=None,
-        db_cache_bytes=None, window_bytes=None))]
+        db_cache_bytes=None, window_bytes=None, upload=None))]
     fn new(
         py: Python<'_>,
         path: std::path::PathBuf,
@@ -254,6 +295,7 @@ impl PyStore {
         cache_bytes: Option<usize>,
         db_cache_bytes: Option<usize>,
         window_bytes: Option<u64>,
+        upload: Option<String>,
     ) -> PyResult<Self> {
         let d = Options::default();
         let opts = Options {
@@ -262,6 +304,7 @@ impl PyStore {
             cache_bytes: cache_bytes.unwrap_or(d.cache_bytes),
             db_cache_bytes: db_cache_bytes.unwrap_or(d.db_cache_bytes),
             window_bytes: window_bytes.unwrap_or(d.window_bytes),
+            upload: upload.map(strata_store::remote::UploadOptions::new),
             ..d
         };
         let shown = path.display().to_string();
@@ -489,12 +532,7 @@ impl PyStore {
             )));
         }
         let rows = self.with(py, |s| s.history(name, start..end, first..=last))?;
-        let dtype = rows.first().map(|(_, sl)| sl.dtype.name()).unwrap_or("u8");
-        let rows = rows
-            .into_iter()
-            .map(|(step, sl)| (step, PyArray1::from_vec(py, sl.data)))
-            .collect();
-        Ok((dtype, rows))
+        Ok(history_to_py(py, rows))
     }
 
     /// Keeps the `keep_last` latest checkpoints, those whose step is a multiple of
@@ -638,6 +676,39 @@ impl PyStore {
         Ok(d)
     }
 
+    /// Waits until every committed checkpoint is in the `upload` remote; raises the latest
+    /// upload error if one is still not there.
+    fn flush(&self, py: Python<'_>) -> PyResult<()> {
+        self.with(py, |s| s.flush())
+    }
+
+    /// Pushes the checkpoints the remote at `url` lacks: a dict report.
+    fn push<'py>(&self, py: Python<'py>, url: &str) -> PyResult<Bound<'py, PyDict>> {
+        let guard = self.inner.read();
+        let store = guard.as_ref().ok_or_else(closed)?;
+        remote::push(py, store, url)
+    }
+
+    /// Pushes checkpoint `step` as part `part` of the remote's checkpoint `step`.
+    fn push_part<'py>(
+        &self,
+        py: Python<'py>,
+        url: &str,
+        step: u64,
+        part: &str,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let guard = self.inner.read();
+        let store = guard.as_ref().ok_or_else(closed)?;
+        remote::push_part(py, store, url, step, part)
+    }
+
+    /// Pulls the checkpoints of the remote at `url` this store lacks: a dict report.
+    fn pull<'py>(&self, py: Python<'py>, url: &str) -> PyResult<Bound<'py, PyDict>> {
+        let guard = self.inner.read();
+        let store = guard.as_ref().ok_or_else(closed)?;
+        remote::pull(py, store, url)
+    }
+
     fn __repr__(&self) -> String {
         let state = if self.closed() { "closed" } else { "open" };
         format!("<strata._native.Store {:?} ({state})>", self.path)
@@ -649,6 +720,12 @@ impl PyStore {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<PyStore>()?;
+    m.add_class::<remote::PyRemoteStore>()?;
+    m.add_function(wrap_pyfunction!(remote::commit_parts, m)?)?;
+    m.add_function(wrap_pyfunction!(remote::remote_retain, m)?)?;
+    m.add_function(wrap_pyfunction!(remote::remote_gc, m)?)?;
+    m.add("RemoteFailure", py.get_type::<RemoteFailure>())?;
+    m.add("Conflict", py.get_type::<Conflict>())?;
     m.add("StrataError", py.get_type::<StrataError>())?;
     m.add("NotFound", py.get_type::<NotFound>())?;
     m.add("InvalidInput", py.get_type::<InvalidInput>())?;

@@ -13,7 +13,17 @@ from __future__ import annotations
 
 from . import _native
 from ._flatten import SEP, flatten, unflatten
-from ._native import Corrupt, InUse, InvalidInput, NotFound, StrataError, TierError
+from ._native import (
+    Conflict,
+    Corrupt,
+    InUse,
+    InvalidInput,
+    NotFound,
+    RemoteFailure,
+    StrataError,
+    TierError,
+)
+from ._remote import RemoteStore, commit_parts, open_remote, remote_gc, remote_retain
 from ._store import Store, StepReader, TensorSlice, open
 
 __version__: str = _native.__version__
@@ -32,5 +42,12 @@ __all__ = [
     "Corrupt",
     "InUse",
     "TierError",
+    "RemoteFailure",
+    "Conflict",
+    "RemoteStore",
+    "open_remote",
+    "commit_parts",
+    "remote_retain",
+    "remote_gc",
     "__version__",
 ]

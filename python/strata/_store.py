@@ -65,115 +65,11 @@ def _items(tensors: Any) -> list[tuple[str, str, list[int], np.ndarray]]:
     return items
 
 
-class Store:
-    """A Strata store file: tensors versioned by step, checkpoints, tags, tiers.
+class _Reads:
+    """The read methods shared by :class:`Store` and :class:`strata.RemoteStore`, over a
+    native object (``self._s``) with the same read calls."""
 
-    ``Store(path)`` opens or creates the file; one process at a time (another gets
-    :class:`strata.InUse`). Use it as a context manager or call :meth:`close`.
-    Every encode, decode and file operation runs with the GIL released.
-
-    Options (keyword-only, the store's defaults when None): ``block_bytes`` (raw bytes per
-    block, 1 MiB), ``max_chain`` (most segments decoded per block read, 6), ``cache_bytes``
-    (decoded-block cache, 256 MiB), ``db_cache_bytes`` (redb's page cache, 64 MiB),
-    ``window_bytes`` (raw bytes a write encodes at once, 128 MiB: lower it to lower a save's
-    peak memory).
-    """
-
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        block_bytes: int | None = None,
-        max_chain: int | None = None,
-        cache_bytes: int | None = None,
-        db_cache_bytes: int | None = None,
-        window_bytes: int | None = None,
-    ):
-        opts = {
-            "block_bytes": block_bytes,
-            "max_chain": max_chain,
-            "cache_bytes": cache_bytes,
-            "db_cache_bytes": db_cache_bytes,
-            "window_bytes": window_bytes,
-        }
-        for k, v in opts.items():
-            if v is not None:
-                check_step(v, k)
-        self._s = _native.Store(os.fspath(path), **opts)
-        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
-        self._lock = threading.Lock()
-
-    # -- lifecycle -------------------------------------------------------------------------
-    @property
-    def path(self) -> str:
-        return self._s.path
-
-    @property
-    def closed(self) -> bool:
-        return self._s.closed
-
-    def close(self) -> None:
-        """Waits for pending async saves, then closes the file."""
-        ex = self._executor
-        if ex is not None:
-            ex.shutdown(wait=True)
-            self._executor = None
-        self._s.close()
-
-    def __enter__(self) -> Store:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return f"strata.Store({self.path!r}{', closed' if self.closed else ''})"
-
-    # -- writes ----------------------------------------------------------------------------
-    def save_checkpoint(self, step: int, tensors: Mapping[str, Any], metadata: Any = None) -> None:
-        """Saves ``tensors`` (name -> numpy array or torch tensor, e.g. a state_dict) as the
-        checkpoint at ``step``, atomically: after a crash all of it is there or none.
-
-        Contiguous CPU inputs are read in place; others are copied to CPU contiguous first.
-        ``metadata`` is a JSON-serializable dict (or a str), read back by :meth:`metadata`.
-        Tensors sharing storage (tied weights) are stored once per name.
-        """
-        step = check_step(step)
-        items = _items(tensors)
-        self._s.save_checkpoint(step, items, _metadata_text(metadata))
-
-    def save_checkpoint_async(
-        self, step: int, tensors: Mapping[str, Any], metadata: Any = None
-    ) -> concurrent.futures.Future[None]:
-        """Copies ``tensors`` to private CPU buffers now, then saves them in a background
-        thread (GIL released while encoding and writing). Saves run one at a time in the
-        order they were asked. Returns a :class:`concurrent.futures.Future`."""
-        step = check_step(step)
-        if not isinstance(tensors, Mapping):
-            raise TypeError(f"tensors must be a mapping, not {type(tensors).__name__}")
-        items = _items({k: snapshot(v) for k, v in tensors.items()})
-        text = _metadata_text(metadata)
-        with self._lock:
-            if self._executor is None:
-                self._executor = concurrent.futures.ThreadPoolExecutor(
-                    max_workers=1, thread_name_prefix="strata-save"
-                )
-            return self._executor.submit(self._s.save_checkpoint, step, items, text)
-
-    def put(self, name: str, step: int, tensor: Any) -> None:
-        """Writes one version of one tensor, outside any checkpoint."""
-        check_name(name)
-        step = check_step(step)
-        dtype, shape, data = to_bytes(tensor)
-        self._s.put(name, step, dtype, shape, data)
-
-    def delete(self, name: str, step: int) -> None:
-        """Deletes version ``step`` of ``name`` (dependent versions are re-based)."""
-        self._s.delete(check_name(name), check_step(step))
-
-    def delete_checkpoint(self, step: int) -> None:
-        """Deletes the checkpoint at ``step``, its tensor versions and its tags."""
-        self._s.delete_checkpoint(check_step(step))
+    _s: Any
 
     # -- reads -----------------------------------------------------------------------------
     def get(
@@ -271,6 +167,160 @@ class Store:
         )
         return [(s, from_bytes(dtype, (end - start,), b, framework)) for s, b in rows]
 
+    def tags(self) -> dict[str, int]:
+        """tag -> step."""
+        return dict(self._s.tags())
+
+    # -- safetensors ----------------------------------------------------------------------
+    def export_safetensors(self, step: int, path: str | os.PathLike[str]) -> int:
+        """Writes the checkpoint at ``step`` as a safetensors file; returns its size."""
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        return self._s.export_safetensors(check_step(step), os.fspath(path))[1]
+
+
+
+class Store(_Reads):
+    """A Strata store file: tensors versioned by step, checkpoints, tags, tiers.
+
+    ``Store(path)`` opens or creates the file; one process at a time (another gets
+    :class:`strata.InUse`). Use it as a context manager or call :meth:`close`.
+    Every encode, decode and file operation runs with the GIL released.
+
+    Options (keyword-only, the store's defaults when None): ``block_bytes`` (raw bytes per
+    block, 1 MiB), ``max_chain`` (most segments decoded per block read, 6), ``cache_bytes``
+    (decoded-block cache, 256 MiB), ``db_cache_bytes`` (redb's page cache, 64 MiB),
+    ``window_bytes`` (raw bytes a write encodes at once, 128 MiB: lower it to lower a save's
+    peak memory), ``upload`` (a remote URL, ``s3://bucket/prefix`` or ``file:///path``: each
+    checkpoint saved is pushed there in the background; :meth:`flush` and :meth:`close` wait
+    for the uploads).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        block_bytes: int | None = None,
+        max_chain: int | None = None,
+        cache_bytes: int | None = None,
+        db_cache_bytes: int | None = None,
+        window_bytes: int | None = None,
+        upload: str | None = None,
+    ):
+        if upload is not None and not isinstance(upload, str):
+            raise TypeError("upload must be a URL string")
+        opts: dict[str, Any] = {
+            "block_bytes": block_bytes,
+            "max_chain": max_chain,
+            "cache_bytes": cache_bytes,
+            "db_cache_bytes": db_cache_bytes,
+            "window_bytes": window_bytes,
+        }
+        for k, v in opts.items():
+            if v is not None:
+                check_step(v, k)
+        self._s = _native.Store(os.fspath(path), upload=upload, **opts)
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    # -- lifecycle -------------------------------------------------------------------------
+    @property
+    def path(self) -> str:
+        return self._s.path
+
+    @property
+    def closed(self) -> bool:
+        return self._s.closed
+
+    def close(self) -> None:
+        """Waits for pending async saves and uploads, then closes the file. An upload that
+        failed is raised (as by :meth:`flush`) after the file is closed."""
+        ex = self._executor
+        if ex is not None:
+            ex.shutdown(wait=True)
+            self._executor = None
+        try:
+            if not self._s.closed:
+                self._s.flush()
+        finally:
+            self._s.close()
+
+    # -- remotes ---------------------------------------------------------------------------
+    def flush(self) -> None:
+        """Waits until every checkpoint saved so far is in the ``upload`` remote (at once
+        without one); raises :class:`strata.RemoteFailure` if one is still not there (it is
+        retried with the next checkpoint and here)."""
+        self._s.flush()
+
+    def push(self, url: str) -> dict[str, Any]:
+        """Sends the checkpoints the remote at ``url`` lacks (only the segments it lacks),
+        and their tags. Raises :class:`strata.Conflict` if it holds a different checkpoint at
+        one of this store's steps."""
+        return self._s.push(url)
+
+    def push_part(self, url: str, step: int, part: str) -> dict[str, Any]:
+        """Pushes the checkpoint at ``step`` as part ``part`` (e.g. ``"rank3"``) of the
+        remote's checkpoint ``step``; :func:`strata.commit_parts` joins the parts."""
+        return self._s.push_part(url, check_step(step), part)
+
+    def pull(self, url: str) -> dict[str, Any]:
+        """Brings the checkpoints of the remote at ``url`` this store lacks, and its tags."""
+        return self._s.pull(url)
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"strata.Store({self.path!r}{', closed' if self.closed else ''})"
+
+    # -- writes ----------------------------------------------------------------------------
+    def save_checkpoint(self, step: int, tensors: Mapping[str, Any], metadata: Any = None) -> None:
+        """Saves ``tensors`` (name -> numpy array or torch tensor, e.g. a state_dict) as the
+        checkpoint at ``step``, atomically: after a crash all of it is there or none.
+
+        Contiguous CPU inputs are read in place; others are copied to CPU contiguous first.
+        ``metadata`` is a JSON-serializable dict (or a str), read back by :meth:`metadata`.
+        Tensors sharing storage (tied weights) are stored once per name.
+        """
+        step = check_step(step)
+        items = _items(tensors)
+        self._s.save_checkpoint(step, items, _metadata_text(metadata))
+
+    def save_checkpoint_async(
+        self, step: int, tensors: Mapping[str, Any], metadata: Any = None
+    ) -> concurrent.futures.Future[None]:
+        """Copies ``tensors`` to private CPU buffers now, then saves them in a background
+        thread (GIL released while encoding and writing). Saves run one at a time in the
+        order they were asked. Returns a :class:`concurrent.futures.Future`."""
+        step = check_step(step)
+        if not isinstance(tensors, Mapping):
+            raise TypeError(f"tensors must be a mapping, not {type(tensors).__name__}")
+        items = _items({k: snapshot(v) for k, v in tensors.items()})
+        text = _metadata_text(metadata)
+        with self._lock:
+            if self._executor is None:
+                self._executor = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=1, thread_name_prefix="strata-save"
+                )
+            return self._executor.submit(self._s.save_checkpoint, step, items, text)
+
+    def put(self, name: str, step: int, tensor: Any) -> None:
+        """Writes one version of one tensor, outside any checkpoint."""
+        check_name(name)
+        step = check_step(step)
+        dtype, shape, data = to_bytes(tensor)
+        self._s.put(name, step, dtype, shape, data)
+
+    def delete(self, name: str, step: int) -> None:
+        """Deletes version ``step`` of ``name`` (dependent versions are re-based)."""
+        self._s.delete(check_name(name), check_step(step))
+
+    def delete_checkpoint(self, step: int) -> None:
+        """Deletes the checkpoint at ``step``, its tensor versions and its tags."""
+        self._s.delete_checkpoint(check_step(step))
+
     # -- tags, retention -------------------------------------------------------------------
     def tag(self, tag: str, step: int) -> None:
         """Names the checkpoint at ``step`` (moves the tag if it exists)."""
@@ -280,10 +330,6 @@ class Store:
 
     def untag(self, tag: str) -> None:
         self._s.untag(tag)
-
-    def tags(self) -> dict[str, int]:
-        """tag -> step."""
-        return dict(self._s.tags())
 
     def retain(
         self,
@@ -307,11 +353,6 @@ class Store:
         return self._s.compact()
 
     # -- safetensors ----------------------------------------------------------------------
-    def export_safetensors(self, step: int, path: str | os.PathLike[str]) -> int:
-        """Writes the checkpoint at ``step`` as a safetensors file; returns its size."""
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        return self._s.export_safetensors(check_step(step), os.fspath(path))[1]
-
     def import_safetensors(self, path: str | os.PathLike[str], step: int) -> int:
         """Saves a safetensors file as the checkpoint at ``step`` (its ``__metadata__`` as
         the metadata); returns the number of tensors."""

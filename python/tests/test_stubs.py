@@ -10,12 +10,13 @@ from strata import _native
 def stub_names():
     path = os.path.join(os.path.dirname(strata.__file__), "_native.pyi")
     tree = ast.parse(open(path).read())
-    top, methods = set(), set()
+    top, methods = set(), {}
     for node in tree.body:
         if isinstance(node, ast.ClassDef):
             top.add(node.name)
-            if node.name == "Store":
-                methods = {n.name for n in node.body if isinstance(n, ast.FunctionDef)}
+            methods[node.name] = {n.name for n in node.body if isinstance(n, ast.FunctionDef)}
+        elif isinstance(node, ast.FunctionDef):
+            top.add(node.name)
         elif isinstance(node, ast.AnnAssign):
             top.add(node.target.id)
     return top, methods
@@ -25,5 +26,6 @@ def test_stub_matches_native_module():
     top, methods = stub_names()
     native_top = {n for n in dir(_native) if not n.startswith("_")} | {"__version__"}
     assert top - {"_Bytes", "_Tensor"} == native_top
-    native_methods = {n for n in dir(_native.Store) if not n.startswith("_")} | {"__init__"}
-    assert methods == native_methods
+    for cls in ("Store", "RemoteStore"):
+        native = {n for n in dir(getattr(_native, cls)) if not n.startswith("_")} | {"__init__"}
+        assert methods[cls] == native, cls

@@ -124,17 +124,10 @@ impl Drop for Uploader {
 
 fn run(remote: &Remote, rx: &mpsc::Receiver<Job>, shared: &Shared) {
     let mut state = RemoteState::default();
-    let mut formatted = false;
     while let Ok(job) = rx.recv() {
         let mut steps: BTreeSet<u64> = shared.status.lock().failed.clone();
         steps.insert(job.step);
-        let result = upload(
-            remote,
-            &job.snapshot,
-            &mut state,
-            &mut formatted,
-            &mut steps,
-        );
+        let result = upload(remote, &job.snapshot, &mut state, &mut steps);
         drop(job);
         let mut s = shared.status.lock();
         match result {
@@ -161,7 +154,6 @@ fn upload(
     remote: &Remote,
     r: &ReadTxn,
     state: &mut RemoteState,
-    formatted: &mut bool,
     steps: &mut BTreeSet<u64>,
 ) -> Result<(), RemoteError> {
     let present: BTreeSet<u64> = checkpoint_steps(&r.checkpoints)?.into_iter().collect();
@@ -169,10 +161,8 @@ fn upload(
     let tags = tag_list(&r.tags)?;
     let list: Vec<u64> = steps.iter().copied().collect();
     remote.block_on(async {
-        if !*formatted {
-            remote.check_format(true).await?;
-            *formatted = true;
-        }
+        // One small request per checkpoint; it also finds a remote that was emptied.
+        remote.check_format(true).await?;
         state.refresh(remote).await?;
         push_steps(remote, r, state, &list, &tags, None)
             .await
