@@ -15,6 +15,11 @@ A store has one writer process at a time, so ranks do not write it directly:
   of that step).
 - **load**: each rank opens the store for its reads and closes it right after; a rank that finds
   it in use by another rank retries for up to ``open_timeout`` seconds.
+- **with a remote** (``remote="s3://bucket/prefix"`` or ``file:///path``, ADR 0018): each rank
+  pushes its staging store as its *part* of the remote's checkpoint at ``step``
+  (``Store.push_part``, ranks on any machines), and the coordinator's ``finish`` joins the parts
+  (``strata.commit_parts``): the checkpoint appears in the remote whole or not at all, and the
+  local store is not written. Loads read the remote through a private cache per process.
 
 Names in the store: a tensor item is stored under its fully qualified name, a chunk of a
 sharded tensor under ``<fqn>@<offset>,<offset>,...``, a non-tensor object under
@@ -28,6 +33,8 @@ import dataclasses
 import io
 import os
 import pickle
+import shutil
+import tempfile
 import time
 from typing import Any
 
@@ -48,6 +55,7 @@ from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, W
 
 from ._convert import check_step
 from ._native import InUse, NotFound
+from ._remote import RemoteStore, commit_parts
 from ._store import Store
 
 __all__ = ["StrataStorageWriter", "StrataStorageReader"]
@@ -85,11 +93,13 @@ def _done(value: Any) -> Future:
 class StrataStorageWriter(StorageWriter):
     """Writes a DCP checkpoint as the store checkpoint at ``step`` (see the module doc)."""
 
-    def __init__(self, store_path: str | os.PathLike[str], step: int, open_timeout: float = 60.0):
+    def __init__(self, store_path: str | os.PathLike[str], step: int, open_timeout: float = 60.0,
+                 remote: str | None = None):
         super().__init__()
         self.store_path = os.path.abspath(os.fspath(store_path))
         self.step = check_step(step)
         self.open_timeout = open_timeout
+        self.remote = remote
         self.is_coordinator = False
 
     def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
@@ -129,7 +139,13 @@ class StrataStorageWriter(StorageWriter):
                                        storage_data=(name, staging)))
         if tensors:
             with Store(staging) as st:
-                st.save_checkpoint(0, tensors)
+                if self.remote is None:
+                    st.save_checkpoint(0, tensors)
+                else:
+                    st.save_checkpoint(self.step, tensors)
+                    st.push_part(self.remote, self.step, str(plan.storage_data))
+            if self.remote is not None:
+                os.remove(staging)
         return _done(results)
 
     def finish(self, metadata: Metadata, results: list[list[WriteResult]]) -> None:
@@ -141,11 +157,14 @@ class StrataStorageWriter(StorageWriter):
                 names[wr.index] = name
                 stagings.setdefault(staging, []).append(name)
         metadata.storage_data = names
+        blob = base64.b64encode(pickle.dumps(metadata, protocol=4)).decode("ascii")
+        if self.remote is not None:
+            commit_parts(self.remote, self.step, {METADATA_KEY: blob})
+            return
         tensors: dict[str, Any] = {}
         for staging in stagings:
             with Store(staging) as st:
                 tensors.update(st.load_checkpoint(0, framework="pt"))
-        blob = base64.b64encode(pickle.dumps(metadata, protocol=4)).decode("ascii")
         with _open(self.store_path, self.open_timeout) as st:
             st.save_checkpoint(self.step, tensors, metadata={METADATA_KEY: blob})
         for staging in stagings:
@@ -159,25 +178,47 @@ class StrataStorageWriter(StorageWriter):
         return None
 
 
+class _RemoteSource:
+    """A RemoteStore over a temporary cache folder, for one DCP load in one process."""
+
+    def __init__(self, url: str):
+        self.dir = tempfile.mkdtemp(prefix="strata-dcp-")
+        self.remote = RemoteStore(url, cache_dir=self.dir)
+
+    def __enter__(self) -> RemoteStore:
+        return self.remote
+
+    def __exit__(self, *exc: Any) -> None:
+        del self.remote
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
 class StrataStorageReader(StorageReader):
     """Reads the DCP checkpoint at ``step`` (the latest when None) of a store."""
 
     def __init__(
         self, store_path: str | os.PathLike[str], step: int | None = None,
-        open_timeout: float = 60.0,
+        open_timeout: float = 60.0, remote: str | None = None,
     ):
         super().__init__()
         self.store_path = os.path.abspath(os.fspath(store_path))
         self.step = None if step is None else check_step(step)
         self.open_timeout = open_timeout
+        self.remote = remote
         self.storage_data: dict[MetadataIndex, str] = {}
+
+    def _source(self) -> Any:
+        """The store, or a reader of the remote with a private cache (removed on close)."""
+        if self.remote is None:
+            return _open(self.store_path, self.open_timeout)
+        return _RemoteSource(self.remote)
 
     def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
         if checkpoint_id is not None:
             self.store_path = os.path.abspath(os.fspath(checkpoint_id))
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
-        with _open(self.store_path, self.open_timeout) as st:
+        with self._source() as st:
             if self.step is None:
                 self.step = st.latest_step()
                 if self.step is None:
@@ -203,7 +244,7 @@ class StrataStorageReader(StorageReader):
         if self.step is None:
             self.read_metadata()
         step = self.step
-        with _open(self.store_path, self.open_timeout) as st:
+        with self._source() as st:
             for req in plan.items:
                 name = self.storage_data[req.storage_index]
                 if req.type == LoadItemType.BYTE_IO:
