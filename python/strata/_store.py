@@ -105,6 +105,14 @@ class _Reads:
         _meta, tensors = self._s.load_checkpoint(check_step(step))
         return {name: from_bytes(d, s, b, framework) for name, (d, s, b) in tensors}
 
+    def iter_checkpoint(self, step: int, framework: str = "np") -> Iterator[tuple[str, Any]]:
+        """``(name, tensor)`` of every tensor of the checkpoint at ``step``, one at a time, in
+        saved order: memory holds one tensor, whatever the checkpoint's size."""
+        check_framework(framework)
+        for name in self.keys(step):
+            dtype, shape, data = self._s.get(name, check_step(step))
+            yield name, from_bytes(dtype, shape, data, framework)
+
     def metadata(self, step: int) -> Any:
         """The checkpoint's metadata: the dict saved (JSON), the raw text otherwise."""
         text, _names = self._s.checkpoint_info(check_step(step))

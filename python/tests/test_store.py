@@ -34,6 +34,9 @@ def test_roundtrip_numpy(store_path):
             assert back[k].dtype == a[k].dtype and back[k].shape == a[k].shape
             assert back[k].tobytes() == a[k].tobytes()
         assert st.metadata(1000) == {"loss": 1.93}
+        streamed = list(st.iter_checkpoint(1000))
+        assert [n for n, _ in streamed] == list(a)
+        assert all(t.tobytes() == a[n].tobytes() for n, t in streamed)
         w = st.get("embed.weight", step=1000)
         np.testing.assert_array_equal(w, a["embed.weight"])
         assert st.steps() == [1000] and st.latest_step() == 1000
