@@ -6,11 +6,11 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime};
 
-use super::error::RemoteError;
 use super::object::Remote;
 use super::pull::remote_tags;
-use super::push::{fetch_manifest, RemoteState, REFRESH_AGE};
+use super::sync::{fetch_manifest, RemoteState, REFRESH_AGE};
 use crate::error::InvalidInput;
+use crate::error::RemoteError;
 use crate::retain::RetainPolicy;
 use crate::StoreError;
 

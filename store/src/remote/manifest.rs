@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use super::error::RemoteError;
 use crate::engine::View;
+use crate::error::RemoteError;
 use crate::error::{NotFound, StoreError};
 use crate::record::{Form, Kind, Manifest};
 

@@ -19,21 +19,22 @@
 //! with a missing segment; a push killed midway leaves only unreferenced segments, which the
 //! next push reuses and [`gc`] removes once older than the grace period.
 
-mod error;
 mod gc;
 mod manifest;
 mod object;
 mod pull;
 mod push;
 mod reader;
+mod sync;
 mod upload;
 
-pub use error::RemoteError;
+pub use crate::error::RemoteError;
 pub use gc::{gc, gc_at, retain, GcReport};
 pub use object::{Remote, RequestCounts};
 pub use pull::{pull, PullReport};
-pub use push::{commit_parts, push, push_part, Progress, PushReport};
+pub use push::{commit_parts, push, push_part};
 pub use reader::{RemoteStore, DEFAULT_CACHE_BYTES};
+pub use sync::{Progress, PushReport};
 pub use upload::UploadOptions;
 pub(crate) use upload::Uploader;
 

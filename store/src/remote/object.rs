@@ -16,7 +16,7 @@ use object_store::{
     PutPayload, RetryConfig,
 };
 
-use super::error::RemoteError;
+use crate::error::RemoteError;
 
 /// The format object's name and the remote format this build writes and reads.
 const FORMAT_OBJECT: &str = "strata-remote.json";

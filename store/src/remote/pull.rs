@@ -8,11 +8,11 @@ use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use xxhash_rust::xxh3::xxh3_128;
 
-use super::error::RemoteError;
 use super::manifest::of_checkpoint;
 use super::object::{unhex, Remote, RANGE_BYTES};
-use super::push::{Progress, RemoteState};
+use super::sync::{Progress, RemoteState};
 use crate::engine::{checkpoint_steps, View, WriteTxn};
+use crate::error::RemoteError;
 use crate::error::StoreError;
 use crate::record::Kind;
 use crate::record::{CheckpointRecord, VersionRecord};
@@ -275,14 +275,4 @@ pub(crate) async fn fetch_segment(
         return Err(bad(format!("its bytes hash to {found:032x}")));
     }
     Ok(bytes)
-}
-
-/// Converts for the store's write closure, which speaks [`StoreError`].
-impl From<RemoteError> for StoreError {
-    fn from(e: RemoteError) -> Self {
-        match e {
-            RemoteError::Store(e) => e,
-            e => StoreError::Remote(Box::new(e)),
-        }
-    }
 }

@@ -9,10 +9,10 @@ use std::path::Path;
 use parking_lot::Mutex;
 use xxhash_rust::xxh3::xxh3_64;
 
-use super::error::RemoteError;
 use super::object::{Remote, RequestCounts};
 use super::pull::{apply, remote_tags};
-use super::push::RemoteState;
+use super::sync::RemoteState;
+use crate::error::RemoteError;
 use crate::error::{NotFound, StoreError};
 use crate::record::{CheckpointRecord, VersionRecord};
 use crate::safetensors_io::ExportReport;

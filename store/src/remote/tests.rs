@@ -344,7 +344,7 @@ fn damaged_objects_are_named() {
     let remote = Remote::in_memory();
     push(&src, &remote, None).unwrap();
     let m = remote
-        .block_on(super::push::fetch_manifest(
+        .block_on(super::sync::fetch_manifest(
             &remote,
             &remote.manifest_path(10),
         ))

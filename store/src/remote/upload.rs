@@ -11,10 +11,10 @@ use std::thread::JoinHandle;
 
 use parking_lot::{Condvar, Mutex};
 
-use super::error::RemoteError;
 use super::object::Remote;
-use super::push::{push_steps, RemoteState};
+use super::sync::{push_steps, RemoteState};
 use crate::engine::{checkpoint_steps, tag_list, ReadTxn};
+use crate::error::RemoteError;
 
 /// Where and how committed checkpoints are pushed in the background.
 #[derive(Debug, Clone, PartialEq, Eq)]
