@@ -29,6 +29,9 @@ Tables, each between markers in README.md, with the date, the machine and the co
 - `<!-- kills:start -->` ... `<!-- kills:end -->`: a writer killed with SIGKILL during import, save,
   retain, maintain and compaction (`examples/kill-bench.rs`, issue 14), the store checked after
   each kill. --kills N (default 1000) kills, seed 14.
+- `<!-- remote:start -->` ... `<!-- remote:end -->`: push, a second push, pull, a cold-cache get and
+  export through `RemoteStore`, on moto's S3 server (127.0.0.1, the venv of tests/s3/venv.sh) and a
+  file:// folder (`examples/remote-bench.rs`, issue 13), with the issue's targets beside the figures.
 
 Nothing in the tables is typed by hand. --check prints the tables without writing README.md;
 --only NAME (repeatable) runs only those tables.
@@ -457,6 +460,82 @@ def kills_table():
     return "\n".join(lines)
 
 
+def remote_table():
+    cmd = ["cargo", "run", "-q", "--release", "--example", "remote-bench", "--", "--json"]
+    # Not run(): remote-bench exits 1 when a target is missed, and the table shows which.
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if p.returncode not in (0, 1):
+        sys.exit(f"remote-bench failed ({p.returncode}): {p.stderr}")
+    r = json.loads(p.stdout)
+    rs, st, t = r["remotes"], r["store"], r["tensor"]
+
+    def b(x):
+        return f"{x:,}"
+
+    def met(ok):
+        return "met" if ok else "**not met**"
+
+    def every(test):
+        return all(test(x) for x in rs)
+
+    def row(label, cell, target=""):
+        return f"| {label} | " + " | ".join(cell(x) for x in rs) + f" | {target} |"
+
+    def io(x, op, key, secs=True):
+        c = x[op]["counts"]
+        out = f"{b(c[key])}, {c['requests']}"
+        return out + (f", {x[op]['seconds']:.2f} s" if secs else "")
+
+    seg, file = st["segment_bytes"], st["file_bytes"]
+    chain = t["chain_version_bytes"]
+    series = os.path.relpath(r["series"], ROOT)
+    lines = [
+        f"Measured {machine()}: `{series}` ({r['checkpoints']} checkpoints, {r['raw_bytes'] / 1e6:.1f} MB raw) imported "
+        f"and compacted into a store of {b(file)} file bytes holding {b(seg)} bytes of {st['segments']} unique segments; "
+        "then each remote in turn: moto's S3 server on 127.0.0.1 and a `file://` folder. Bytes are object bodies; "
+        "requests are every get, put, list and delete (`Remote::counts`). "
+        f"{r['wall_seconds']:.0f} s in all; peak RSS of the process {r['peak_rss_bytes'] / 1e6:.0f} MB.",
+        "",
+        "| measure | " + " | ".join(x["remote"] for x in rs) + " | target |",
+        "|---|" + "---|" * len(rs) + "---|",
+        row("push: checkpoints, seconds", lambda x: f"{x['push']['checkpoints']}, {x['push']['seconds']:.2f} s"),
+        row(f"push: segment bytes sent (the store's segments: {b(seg)})",
+            lambda x: b(x["push"]["segment_bytes_sent"]),
+            "only the stored bytes: " + met(every(lambda x: x["push"]["segment_bytes_sent"] == seg))),
+        row(f"push: all bytes sent, segments and manifests (the store's file: {b(file)})",
+            lambda x: f"{b(x['push']['counts']['bytes_out'])} ({x['push']['counts']['bytes_out'] / file:.3f} of the file)",
+            "at most the file: " + met(every(lambda x: x["push"]["counts"]["bytes_out"] <= file))),
+        row("push: requests", lambda x: str(x["push"]["counts"]["requests"])),
+        row("second push: segments sent, requests, seconds",
+            lambda x: f"{x['push_again']['segments_sent']}, {x['push_again']['counts']['requests']}, "
+                      f"{x['push_again']['seconds']:.2f} s",
+            "no segment: " + met(every(lambda x: x["targets"]["second_push_no_segment"]))),
+        row("pull into a new store: bytes received, requests, seconds", lambda x: io(x, "pull", "bytes_in"),
+            "only the stored bytes: " + met(every(lambda x: x["pull"]["segment_bytes_received"] == seg))),
+        row("pulled store: every checkpoint bit-exact; verify",
+            lambda x: ("equal" if x["pull"]["equal"] else "DIFFERS") + f"; {x['pull']['verify_issues']} issues",
+            met(every(lambda x: x["targets"]["pull_equal_and_verified"]))),
+        row("`RemoteStore` open (manifests): bytes, requests", lambda x: io(x, "open", "bytes_in", secs=False)),
+        row(f"cold get of `{t['name']}` at step {t['step']}: bytes, requests, ms",
+            lambda x: f"{io(x, 'get_cold', 'bytes_in', secs=False)}, {x['get_cold']['seconds'] * 1e3:.0f} ms",
+            f"at most its chain's {b(chain)} bytes: " + met(every(lambda x: x["targets"]["cold_get_within_chain"]))),
+        row("the same get, warm: requests", lambda x: str(x["get_warm"]["counts"]["requests"]),
+            "none: " + met(every(lambda x: x["targets"]["warm_get_no_request"]))),
+        row(f"cold export of step {t['step']} to safetensors: bytes, requests, seconds",
+            lambda x: io(x, "export", "bytes_in"),
+            f"the checkpoint's chains: {b(rs[0]['export']['checkpoint_chain_bytes'])} bytes; file bit-exact: "
+            + met(every(lambda x: x["targets"]["export_exact"]))),
+        "",
+        f"The chain under `{t['name']}` ({b(t['raw_bytes'])} raw bytes, {t['blocks']} block(s)) at step {t['step']}: "
+        f"versions {', '.join(str(s) for s in t['chain_versions'])} (depth {t['chain_depth']}), {b(chain)} segment bytes "
+        f"in those versions, {b(t['chain_block_bytes'])} in the blocks a decode reads; every version up to step "
+        f"{t['step']} holds {b(t['upper_bound_bytes'])}. The bytes of a pull and of an open include the manifests.",
+        "",
+        "Command: `" + " ".join(cmd[:2] + cmd[3:]) + "`",
+    ]
+    return "\n".join(lines)
+
+
 def replace_section(readme, name, body):
     start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
     if start not in readme or end not in readme:
@@ -476,6 +555,7 @@ def main():
         "faults": faults_table,
         "python": python_table,
         "kills": kills_table,
+        "remote": remote_table,
     }
     only = [sys.argv[i + 1] for i, a in enumerate(sys.argv[:-1]) if a == "--only"]
     tables = {name: make() for name, make in makers.items() if not only or name in only}
