@@ -500,7 +500,10 @@ impl PlaneEncoder<'_> {
         // free, the regular coding's contexts see as much): not worth the time.
         let mut alt = Vec::new();
         let n = plane.len();
-        let marked = n >= 64
+        // A constant plane (no exponent changed at all) is coded as one.
+        let constant = plane.first().is_none_or(|&f| plane.iter().all(|&s| s == f));
+        let marked = !constant
+            && n >= 64
             && marked::count(&marks.0, &marks.1, n) <= n / 8
             && marked::put_exceptions(&marks.0, &marks.1, plane, plane.len() / 64, &mut alt)
                 .is_some();
