@@ -108,6 +108,44 @@ fn uses_base_contexts(seg: &[u8]) -> Result<bool, Box<dyn Error>> {
     Ok(table.chunks_exact(5).any(|e| e[0] == 4))
 }
 
+/// A fine-tuning-like step of `base` (bf16 or f32): low mantissa bits change in most
+/// words; in about 1 in 64 the exponent's low bit changes with the top mantissa bit (a
+/// crossing of a power of two), and in 3 words without it (exceptions). The encoder codes
+/// its exponent plane marked (plane method 5, ADR 0019).
+fn marked_step(dtype: DType, base: &[u8], rng: &mut Rng) -> Vec<u8> {
+    let mut out = base.to_vec();
+    let w = dtype.size();
+    let (low, cross, exp) = match w {
+        2 => (0x0007u32, 0x00C0u32, 0x0080u32),
+        _ => (0x0FFF, 0x00C0_0000, 0x0080_0000),
+    };
+    for (i, word) in out.chunks_exact_mut(w).enumerate() {
+        let r = rng.next_u64();
+        let mut x = (r as u32) & low;
+        if r >> 58 == 0 {
+            x |= cross;
+        }
+        if i % 1500 == 7 {
+            x = exp;
+        }
+        for (k, b) in word.iter_mut().enumerate() {
+            *b ^= (x >> (8 * k)) as u8;
+        }
+    }
+    out
+}
+
+/// Whether a delta segment codes its last plane marked (method 5).
+fn uses_marked(seg: &[u8]) -> Result<bool, Box<dyn Error>> {
+    let parsed = Segment::parse(seg)?;
+    let width = parsed.header().dtype.size();
+    let table = parsed
+        .payload()
+        .get(1..1 + 5 * width)
+        .ok_or("short plane table")?;
+    Ok(table.chunks_exact(5).last().is_some_and(|e| e[0] == 5))
+}
+
 struct Seeds {
     segment_dir: PathBuf,
     payload_dir: PathBuf,
@@ -351,6 +389,18 @@ fn main() -> Result<(), Box<dyn Error>> {
             eprintln!("note: the {dtype} context seed does not use base contexts (method 4)");
         }
         seeds.add(&format!("delta-ctx-{dtype}"), &seg)?;
+    }
+    // Exponent planes coded marked (method 5), with exceptions. A generator of their own,
+    // so that the seeds after them stay as they were.
+    let mut marked_rng = Rng(SplitMix64::new(0x3A2C));
+    for dtype in [DType::BF16, DType::F32] {
+        let base = base_pattern(4096 * dtype.size());
+        let step = marked_step(dtype, &base, &mut marked_rng);
+        let seg = segment::encode_delta(dtype, &step, &base, &opts)?;
+        if !uses_marked(&seg)? {
+            eprintln!("note: the {dtype} marked seed does not use method 5");
+        }
+        seeds.add(&format!("delta-marked-{dtype}"), &seg)?;
     }
     // A small weight update against a realistic base (decodes only in payload_decode).
     let next: Vec<f32> = v.iter().map(|&x| x + rng.weight(1e-4)).collect();

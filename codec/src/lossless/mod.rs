@@ -38,8 +38,13 @@
 //!   depends on its magnitude, so this saves 18 % on the mantissa plane of bf16
 //!   fine-tuning deltas (ADR 0004).
 //!
+//! - 5 marked (the exponent plane, `W - 1`, of bf16 and f32 deltas only): only the
+//!   elements whose sign or top mantissa bit changed, as the planes below say, are coded,
+//!   and the few other non-zero bytes are listed; see the `marked` module (ADR 0019).
+//!
 //! Symbols at or above `2^b` are refused (a rANS table that has them, a constant).
 
+mod marked;
 mod planes;
 mod rans;
 mod scratch;
@@ -134,6 +139,14 @@ pub enum LosslessError {
         /// What is wrong.
         reason: &'static str,
     },
+    /// A marked plane (method 5) is invalid.
+    #[error("plane {plane}: marked plane invalid: {reason}")]
+    Marked {
+        /// Plane index.
+        plane: usize,
+        /// What is wrong.
+        reason: &'static str,
+    },
     /// zstd failed while compressing (out of memory, in practice).
     #[error("zstd compression failed: {0}")]
     Compress(String),
@@ -153,6 +166,18 @@ pub enum PlaneMethod {
     Rans = 3,
     /// rANS with one model per bucket of the base word's exponent (float deltas).
     RansBaseContext = 4,
+    /// Only the elements the lower planes mark, and exceptions (the exponent plane of
+    /// bf16 and f32 deltas).
+    Marked = 5,
+}
+
+/// For a delta of bf16 or f32, the plane that holds the top mantissa bit (`W - 2`): the
+/// exponent plane may then be coded [`PlaneMethod::Marked`].
+fn marks_plane(dtype: DType, delta: bool) -> Option<usize> {
+    match dtype {
+        DType::BF16 | DType::F32 if delta => Some(dtype.size() - 2),
+        _ => None,
+    }
 }
 
 /// Encoder settings.
@@ -297,6 +322,7 @@ pub fn encode(
         contexts: contexts.as_ref(),
         zstd: None,
         stats: Vec::with_capacity(w),
+        beat: None,
     };
     scratch::with(|scratch| -> Result<(), LosslessError> {
         match cut {
@@ -308,8 +334,19 @@ pub fn encode(
                     4 => split::<4>(data, base, rotate, planes),
                     _ => split::<8>(data, base, rotate, planes),
                 }
+                let mantissa = marks_plane(dtype, base.is_some());
                 for k in 0..w {
-                    enc.plane(&planes[k * n..(k + 1) * n], 8, out)?;
+                    let plane = &planes[k * n..(k + 1) * n];
+                    match mantissa {
+                        Some(m) if k == w - 1 => {
+                            let marks = (
+                                Plane::Bytes(&planes[..n]),
+                                Plane::Bytes(&planes[m * n..(m + 1) * n]),
+                            );
+                            enc.top_plane(plane, marks, out)?;
+                        }
+                        _ => enc.plane(plane, 8, out)?,
+                    }
                 }
             }
             Cut::Head => {
@@ -355,22 +392,27 @@ fn check_lengths(dtype: DType, data: &[u8], base: Option<&[u8]>) -> Result<(), L
 
 /// The byte that holds (the top of) each word's exponent: the top byte of the rotated word.
 fn exponent_bytes(dtype: DType, data: &[u8]) -> Vec<u8> {
+    let n = data.len() / dtype.size();
+    let mut out = vec![0u8; n];
+    // Fixed-size chunks and a pre-sized output: the loops vectorize.
     match dtype.size() {
-        2 => data
-            .chunks_exact(2)
-            .map(|c| (u16::from_le_bytes([c[0], c[1]]) >> 7) as u8)
-            .collect(),
-        4 => data
-            .chunks_exact(4)
-            .map(|c| (u32::from_le_bytes([c[0], c[1], c[2], c[3]]) >> 23) as u8)
-            .collect(),
-        _ => data
-            .chunks_exact(8)
-            .map(|c| {
-                (u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) >> 55) as u8
-            })
-            .collect(),
+        2 => {
+            for (o, c) in out.iter_mut().zip(data.as_chunks::<2>().0) {
+                *o = (u16::from_le_bytes(*c) >> 7) as u8;
+            }
+        }
+        4 => {
+            for (o, c) in out.iter_mut().zip(data.as_chunks::<4>().0) {
+                *o = (u32::from_le_bytes(*c) >> 23) as u8;
+            }
+        }
+        _ => {
+            for (o, c) in out.iter_mut().zip(data.as_chunks::<8>().0) {
+                *o = (u64::from_le_bytes(*c) >> 55) as u8;
+            }
+        }
     }
+    out
 }
 
 /// The base-exponent contexts of a delta: element `i` has context
@@ -390,7 +432,7 @@ impl BaseContexts {
         (count >= 2).then(|| BaseContexts {
             lo,
             count,
-            map: rans::ContextMap::new(bucketize(&exps, lo, count)),
+            map: rans::ContextMap::bucketized(&exps, lo, count),
         })
     }
 }
@@ -415,19 +457,16 @@ fn bucket_window(exps: &[u8]) -> (u8, usize) {
     (lo as u8, hi - lo + 1)
 }
 
-fn bucketize(exps: &[u8], lo: u8, count: usize) -> Vec<u8> {
-    let top = (count - 1) as u8;
-    exps.iter()
-        .map(|&e| e.saturating_sub(lo).min(top))
-        .collect()
-}
-
 /// Chooses and writes each plane's method.
 struct PlaneEncoder<'a> {
     opts: &'a LosslessOptions,
     contexts: Option<&'a BaseContexts>,
     zstd: Option<zstd::bulk::Compressor<'static>>,
     stats: Vec<(PlaneMethod, usize)>,
+    /// The size another coding of the plane has: `choose` may then give up, writing
+    /// nothing and returning [`PlaneMethod::Marked`], when its model shows it cannot
+    /// beat it.
+    beat: Option<usize>,
 }
 
 impl PlaneEncoder<'_> {
@@ -440,6 +479,66 @@ impl PlaneEncoder<'_> {
     ) -> Result<(), LosslessError> {
         let at = out.len();
         let method = self.choose(plane, bits, out)?;
+        self.stats.push((method, out.len() - at));
+        Ok(())
+    }
+
+    /// Appends the exponent plane of a bf16 or f32 delta, [`PlaneMethod::Marked`] when
+    /// that is smaller; `marks` are the sign and top mantissa planes.
+    ///
+    /// The marked coding is made first (it is cheap: few elements are marked); the
+    /// regular one is then only estimated when its model shows it cannot be the smaller.
+    fn top_plane(
+        &mut self,
+        plane: &[u8],
+        marks: (Plane<'_>, Plane<'_>),
+        out: &mut Vec<u8>,
+    ) -> Result<(), LosslessError> {
+        let at = out.len();
+        // Exceptions cost 2 to 3 bytes each: more than one per 64 elements cannot pay.
+        // Nor can marking more than an eighth of the elements pay much (the marks are not
+        // free, the regular coding's contexts see as much): not worth the time.
+        let mut alt = Vec::new();
+        let n = plane.len();
+        // A constant plane (no exponent changed at all) is coded as one.
+        let constant = plane.first().is_none_or(|&f| plane.iter().all(|&s| s == f));
+        let marked = !constant
+            && n >= 64
+            && marked::count(&marks.0, &marks.1, n) <= n / 8
+            && marked::put_exceptions(&marks.0, &marks.1, plane, plane.len() / 64, &mut alt)
+                .is_some();
+        if marked {
+            let at_marks = marked::marked(&marks.0, &marks.1, n);
+            let sub = marked::gather(&at_marks, plane);
+            let sub_contexts = self.contexts.map(|bc| BaseContexts {
+                lo: bc.lo,
+                count: bc.count,
+                map: rans::ContextMap::new(marked::gather(&at_marks, bc.map.ctx())),
+            });
+            let opts = LosslessOptions {
+                zstd_level: None,
+                ..*self.opts
+            };
+            let mut inner = PlaneEncoder {
+                opts: &opts,
+                contexts: sub_contexts.as_ref(),
+                zstd: None,
+                stats: Vec::new(),
+                beat: None,
+            };
+            let tag = alt.len();
+            alt.push(0);
+            alt[tag] = inner.choose(&sub, 8, &mut alt)? as u8;
+            self.beat = Some(alt.len());
+        }
+        let chosen = self.choose(plane, 8, out);
+        self.beat = None;
+        let mut method = chosen?;
+        if marked && (method == PlaneMethod::Marked || alt.len() < out.len() - at) {
+            out.truncate(at);
+            out.extend_from_slice(&alt);
+            method = PlaneMethod::Marked;
+        }
         self.stats.push((method, out.len() - at));
         Ok(())
     }
@@ -483,6 +582,19 @@ impl PlaneEncoder<'_> {
         };
         let best = best
             .or_else(|| rans::Model::new::<S>(order0).map(|m| (m.bytes(), PlaneMethod::Rans, m)));
+        if let Some(beat) = self.beat {
+            // The stream is at least its estimate less 2 bytes per lane (what the final
+            // states hold) and the rounding of the tables; 256 bytes cover both. zstd is
+            // not tried on an exponent plane without repeats; raw is the plane's size.
+            let coded = best
+                .as_ref()
+                .map_or(usize::MAX, |b| b.0.saturating_sub(256));
+            let zstd_due = self.opts.zstd_level.is_some()
+                && S::as_bytes(plane).is_some_and(|bytes| self.repeats(bytes, &hist));
+            if beat < coded && beat < raw && !zstd_due {
+                return Ok(PlaneMethod::Marked);
+            }
+        }
         let at = out.len();
         let mut method = PlaneMethod::Raw;
         if let Some((_, m, model)) = best.filter(|b| worth(b.0)) {
@@ -643,6 +755,13 @@ pub fn decode(
             2 => stored == constant_len(bits) && n > 0,
             3 => stored > 0 && stored <= payload.len() && n > 0,
             4 => stored > 1 && stored <= payload.len() && n > 0 && float && base.is_some(),
+            5 => {
+                cut == Cut::Bytes
+                    && k == w - 1
+                    && marks_plane(dtype, base.is_some()).is_some()
+                    && stored > 1
+                    && stored <= payload.len()
+            }
             _ => return Err(LosslessError::UnknownMethod { plane: k, method }),
         };
         if !ok {
@@ -707,7 +826,7 @@ fn decode_planes(
     let n = out.len() / w;
     let float = dtype.is_float();
     let contexts = match base {
-        Some(b) if entries.iter().any(|e| e.0 == 4) => Some(exponent_bytes(dtype, b)),
+        Some(b) if entries.iter().any(|e| e.0 == 4 || e.0 == 5) => Some(exponent_bytes(dtype, b)),
         _ => None,
     };
     let mut dec = PlaneDecoder {
@@ -737,6 +856,14 @@ fn decode_planes(
         planes[k] = match method {
             0 if bits == 8 => Plane::Bytes(body),
             2 => Plane::Constant(dec.constant(body, k, bits)? as u8),
+            5 => {
+                let dst = parts.next().unwrap_or_default();
+                // The table check allows method 5 only on plane W - 1 of a bf16 or f32
+                // delta, so planes 0 and W - 2 are decoded.
+                let m = marks_plane(dtype, true).unwrap_or(0);
+                dec.marked(body, k, (planes[0], planes[m]), dst)?;
+                Plane::Bytes(dst)
+            }
             _ => {
                 let dst = parts.next().unwrap_or_default();
                 dec.plane(method, body, k, bits, dst)?;
@@ -806,6 +933,51 @@ impl PlaneDecoder<'_> {
         Ok(v)
     }
 
+    /// Decodes a marked plane (method 5) into `dst`; `marks` are the decoded sign and top
+    /// mantissa planes.
+    fn marked(
+        &mut self,
+        body: &[u8],
+        plane: usize,
+        marks: (Plane<'_>, Plane<'_>),
+        dst: &mut [u8],
+    ) -> Result<(), LosslessError> {
+        let (sign, mantissa) = (&marks.0, &marks.1);
+        let b = marked::parse(body, plane, sign, mantissa, self.n)?;
+        let mut sub = vec![0u8; b.marked.len()];
+        match b.inner {
+            0 => sub.copy_from_slice(b.rest),
+            2 => sub.fill(b.rest[0]),
+            3 => rans::decode(
+                b.rest,
+                plane,
+                rans::Contexts::Order0,
+                8,
+                &mut sub,
+                self.table,
+            )?,
+            _ => {
+                let exps = self.exps.ok_or(LosslessError::Marked {
+                    plane,
+                    reason: "base contexts without a base",
+                })?;
+                let lo = b.rest[0];
+                let count = rans::stream_contexts(&b.rest[1..], plane, rans::MAX_CONTEXTS)?;
+                // The base-context planes below share `lo` and the count, as a rule.
+                let all = match self.map.take() {
+                    Some(m) if m.0 == lo && m.1 == count => m,
+                    _ => (lo, count, rans::ContextMap::bucketized(exps, lo, count)),
+                };
+                let map = rans::ContextMap::new(marked::gather(&b.marked, all.2.ctx()));
+                self.map = Some(all);
+                let ctx = rans::Contexts::Given(&map);
+                rans::decode(&b.rest[1..], plane, ctx, 8, &mut sub, self.table)?;
+            }
+        }
+        b.scatter(&sub, dst);
+        Ok(())
+    }
+
     /// Decodes plane `plane` (method 0, 1, 3 or 4; the table entry was checked) into `dst`.
     fn plane<S: rans::Symbol>(
         &mut self,
@@ -839,7 +1011,7 @@ impl PlaneDecoder<'_> {
                     Some(m) if m.0 == lo && m.1 == count => m,
                     _ => {
                         let exps = self.exps.unwrap_or_default();
-                        (lo, count, rans::ContextMap::new(bucketize(exps, lo, count)))
+                        (lo, count, rans::ContextMap::bucketized(exps, lo, count))
                     }
                 };
                 let ctx = rans::Contexts::Given(&map.2);

@@ -45,19 +45,19 @@ pub(crate) fn split<const W: usize>(
 
 fn split2(data: &[u8], base: Option<&[u8]>, rotate: bool, p0: &mut [u8], p1: &mut [u8]) {
     let r = u32::from(rotate);
-    let words = data.chunks_exact(2);
+    // Fixed-size chunks (`as_chunks`) rather than `chunks_exact`: the loops vectorize.
+    let words = data.as_chunks::<2>().0;
     let planes = p0.iter_mut().zip(p1.iter_mut());
     match base {
         Some(b) => {
-            for ((d, b), (a0, a1)) in words.zip(b.chunks_exact(2)).zip(planes) {
-                let w = (u16::from_le_bytes([d[0], d[1]]) ^ u16::from_le_bytes([b[0], b[1]]))
-                    .rotate_left(r);
+            for ((d, b), (a0, a1)) in words.iter().zip(b.as_chunks::<2>().0).zip(planes) {
+                let w = (u16::from_le_bytes(*d) ^ u16::from_le_bytes(*b)).rotate_left(r);
                 [*a0, *a1] = w.to_le_bytes();
             }
         }
         None => {
-            for (d, (a0, a1)) in words.zip(planes) {
-                let w = u16::from_le_bytes([d[0], d[1]]).rotate_left(r);
+            for (d, (a0, a1)) in words.iter().zip(planes) {
+                let w = u16::from_le_bytes(*d).rotate_left(r);
                 [*a0, *a1] = w.to_le_bytes();
             }
         }
@@ -75,15 +75,15 @@ fn split4(data: &[u8], base: Option<&[u8]>, rotate: bool, p0: &mut [u8], rest: &
         .zip(p2.iter_mut().zip(p3.iter_mut()));
     match base {
         Some(bs) => {
-            let words = data.chunks_exact(4).zip(bs.chunks_exact(4));
+            let words = data.as_chunks::<4>().0.iter().zip(bs.as_chunks::<4>().0);
             for ((d, b), ((a0, a1), (a2, a3))) in words.zip(planes) {
-                let w = (le32(d) ^ le32(b)).rotate_left(r);
+                let w = (u32::from_le_bytes(*d) ^ u32::from_le_bytes(*b)).rotate_left(r);
                 [*a0, *a1, *a2, *a3] = w.to_le_bytes();
             }
         }
         None => {
-            for (d, ((a0, a1), (a2, a3))) in data.chunks_exact(4).zip(planes) {
-                [*a0, *a1, *a2, *a3] = le32(d).rotate_left(r).to_le_bytes();
+            for (d, ((a0, a1), (a2, a3))) in data.as_chunks::<4>().0.iter().zip(planes) {
+                [*a0, *a1, *a2, *a3] = u32::from_le_bytes(*d).rotate_left(r).to_le_bytes();
             }
         }
     }
@@ -281,22 +281,23 @@ pub(crate) fn split_head<const W: usize>(
     match W {
         2 => {
             let tail = &mut rest[..n];
-            let words = data.chunks_exact(2);
+            let words = data.as_chunks::<2>().0.iter();
             match base {
                 Some(b) => {
-                    for (((h, t), d), b) in
-                        head.iter_mut().zip(tail).zip(words).zip(b.chunks_exact(2))
+                    for (((h, t), d), b) in head
+                        .iter_mut()
+                        .zip(tail)
+                        .zip(words)
+                        .zip(b.as_chunks::<2>().0)
                     {
-                        let w = (u16::from_le_bytes([d[0], d[1]])
-                            ^ u16::from_le_bytes([b[0], b[1]]))
-                        .rotate_left(1);
+                        let w = (u16::from_le_bytes(*d) ^ u16::from_le_bytes(*b)).rotate_left(1);
                         *h = w >> TAIL_BITS;
                         *t = (w & 0x3F) as u8;
                     }
                 }
                 None => {
                     for ((h, t), d) in head.iter_mut().zip(tail).zip(words) {
-                        let w = u16::from_le_bytes([d[0], d[1]]).rotate_left(1);
+                        let w = u16::from_le_bytes(*d).rotate_left(1);
                         *h = w >> TAIL_BITS;
                         *t = (w & 0x3F) as u8;
                     }
@@ -318,14 +319,17 @@ pub(crate) fn split_head<const W: usize>(
             };
             match base {
                 Some(bs) => {
-                    let words = data.chunks_exact(4).zip(bs.chunks_exact(4));
+                    let words = data.as_chunks::<4>().0.iter().zip(bs.as_chunks::<4>().0);
                     for ((d, b), p) in words.zip(planes) {
-                        put(p, (le32(d) ^ le32(b)).rotate_left(1));
+                        put(
+                            p,
+                            (u32::from_le_bytes(*d) ^ u32::from_le_bytes(*b)).rotate_left(1),
+                        );
                     }
                 }
                 None => {
-                    for (d, p) in data.chunks_exact(4).zip(planes) {
-                        put(p, le32(d).rotate_left(1));
+                    for (d, p) in data.as_chunks::<4>().0.iter().zip(planes) {
+                        put(p, u32::from_le_bytes(*d).rotate_left(1));
                     }
                 }
             }
@@ -365,17 +369,18 @@ pub(crate) fn join_head<const W: usize>(
     let p = plane_slices(rest, &filled);
     match p.as_slice() {
         [t] => {
-            let words = out.chunks_exact_mut(2).zip(h.iter().zip(*t));
+            let words = out.as_chunks_mut::<2>().0.iter_mut().zip(h.iter().zip(*t));
             for (o, (&h, &t)) in words {
-                let w = (h << TAIL_BITS | u16::from(t)).rotate_right(1);
-                o.copy_from_slice(&w.to_le_bytes());
+                *o = (h << TAIL_BITS | u16::from(t))
+                    .rotate_right(1)
+                    .to_le_bytes();
             }
         }
         [a, b, c] => {
             let planes = h.iter().zip(*a).zip(b.iter().zip(*c));
-            for (o, ((&h, &a), (&b, &c))) in out.chunks_exact_mut(4).zip(planes) {
+            for (o, ((&h, &a), (&b, &c))) in out.as_chunks_mut::<4>().0.iter_mut().zip(planes) {
                 let w = u32::from(h) << 22 | u32::from(a) << 14 | u32::from(b) << 6 | u32::from(c);
-                o.copy_from_slice(&w.rotate_right(1).to_le_bytes());
+                *o = w.rotate_right(1).to_le_bytes();
             }
         }
         // Only 2- and 4-byte words are cut this way.

@@ -235,6 +235,24 @@ impl ContextMap {
         ContextMap { ctx, present }
     }
 
+    /// The map of contexts `clamp(e - lo, 0, count - 1)` of exponent bytes `exps`
+    /// (`1 <= count <= 32`), in one pass.
+    pub(crate) fn bucketized(exps: &[u8], lo: u8, count: usize) -> ContextMap {
+        let top = count.clamp(1, 32) as u8 - 1;
+        let mut ctx = vec![0u8; exps.len()];
+        let mut present = 0u32;
+        for (c, e) in ctx.chunks_mut(64).zip(exps.chunks(64)) {
+            let mut p = 0u32;
+            for (d, &x) in c.iter_mut().zip(e) {
+                let v = x.saturating_sub(lo).min(top);
+                *d = v;
+                p |= 1 << v;
+            }
+            present |= p;
+        }
+        ContextMap { ctx, present }
+    }
+
     /// The context of each element.
     pub(crate) fn ctx(&self) -> &[u8] {
         &self.ctx

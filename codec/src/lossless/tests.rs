@@ -343,3 +343,177 @@ fn packing_matches_the_reference_at_every_width() {
         }
     }
 }
+
+/// `n` weights like a fine-tuned layer's, and a step of them: each moves by about
+/// `rel` of itself, a few (`jumps` in 1000) by much more (exceptions to the marks), and
+/// with `zeros` some bases are exact zeros.
+fn fine_tune_step(n: usize, seed: u64, rel: f32, jumps: u64, zeros: bool) -> (Vec<f32>, Vec<f32>) {
+    let mut x = seed | 1;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut base = Vec::with_capacity(n);
+    let mut data = Vec::with_capacity(n);
+    for _ in 0..n {
+        let r = next();
+        let u = (r >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
+        let b = if zeros && r % 500 == 0 { 0.0 } else { u * 0.08 };
+        let step = ((next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * rel;
+        let d = if next() % 1000 < jumps {
+            b * -3.7 + 1e-3
+        } else {
+            b * (1.0 + step) + if b == 0.0 { step * 1e-3 } else { 0.0 }
+        };
+        base.push(b);
+        data.push(d);
+    }
+    (data, base)
+}
+
+fn bf16_of(v: &[f32]) -> Vec<u8> {
+    v.iter()
+        .flat_map(|&x| half::bf16::from_f32(x).to_bits().to_le_bytes())
+        .collect()
+}
+
+fn f32_of(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+#[test]
+fn fine_tune_exponent_planes_are_marked_and_smaller() {
+    for (dtype, of) in [
+        (DType::BF16, bf16_of as fn(&[f32]) -> Vec<u8>),
+        (DType::F32, f32_of),
+    ] {
+        let (data, base) = fine_tune_step(200_000, 7, 0.01, 1, true);
+        let (data, base) = (of(&data), of(&base));
+        let opts = LosslessOptions::default();
+        let mut payload = Vec::new();
+        let stats = encode(dtype, &data, Some(&base), &opts, &mut payload).unwrap();
+        let top = stats.planes[dtype.size() - 1];
+        assert_eq!(top.0, PlaneMethod::Marked, "{dtype}: {stats:?}");
+        round_trip(dtype, &data, Some(&base));
+        // Bytes one byte at a time: never larger than the regular coding would be.
+        let w = dtype.size();
+        let n = data.len() / w;
+        let mut planes = vec![0u8; data.len()];
+        match w {
+            2 => planes::split::<2>(&data, Some(&base), true, &mut planes),
+            _ => planes::split::<4>(&data, Some(&base), true, &mut planes),
+        }
+        let contexts = BaseContexts::new(dtype, &base);
+        let mut enc = PlaneEncoder {
+            opts: &opts,
+            contexts: contexts.as_ref(),
+            zstd: None,
+            stats: Vec::new(),
+            beat: None,
+        };
+        let mut regular = Vec::new();
+        enc.choose(&planes[(w - 1) * n..], 8, &mut regular).unwrap();
+        assert!(
+            top.1 < regular.len(),
+            "{dtype}: {} vs {}",
+            top.1,
+            regular.len()
+        );
+    }
+}
+
+#[test]
+fn many_exceptions_fall_back_to_the_regular_coding() {
+    // Large moves everywhere: exponents change without marks.
+    let (data, base) = fine_tune_step(50_000, 3, 0.01, 300, false);
+    let (data, base) = (bf16_of(&data), bf16_of(&base));
+    let mut payload = Vec::new();
+    let stats = encode(
+        DType::BF16,
+        &data,
+        Some(&base),
+        &LosslessOptions::default(),
+        &mut payload,
+    )
+    .unwrap();
+    assert_ne!(stats.planes[1].0, PlaneMethod::Marked, "{stats:?}");
+    round_trip(DType::BF16, &data, Some(&base));
+}
+
+#[test]
+fn marked_planes_refuse_bad_bodies() {
+    let (data, base) = fine_tune_step(20_000, 11, 0.01, 1, true);
+    let (data, base) = (bf16_of(&data), bf16_of(&base));
+    let mut payload = Vec::new();
+    let stats = encode(
+        DType::BF16,
+        &data,
+        Some(&base),
+        &LosslessOptions::default(),
+        &mut payload,
+    )
+    .unwrap();
+    assert_eq!(stats.planes[1].0, PlaneMethod::Marked, "{stats:?}");
+    let mut out = vec![0u8; data.len()];
+    // Method 5 is refused where it does not belong: without a base, for other dtypes,
+    // on plane 0.
+    assert!(decode(DType::BF16, &payload, None, &mut out).is_err());
+    assert!(decode(DType::F16, &payload, Some(&base), &mut out).is_err());
+    let mut swapped = payload.clone();
+    swapped[1] = 5;
+    assert!(decode(DType::BF16, &swapped, Some(&base), &mut out).is_err());
+    // Every single-byte change of the marked body is an error or another output, never
+    // a panic.
+    let start = payload.len() - stats.planes[1].1;
+    for i in start..payload.len() {
+        for flip in [0x01u8, 0x80, 0xFF] {
+            let mut bad = payload.clone();
+            bad[i] ^= flip;
+            let _ = decode(DType::BF16, &bad, Some(&base), &mut out);
+        }
+    }
+    // Truncated bodies: every cut is an error.
+    for cut in start..payload.len() {
+        let mut bad = payload[..cut].to_vec();
+        let shorter = (payload.len() - cut) as u32;
+        let len = stats.planes[1].1 as u32 - shorter;
+        bad[1 + 5 + 1..1 + 5 + 5].copy_from_slice(&len.to_le_bytes());
+        assert!(decode(DType::BF16, &bad, Some(&base), &mut out).is_err());
+    }
+}
+
+proptest! {
+    #[test]
+    fn fine_tune_deltas_round_trip(
+        n in 0usize..3000,
+        seed in any::<u64>(),
+        rel in prop_oneof![Just(0.0f32), 0.0001f32..0.1],
+        jumps in 0u64..40,
+        zeros in any::<bool>(),
+    ) {
+        let (data, base) = fine_tune_step(n, seed, rel, jumps, zeros);
+        round_trip(DType::BF16, &bf16_of(&data), Some(&bf16_of(&base)));
+        round_trip(DType::F32, &f32_of(&data), Some(&f32_of(&base)));
+    }
+
+    #[test]
+    fn marked_bodies_never_panic(
+        body in prop::collection::vec(any::<u8>(), 0..64),
+        sign in prop::collection::vec(any::<u8>(), 40),
+        mantissa in prop::collection::vec(any::<u8>(), 40),
+    ) {
+        // A bf16 delta payload of 40 elements: plane 0 raw, plane 1 method 5 with `body`.
+        let mut payload = vec![0u8];
+        payload.push(0);
+        payload.extend_from_slice(&40u32.to_le_bytes());
+        payload.push(5);
+        payload.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        payload.extend_from_slice(&sign);
+        payload.extend_from_slice(&body);
+        let base: Vec<u8> = mantissa.iter().flat_map(|&m| [m, 0x3F]).collect();
+        let mut out = vec![0u8; 80];
+        let _ = decode(DType::BF16, &payload, Some(&base), &mut out);
+    }
+}

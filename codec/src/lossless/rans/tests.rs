@@ -366,3 +366,27 @@ proptest! {
         round_trip_ctx(&plane, &ctx, 16);
     }
 }
+
+proptest! {
+    /// Planes of mostly zeros (the exponent planes of deltas): every kernel must agree.
+    #[test]
+    fn mostly_zero_planes_round_trip(
+        seed in any::<u32>(),
+        p0 in 0.9f64..1.0,
+        n_ctx in 1usize..=16,
+        extra in 0usize..64,
+    ) {
+        let n = WIDE_MIN + extra;
+        let r = noise(n, seed);
+        let plane: Vec<u8> = r
+            .iter()
+            .map(|&v| if f64::from(v >> 8) / f64::from(1u32 << 24) < p0 { 0 } else { (v & 0xFF) as u8 })
+            .collect();
+        if n_ctx == 1 {
+            round_trip(&plane);
+        } else {
+            let ctx: Vec<u8> = r.iter().map(|&v| (v.rotate_left(7) % n_ctx as u32) as u8).collect();
+            round_trip_ctx(&plane, &ctx, n_ctx);
+        }
+    }
+}

@@ -1,0 +1,306 @@
+//! Method 5: the exponent plane of a bf16 or f32 delta, coded only where the lower planes
+//! say an exponent can have changed.
+//!
+//! When a weight moves by a small step, its exponent changes only where it crosses a
+//! power of two, and then its top mantissa bit flips too; or where it crosses zero, and
+//! then its sign flips. The XOR delta's lower planes are decoded first, so both bits are
+//! known when the exponent plane (the last byte plane, `W - 1`) is decoded: element `i` is
+//! *marked* when bit 0 of plane 0 (the sign) or bit 7 of plane `W - 2` (the top mantissa
+//! bit: of plane 0 for bf16, plane 2 for f32) is set. Only marked elements' exponent bytes
+//! are coded; the others are zero, but for a few *exceptions* (large relative moves)
+//! listed by position. On fine-tuning deltas about 1 % of the elements are marked, so the
+//! plane decodes in a scan instead of one rANS symbol per element, and codes smaller
+//! (ADR 0019).
+//!
+//! # Body layout
+//!
+//! | bytes | field |
+//! |---|---|
+//! | varint | `e`, the number of exceptions, at most the element count |
+//! | `e` times: varint, 1 | the exception's position minus the previous one's plus one (the first: its position), then its byte; positions are unmarked |
+//! | 1 | inner method of the `m` marked elements' bytes (in element order): 0 raw (`m` bytes), 2 constant (1 byte, `m >= 1`), 3 rANS, 4 rANS with base contexts (as the plane methods, the contexts being those of the marked elements) |
+//! | ... | the inner body, to the end |
+//!
+//! Varints are LEB128: 7 bits a byte, least significant first, at most 10 bytes, the
+//! value below `2^64`.
+
+use super::planes::Plane;
+use super::LosslessError;
+
+/// Whether element `i` is marked (`sign`: plane 0, `mantissa`: plane `W - 2`).
+#[inline(always)]
+fn mark(sign: &Plane<'_>, mantissa: &Plane<'_>, i: usize) -> usize {
+    usize::from((sign.at(i) & 1) | (mantissa.at(i) >> 7))
+}
+
+/// The marks of 8 elements from `at`, one per byte (bit 0), as a little-endian word.
+#[inline(always)]
+fn marks8(sign: &Plane<'_>, mantissa: &Plane<'_>, at: usize) -> u64 {
+    let word = |p: &Plane<'_>| match p {
+        Plane::Bytes(b) => {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&b[at..at + 8]);
+            u64::from_le_bytes(a)
+        }
+        Plane::Constant(c) => u64::from(*c) * ONES,
+    };
+    (word(sign) | (word(mantissa) >> 7)) & ONES
+}
+
+/// The marked elements among the first `n`, in order. Both planes hold at least `n`
+/// elements (the caller's planes of one block).
+pub(super) fn marked(sign: &Plane<'_>, mantissa: &Plane<'_>, n: usize) -> Vec<usize> {
+    #[inline(always)]
+    fn add(out: &mut Vec<usize>, at: usize, mut m: u64) {
+        while m != 0 {
+            out.push(at + m.trailing_zeros() as usize / 8);
+            m &= m - 1;
+        }
+    }
+    let full = n / 8 * 8;
+    let mut out = Vec::with_capacity(count(sign, mantissa, n));
+    match (sign, mantissa) {
+        (Plane::Bytes(s), Plane::Bytes(t)) => {
+            let (s, t) = (s[..full].as_chunks::<8>().0, t[..full].as_chunks::<8>().0);
+            for (k, (a, b)) in s.iter().zip(t).enumerate() {
+                let m = word(a, b);
+                if m != 0 {
+                    add(&mut out, 8 * k, m);
+                }
+            }
+        }
+        _ => {
+            for at in (0..full).step_by(8) {
+                add(&mut out, at, marks8(sign, mantissa, at));
+            }
+        }
+    }
+    for i in full..n {
+        if mark(sign, mantissa, i) != 0 {
+            out.push(i);
+        }
+    }
+    out
+}
+
+const ONES: u64 = 0x0101_0101_0101_0101;
+
+/// The marks of 8 elements, one per byte, from their sign and mantissa bytes.
+#[inline(always)]
+fn word(sign: &[u8; 8], mantissa: &[u8; 8]) -> u64 {
+    (u64::from_le_bytes(*sign) | u64::from_le_bytes(*mantissa) >> 7) & ONES
+}
+
+/// The number of marked elements among the first `n`.
+pub(super) fn count(sign: &Plane<'_>, mantissa: &Plane<'_>, n: usize) -> usize {
+    let full = n / 8 * 8;
+    let words: usize = match (sign, mantissa) {
+        (Plane::Bytes(s), Plane::Bytes(t)) => {
+            let (s, t) = (s[..full].as_chunks::<8>().0, t[..full].as_chunks::<8>().0);
+            s.iter()
+                .zip(t)
+                .map(|(a, b)| word(a, b).count_ones() as usize)
+                .sum()
+        }
+        _ => (0..full)
+            .step_by(8)
+            .map(|at| marks8(sign, mantissa, at).count_ones() as usize)
+            .sum(),
+    };
+    words + (full..n).map(|i| mark(sign, mantissa, i)).sum::<usize>()
+}
+
+/// `src` at the marked elements `marked` (each inside `src`; 0 for one that is not).
+pub(super) fn gather(marked: &[usize], src: &[u8]) -> Vec<u8> {
+    marked
+        .iter()
+        .map(|&i| src.get(i).copied().unwrap_or(0))
+        .collect()
+}
+
+/// Appends a LEB128 varint.
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// Reads a LEB128 varint at `*pos`; `None` if truncated, longer than 10 bytes or over
+/// `2^64 - 1`.
+fn get_varint(src: &[u8], pos: &mut usize) -> Option<u64> {
+    let mut v = 0u64;
+    for k in 0..10 {
+        let b = *src.get(*pos)?;
+        *pos += 1;
+        let bits = u64::from(b & 0x7F);
+        if k == 9 && bits > 1 {
+            return None;
+        }
+        v |= bits << (7 * k);
+        if b & 0x80 == 0 {
+            return Some(v);
+        }
+    }
+    None
+}
+
+/// Writes the exceptions of `plane` (unmarked elements whose byte is not zero) to `out`;
+/// `None`, with `out` unspecified, if there are more than `max`.
+pub(super) fn put_exceptions(
+    sign: &Plane<'_>,
+    mantissa: &Plane<'_>,
+    plane: &[u8],
+    max: usize,
+    out: &mut Vec<u8>,
+) -> Option<()> {
+    let mut list = Vec::new();
+    // Eight elements at a time: most words have no non-zero byte.
+    let full = plane.len() / 8 * 8;
+    let mut check = |i: usize| -> Option<()> {
+        if plane[i] != 0 && mark(sign, mantissa, i) == 0 {
+            if list.len() == max {
+                return None;
+            }
+            list.push((i, plane[i]));
+        }
+        Some(())
+    };
+    for (c, at) in plane[..full].chunks_exact(8).zip((0..full).step_by(8)) {
+        if c.iter().any(|&b| b != 0) {
+            for i in at..at + 8 {
+                check(i)?;
+            }
+        }
+    }
+    for i in full..plane.len() {
+        check(i)?;
+    }
+    put_varint(out, list.len() as u64);
+    let mut next = 0;
+    for (i, s) in list {
+        put_varint(out, (i - next) as u64);
+        out.push(s);
+        next = i + 1;
+    }
+    Some(())
+}
+
+/// The parsed head of a method-5 body.
+pub(super) struct Body<'a> {
+    /// The exception records (varint gap, byte), checked.
+    exceptions: &'a [u8],
+    /// How many.
+    count: usize,
+    /// The inner method.
+    pub(super) inner: u8,
+    /// The inner body.
+    pub(super) rest: &'a [u8],
+    /// The marked elements, in order.
+    pub(super) marked: Vec<usize>,
+}
+
+/// Parses and checks a method-5 body of plane `plane` against the marks (`n` elements):
+/// every exception inside the plane and unmarked, the inner method known and its length
+/// right for `raw` and `constant`.
+pub(super) fn parse<'a>(
+    body: &'a [u8],
+    plane: usize,
+    sign: &Plane<'_>,
+    mantissa: &Plane<'_>,
+    n: usize,
+) -> Result<Body<'a>, LosslessError> {
+    let bad = |reason: &'static str| LosslessError::Marked { plane, reason };
+    let mut pos = 0;
+    let count = get_varint(body, &mut pos).ok_or(bad("bad exception count"))?;
+    let count = usize::try_from(count)
+        .ok()
+        .filter(|&c| c <= n)
+        .ok_or(bad("more exceptions than elements"))?;
+    let start = pos;
+    let mut next = 0usize;
+    for _ in 0..count {
+        let gap = get_varint(body, &mut pos).ok_or(bad("truncated exceptions"))?;
+        let at = usize::try_from(gap)
+            .ok()
+            .and_then(|g| next.checked_add(g))
+            .filter(|&at| at < n)
+            .ok_or(bad("exception outside the plane"))?;
+        let &v = body.get(pos).ok_or(bad("truncated exceptions"))?;
+        pos += 1;
+        if v == 0 || mark(sign, mantissa, at) != 0 {
+            return Err(bad("exception zero or at a marked element"));
+        }
+        next = at + 1;
+    }
+    let exceptions = &body[start..pos];
+    let &inner = body.get(pos).ok_or(bad("no inner method"))?;
+    let rest = &body[pos + 1..];
+    let marked = marked(sign, mantissa, n);
+    let m = marked.len();
+    let ok = match inner {
+        0 => rest.len() == m,
+        2 => rest.len() == 1 && m > 0,
+        3 | 4 => !rest.is_empty() && m > 0,
+        _ => false,
+    };
+    if !ok {
+        return Err(bad("inner method or length invalid"));
+    }
+    Ok(Body {
+        exceptions,
+        count,
+        inner,
+        rest,
+        marked,
+    })
+}
+
+impl Body<'_> {
+    /// Writes the plane into `dst` (`n` bytes) from the marked elements' bytes `sub`
+    /// (one per marked element) and the exceptions.
+    pub(super) fn scatter(&self, sub: &[u8], dst: &mut [u8]) {
+        dst.fill(0);
+        for (&i, &s) in self.marked.iter().zip(sub) {
+            if let Some(d) = dst.get_mut(i) {
+                *d = s;
+            }
+        }
+        let (mut pos, mut next) = (0, 0usize);
+        for _ in 0..self.count {
+            // Checked by `parse`.
+            let gap = get_varint(self.exceptions, &mut pos).unwrap_or(0) as usize;
+            let at = next + gap;
+            if let (Some(d), Some(&v)) = (dst.get_mut(at), self.exceptions.get(pos)) {
+                *d = v;
+            }
+            pos += 1;
+            next = at + 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn varints_round_trip(v in any::<u64>()) {
+            let mut out = Vec::new();
+            put_varint(&mut out, v);
+            let mut pos = 0;
+            prop_assert_eq!(get_varint(&out, &mut pos), Some(v));
+            prop_assert_eq!(pos, out.len());
+        }
+
+        #[test]
+        fn varints_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..16)) {
+            let mut pos = 0;
+            let _ = get_varint(&bytes, &mut pos);
+            prop_assert!(pos <= bytes.len());
+        }
+    }
+}
