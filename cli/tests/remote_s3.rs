@@ -560,3 +560,43 @@ fn bad_input_gets_clear_errors() {
         "a damaged pull left a checkpoint"
     );
 }
+
+/// A server that answers every request with HTTP 500: after object_store's retries the push
+/// fails with an error naming the object, and writes nothing (no moto needed).
+#[test]
+fn a_server_answering_500_is_a_clear_error() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { continue };
+            let mut buf = [0u8; 65536];
+            let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
+            let _ = s.read(&mut buf);
+            let _ = s.write_all(
+                b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            );
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let store = series_store(dir.path(), "a.strata");
+    let t = Instant::now();
+    let out = Command::new(BIN)
+        .args(["push", store.to_str().unwrap(), "s3://bkt/x"])
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_ENDPOINT_URL", format!("http://127.0.0.1:{port}"))
+        .output()
+        .unwrap();
+    let err = failed(&out);
+    assert!(
+        err.contains("x/strata-remote.json") && err.contains("500"),
+        "{err}"
+    );
+    assert!(
+        t.elapsed() < Duration::from_secs(90),
+        "retries took {:?}",
+        t.elapsed()
+    );
+}
