@@ -92,8 +92,39 @@ fn log_checkpoints(store: &Store) -> CliResult {
     for (tag, step) in store.tags()? {
         tags.entry(step).or_default().push(tag);
     }
-    let steps = store.checkpoints()?;
-    if steps.is_empty() {
+    let mut rows = Vec::new();
+    for step in store.checkpoints()? {
+        let info = store.checkpoint_info(step)?;
+        let (mut raw, mut stored) = (0u64, 0u64);
+        for t in &info.tensors {
+            if let Some((r, s)) = sizes.get(&(t.clone(), step)) {
+                raw += r;
+                stored += s;
+            }
+        }
+        rows.push(CheckpointRow {
+            step,
+            tensors: info.tensors.len(),
+            raw,
+            stored,
+            tags: tags.remove(&step).unwrap_or_default(),
+        });
+    }
+    print_checkpoints(&rows)
+}
+
+/// One line of `strata log`'s checkpoint table.
+pub(crate) struct CheckpointRow {
+    pub(crate) step: u64,
+    pub(crate) tensors: usize,
+    pub(crate) raw: u64,
+    pub(crate) stored: u64,
+    pub(crate) tags: Vec<String>,
+}
+
+/// Prints `strata log`'s checkpoint table (of a store or a remote).
+pub(crate) fn print_checkpoints(rows: &[CheckpointRow]) -> CliResult {
+    if rows.is_empty() {
         say!("no checkpoints");
         return Ok(());
     }
@@ -104,22 +135,14 @@ fn log_checkpoints(store: &Store) -> CliResult {
         "raw bytes",
         "stored bytes"
     );
-    for step in steps {
-        let info = store.checkpoint_info(step)?;
-        let (mut raw, mut stored) = (0u64, 0u64);
-        for t in &info.tensors {
-            if let Some((r, s)) = sizes.get(&(t.clone(), step)) {
-                raw += r;
-                stored += s;
-            }
-        }
+    for r in rows {
         let row = format!(
             "{:>10}  {:>7}  {:>12}  {:>12}  {}",
-            step,
-            info.tensors.len(),
-            raw,
-            stored,
-            tags.get(&step).map(|t| t.join(", ")).unwrap_or_default()
+            r.step,
+            r.tensors,
+            r.raw,
+            r.stored,
+            r.tags.join(", ")
         );
         say!("{}", row.trim_end());
     }

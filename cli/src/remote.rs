@@ -8,6 +8,7 @@ use strata_store::remote::{self, Progress, Remote, RemoteStore};
 use strata_store::{to_f64, RetainPolicy, Store};
 
 use crate::fmt::{mb, mb_s, ms, shape};
+use crate::inspect::{print_checkpoints, CheckpointRow};
 use crate::npy::npy_header;
 use crate::progress::Output;
 use crate::{CliError, CliResult};
@@ -155,33 +156,23 @@ pub(crate) fn log(arg: &Path, tensor: Option<&str>) -> CliResult {
         say!("{name}: versions at steps {versions:?}");
         return Ok(());
     }
-    let steps = rs.checkpoints();
-    if steps.is_empty() {
-        say!("no checkpoints");
-        return Ok(());
-    }
-    say!(
-        "{:>10}  {:>7}  {:>12}  {:>12}  tags",
-        "step",
-        "tensors",
-        "raw bytes",
-        "stored bytes"
-    );
-    for step in steps {
+    let mut rows = Vec::new();
+    for step in rs.checkpoints() {
         let (raw, stored) = rs.checkpoint_sizes(step)?;
-        let tags: Vec<&str> = rs
-            .tags()
-            .iter()
-            .filter(|(_, s)| *s == step)
-            .map(|(t, _)| t.as_str())
-            .collect();
-        say!(
-            "{step:>10}  {:>7}  {raw:>12}  {stored:>12}  {}",
-            rs.checkpoint_tensors(step)?.len(),
-            tags.join(",")
-        );
+        rows.push(CheckpointRow {
+            step,
+            tensors: rs.checkpoint_tensors(step)?.len(),
+            raw,
+            stored,
+            tags: rs
+                .tags()
+                .iter()
+                .filter(|(_, s)| *s == step)
+                .map(|(t, _)| t.clone())
+                .collect(),
+        });
     }
-    Ok(())
+    print_checkpoints(&rows)
 }
 
 /// `strata get URL TENSOR --step S`.

@@ -185,6 +185,16 @@ pub(crate) fn tensor_to_py(py: Python<'_>, t: Tensor) -> PyTensor<'_> {
     (t.dtype.name(), t.shape, PyArray1::from_vec(py, t.data))
 }
 
+/// The element range `start..end` a Python call asked for, refused when reversed.
+pub(crate) fn element_range(start: u64, end: u64) -> PyResult<std::ops::Range<u64>> {
+    if end < start {
+        return Err(PyValueError::new_err(format!(
+            "element range {start}..{end} is reversed"
+        )));
+    }
+    Ok(start..end)
+}
+
 /// A history query's rows handed to Python (the dtype of the first row, `u8` if none).
 pub(crate) fn history_to_py(
     py: Python<'_>,
@@ -437,12 +447,8 @@ impl PyStore {
         start: u64,
         end: u64,
     ) -> PyResult<Bound<'py, PyArray1<u8>>> {
-        if end < start {
-            return Err(PyValueError::new_err(format!(
-                "element range {start}..{end} is reversed"
-            )));
-        }
-        let slice = self.with(py, |s| s.get_range(name, step, start..end))?;
+        let elems = element_range(start, end)?;
+        let slice = self.with(py, |s| s.get_range(name, step, elems))?;
         Ok(PyArray1::from_vec(py, slice.data))
     }
 
@@ -526,12 +532,8 @@ impl PyStore {
         first: u64,
         last: u64,
     ) -> PyResult<PyHistory<'py>> {
-        if end < start {
-            return Err(PyValueError::new_err(format!(
-                "element range {start}..{end} is reversed"
-            )));
-        }
-        let rows = self.with(py, |s| s.history(name, start..end, first..=last))?;
+        let elems = element_range(start, end)?;
+        let rows = self.with(py, |s| s.history(name, elems, first..=last))?;
         Ok(history_to_py(py, rows))
     }
 

@@ -9,8 +9,8 @@ use strata_store::remote::{self, Remote, RemoteError, RemoteStore, DEFAULT_CACHE
 use strata_store::RetainPolicy;
 
 use crate::{
-    fidelity_to_py, store_error_to_py, tensor_to_py, Conflict, Corrupt, PyHistory, PyTensor,
-    RemoteFailure,
+    element_range, fidelity_to_py, store_error_to_py, tensor_to_py, Conflict, Corrupt, PyHistory,
+    PyTensor, RemoteFailure,
 };
 
 /// The Python exception for a remote error: `Conflict`, `Corrupt` for damaged objects,
@@ -239,12 +239,8 @@ impl PyRemoteStore {
         start: u64,
         end: u64,
     ) -> PyResult<Bound<'py, PyArray1<u8>>> {
-        if end < start {
-            return Err(PyValueError::new_err(format!(
-                "element range {start}..{end} is reversed"
-            )));
-        }
-        let s = self.with(py, |r| r.get_range(name, step, start..end))?;
+        let elems = element_range(start, end)?;
+        let s = self.with(py, |r| r.get_range(name, step, elems))?;
         Ok(PyArray1::from_vec(py, s.data))
     }
 
@@ -303,12 +299,8 @@ impl PyRemoteStore {
         first: u64,
         last: u64,
     ) -> PyResult<PyHistory<'py>> {
-        if end < start {
-            return Err(PyValueError::new_err(format!(
-                "element range {start}..{end} is reversed"
-            )));
-        }
-        let rows = self.with(py, |r| r.history(name, start..end, first..=last))?;
+        let elems = element_range(start, end)?;
+        let rows = self.with(py, |r| r.history(name, elems, first..=last))?;
         Ok(crate::history_to_py(py, rows))
     }
 
