@@ -2,6 +2,7 @@
 //!
 //! The codec every other part of Strata stands on. No I/O; builds for `wasm32-unknown-unknown`.
 //!
+//! - [`aged`]: lossy versions as quantized deltas against a base's reconstruction (ADR 0020).
 //! - [`bits`]: signed codes of width 1..=8 packed LSB-first into one bitstream (ADR-019).
 //! - [`quant`]: symmetric per-group quantization at 8, 7, 5 and 3 bits, two-level 3-bit.
 //! - [`lossless`]: bit-exact float codec: rotate, XOR against a base, cut into an exponent
@@ -34,6 +35,7 @@
 //! # Ok::<(), strata_codec::segment::SegmentError>(())
 //! ```
 
+pub mod aged;
 pub mod bits;
 pub mod chain;
 pub mod convert;

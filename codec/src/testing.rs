@@ -52,6 +52,13 @@ impl SplitMix64 {
         ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
     }
 
+    /// A standard normal value (Box–Muller over two [`SplitMix64::next_f64`] draws).
+    pub fn normal(&mut self) -> f64 {
+        let u = 1.0 - self.next_f64();
+        let v = self.next_f64();
+        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
+    }
+
     /// `x` hashed statelessly: the first output of a generator seeded with `x`. Spreads
     /// consecutive integers over all of `u64`.
     pub const fn mix(x: u64) -> u64 {

@@ -1,0 +1,204 @@
+//! The quantization step search and the one reconstruction both the encoder's error
+//! measurement and the decoder use.
+
+use crate::convert::{from_f32_into, to_f32, to_f32_into};
+use crate::DType;
+
+/// Elements converted at a time on the way to and from the dtype.
+const CHUNK: usize = 1024;
+/// Elements the step search measures on (a regular sample of the block); the chosen step
+/// is then checked on every element.
+const SAMPLE: usize = 1 << 16;
+/// Halvings of the search interval (in log scale) on the sample.
+const ROUNDS: usize = 16;
+/// Smallest step tried, as a fraction of the largest delta: `q` stays below 2^23, exact in
+/// an f32.
+const FINEST: f32 = 1.0 / (1u32 << 22) as f32;
+
+/// A step and the quantized deltas it gives.
+pub(super) struct Found {
+    pub(super) q: Vec<i32>,
+    pub(super) step: f32,
+    pub(super) rel_error: f32,
+    pub(super) max_abs_error: f32,
+    pub(super) max_zigzag: u32,
+}
+
+/// What one step gives on the elements measured.
+struct Measure {
+    err2: f64,
+    max_abs: f32,
+    max_zigzag: u32,
+}
+
+fn quant(d: f32, step: f32) -> i32 {
+    // Saturating cast: a NaN delta gives 0, and its error (NaN) fails the budget.
+    ((d / step).round() as i32).clamp(-(1 << 30), 1 << 30)
+}
+
+/// `dtype(b + q · step)`: the value a read returns (also what the encoder measures).
+fn recon_chunk(dtype: DType, b: &[f32], q: &[i32], step: f32, scratch: &mut [f32], out: &mut [u8]) {
+    for ((r, &bv), &qv) in scratch.iter_mut().zip(b).zip(q) {
+        *r = bv + qv as f32 * step;
+    }
+    // The dtype is one of the floats `supports` admits and the lengths match.
+    let _ = from_f32_into(dtype, scratch, out);
+}
+
+/// Measures `step` on elements `idx` (all of them, or a sample), filling `keep` with `q`.
+fn measure(
+    dtype: DType,
+    t: &[f32],
+    b: &[f32],
+    idx: &[usize],
+    step: f32,
+    mut keep: Option<&mut Vec<i32>>,
+) -> Measure {
+    let size = dtype.size();
+    let mut m = Measure {
+        err2: 0.0,
+        max_abs: 0.0,
+        max_zigzag: 0,
+    };
+    let (mut tb, mut bb, mut qb, mut rb) =
+        ([0f32; CHUNK], [0f32; CHUNK], [0i32; CHUNK], [0f32; CHUNK]);
+    let mut bytes = [0u8; CHUNK * 4];
+    let mut back = [0f32; CHUNK];
+    for part in idx.chunks(CHUNK) {
+        let k = part.len();
+        for (j, &i) in part.iter().enumerate() {
+            tb[j] = t[i];
+            bb[j] = b[i];
+            qb[j] = quant(t[i] - b[i], step);
+        }
+        recon_chunk(
+            dtype,
+            &bb[..k],
+            &qb[..k],
+            step,
+            &mut rb[..k],
+            &mut bytes[..k * size],
+        );
+        let _ = to_f32_into(dtype, &bytes[..k * size], &mut back[..k]);
+        for j in 0..k {
+            let e = back[j] - tb[j];
+            m.err2 += f64::from(e) * f64::from(e);
+            m.max_abs = m.max_abs.max(e.abs());
+            m.max_zigzag = m.max_zigzag.max(qb[j].unsigned_abs() * 2);
+        }
+        if let Some(q) = keep.as_deref_mut() {
+            q.extend_from_slice(&qb[..k]);
+        }
+        if !m.err2.is_finite() {
+            break;
+        }
+    }
+    m
+}
+
+/// The largest step whose measured error is within `budget`, with its `q`; `None` when no
+/// step is (zeros, non-finite values, a budget below what the dtype can hold).
+pub(super) fn quantize(
+    dtype: DType,
+    data: &[u8],
+    base: Option<&[u8]>,
+    budget: f64,
+) -> Option<Found> {
+    let t = to_f32(dtype, data).ok()?;
+    let n = t.len();
+    let b = match base {
+        Some(base) => to_f32(dtype, base).ok()?,
+        None => vec![0f32; n],
+    };
+    let norm2: f64 = t.iter().map(|&x| f64::from(x) * f64::from(x)).sum();
+    let max_delta = t
+        .iter()
+        .zip(&b)
+        .fold(0f32, |m, (&x, &y)| m.max((x - y).abs()));
+    if !(norm2.is_finite() && norm2 > 0.0 && max_delta.is_finite()) {
+        return None;
+    }
+    let allowed = budget * budget * norm2;
+    let all: Vec<usize> = (0..n).collect();
+    let found = |step: f32| -> Option<Found> {
+        let mut q = Vec::with_capacity(n);
+        let m = measure(dtype, &t, &b, &all, step, Some(&mut q));
+        (m.err2 <= allowed).then(|| Found {
+            q,
+            step,
+            rel_error: (m.err2 / norm2).sqrt() as f32,
+            max_abs_error: m.max_abs,
+            max_zigzag: m.max_zigzag,
+        })
+    };
+    if max_delta == 0.0 {
+        return found(1.0);
+    }
+    // A step of 4x the largest delta rounds every delta to 0: the base itself.
+    let coarse = max_delta * 4.0;
+    if let Some(f) = found(coarse) {
+        return Some(f);
+    }
+    let stride = n.div_ceil(SAMPLE).max(1);
+    let sample: Vec<usize> = (0..n).step_by(stride).collect();
+    let sample_norm2: f64 = sample
+        .iter()
+        .map(|&i| f64::from(t[i]) * f64::from(t[i]))
+        .sum();
+    let sample_allowed = budget * budget * sample_norm2;
+    let (mut lo, mut hi) = ((max_delta * FINEST).ln(), coarse.ln());
+    for _ in 0..ROUNDS {
+        let mid = 0.5 * (lo + hi);
+        if measure(dtype, &t, &b, &sample, mid.exp(), None).err2 <= sample_allowed {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    let mut step = lo.exp();
+    for _ in 0..8 {
+        if let Some(f) = found(step) {
+            return Some(f);
+        }
+        step *= 0.8;
+    }
+    found(max_delta * FINEST)
+}
+
+/// Writes `dtype(b + q · step)` for the zigzag words `words` (`width` bytes each) into
+/// `out`; `base` is the base's reconstruction (zeros without one). Lengths are the
+/// caller's checks.
+pub(super) fn reconstruct(
+    dtype: DType,
+    base: Option<&[u8]>,
+    words: &[u8],
+    width: usize,
+    step: f32,
+    out: &mut [u8],
+) {
+    let size = dtype.size();
+    let (mut bb, mut qb, mut rb) = ([0f32; CHUNK], [0i32; CHUNK], [0f32; CHUNK]);
+    for (c, (dst, w)) in out
+        .chunks_mut(CHUNK * size)
+        .zip(words.chunks(CHUNK * width))
+        .enumerate()
+    {
+        let k = dst.len() / size;
+        match base {
+            Some(base) => {
+                let src = &base[c * CHUNK * size..c * CHUNK * size + k * size];
+                let _ = to_f32_into(dtype, src, &mut bb[..k]);
+            }
+            None => bb[..k].fill(0.0),
+        }
+        for (q, z) in qb[..k].iter_mut().zip(w.chunks_exact(width)) {
+            let z = if width == 2 {
+                u32::from(u16::from_le_bytes([z[0], z[1]]))
+            } else {
+                u32::from_le_bytes([z[0], z[1], z[2], z[3]])
+            };
+            *q = super::unzigzag(z);
+        }
+        recon_chunk(dtype, &bb[..k], &qb[..k], step, &mut rb[..k], dst);
+    }
+}
