@@ -28,12 +28,16 @@ pub(crate) fn shape(s: &[u64]) -> String {
     )
 }
 
-/// What a read is worth, in words: `exact`, `5 bits, max rel. error 0.0333 (of each group's
+/// What a read is worth, in words: `exact`, `aged, rel. error 1.00e-3 (measured when
+/// aged)`, `5 bits, max rel. error 0.0333 (of each group's
 /// max |x|)`, `reconstructed (depth 1), no bound claimed`, `zeros (Tier 0, no reconstruct
 /// policy)`.
 pub(crate) fn fidelity(f: &Fidelity) -> String {
     match *f {
         Fidelity::Exact => "exact".into(),
+        Fidelity::Aged { rel_error } => {
+            format!("aged, rel. error {rel_error:.2e} (measured when aged)")
+        }
         Fidelity::Bounded {
             bits,
             max_rel_error,
@@ -45,11 +49,13 @@ pub(crate) fn fidelity(f: &Fidelity) -> String {
     }
 }
 
-/// [`fidelity`] as JSON: `{"kind": "exact"}`, `{"kind": "bounded", "bits": 5,
+/// [`fidelity`] as JSON: `{"kind": "exact"}`, `{"kind": "aged", "rel_error": 0.001}`,
+/// `{"kind": "bounded", "bits": 5,
 /// "max_rel_error": 0.0333}`, `{"kind": "reconstructed", "depth": 1}`, `{"kind": "zeros"}`.
 pub(crate) fn fidelity_json(f: &Fidelity) -> serde_json::Value {
     match *f {
         Fidelity::Exact => json!({ "kind": "exact" }),
+        Fidelity::Aged { rel_error } => json!({ "kind": "aged", "rel_error": rel_error }),
         Fidelity::Bounded {
             bits,
             max_rel_error,

@@ -265,12 +265,17 @@ impl PyStore {
     }
 }
 
-/// A [`Fidelity`] as a dict: `{"kind": "exact"}`, `{"kind": "bounded", "bits": b,
+/// A [`Fidelity`] as a dict: `{"kind": "exact"}`, `{"kind": "aged", "rel_error": e}`,
+/// `{"kind": "bounded", "bits": b,
 /// "max_rel_error": e}`, `{"kind": "reconstructed", "depth": d}` or `{"kind": "zeros"}`.
 pub(crate) fn fidelity_to_py(py: Python<'_>, f: Fidelity) -> PyResult<Bound<'_, PyDict>> {
     let d = PyDict::new(py);
     match f {
         Fidelity::Exact => d.set_item("kind", "exact")?,
+        Fidelity::Aged { rel_error } => {
+            d.set_item("kind", "aged")?;
+            d.set_item("rel_error", rel_error)?;
+        }
         Fidelity::Bounded {
             bits,
             max_rel_error,

@@ -213,6 +213,14 @@ pub enum InvalidInput {
         /// What is wrong.
         reason: String,
     },
+    /// A checkpoint [`crate::Store::age`] was asked to age but must stay exact.
+    #[error("checkpoint at step {step} cannot be aged: {reason}")]
+    AgeRefused {
+        /// The checkpoint's step.
+        step: u64,
+        /// Why it stays exact (tagged, one of the last kept exact, ...).
+        reason: String,
+    },
     /// A tensor name the store does not accept (empty, or too long).
     #[error("invalid tensor name {name:?}: {reason}")]
     Name {
@@ -416,6 +424,21 @@ pub enum Corruption {
         step: u64,
         /// Block index.
         block: u64,
+    },
+    /// An aged block's blob cannot be read, or was made against another base (ADR 0020).
+    #[error("tensor {tensor:?} step {step} block {block}: aged segment {address:032x}: {source}")]
+    Aged {
+        /// Tensor name.
+        tensor: String,
+        /// Step of the version whose blob it is.
+        step: u64,
+        /// Block index.
+        block: u64,
+        /// Content address of the blob.
+        address: u128,
+        /// The codec's error.
+        #[source]
+        source: Box<strata_codec::aged::AgedError>,
     },
     /// A block's residual (exact or sparse) cannot be read or applied.
     #[error("tensor {tensor:?} step {step} block {block}: residual: {source}")]

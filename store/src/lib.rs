@@ -113,6 +113,7 @@
 
 #![forbid(unsafe_code)]
 
+mod age;
 mod engine;
 mod error;
 mod history;
@@ -132,6 +133,7 @@ mod verify;
 mod write;
 mod writer;
 
+pub use age::{AgePolicy, AgeReport, AgeRule, DEFAULT_AGE_CHAIN};
 pub use error::{Corruption, InvalidInput, NotFound, OpenError, Result, StoreError, TierFailure};
 pub use options::{DeltaPolicy, FrameOptions, Options, PutOptions, TierOptions};
 pub use reader::{BlockRead, CheckpointReader};

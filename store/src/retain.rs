@@ -124,15 +124,7 @@ impl Store {
             })?;
             (kept.into_iter().collect(), removed, versions_removed)
         };
-        let compacted = match self.compact() {
-            Ok(_) => true,
-            Err(StoreError::Compaction { source })
-                if matches!(*source, redb::CompactionError::TransactionInProgress) =>
-            {
-                false
-            }
-            Err(e) => return Err(e),
-        };
+        let compacted = self.compact_after_rewrite()?;
         Ok(RetainReport {
             compacted,
             kept,

@@ -287,6 +287,22 @@ impl Store {
             })
     }
 
+    /// [`Store::compact`] after a pass that rewrote many versions (retention, aging, tier
+    /// maintenance): whether the file was compacted. A read in progress in another process
+    /// ([`Store::open_read_only`]) defers it, and is no error: the freed pages are reused by
+    /// later writes, and a later pass or [`Store::compact`] shrinks the file.
+    pub(crate) fn compact_after_rewrite(&mut self) -> Result<bool> {
+        match self.compact() {
+            Ok(_) => Ok(true),
+            Err(StoreError::Compaction { source })
+                if matches!(*source, redb::CompactionError::TransactionInProgress) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     fn check_format(&self) -> Result<()> {
         let not_a_store = |reason: &str| {
             StoreError::Open(OpenError::NotAStore {

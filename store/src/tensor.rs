@@ -117,11 +117,18 @@ pub struct CheckpointInfo {
 
 /// What a read returned, for the worst block of the tensor or range read.
 ///
-/// Ordered from best to worst: `Exact < Bounded < Reconstructed < Zeros`.
+/// Ordered from best to worst: `Exact < Aged < Bounded < Reconstructed < Zeros`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Fidelity {
     /// Bit-exact data.
     Exact,
+    /// An aged checkpoint version ([`crate::Store::age`]): lossy, with the error measured
+    /// against the exact data when it was aged.
+    Aged {
+        /// The largest relative Frobenius error `‖read − written‖ / ‖written‖` of any block
+        /// of the version ([`crate::Options::block_bytes`]); the tensor's own is at most this.
+        rel_error: f64,
+    },
     /// Quantized data: every element is within `max_rel_error x max_abs(group)` of what
     /// was written, the group being the element's quantization group (64 values by
     /// default) in the data as written.
@@ -146,9 +153,10 @@ impl Fidelity {
     fn rank(&self) -> u8 {
         match self {
             Fidelity::Exact => 0,
-            Fidelity::Bounded { .. } => 1,
-            Fidelity::Reconstructed { .. } => 2,
-            Fidelity::Zeros => 3,
+            Fidelity::Aged { .. } => 1,
+            Fidelity::Bounded { .. } => 2,
+            Fidelity::Reconstructed { .. } => 3,
+            Fidelity::Zeros => 4,
         }
     }
 
@@ -168,6 +176,9 @@ impl Fidelity {
             ) => Fidelity::Bounded {
                 bits: a.min(b),
                 max_rel_error: x.max(y),
+            },
+            (Fidelity::Aged { rel_error: x }, Fidelity::Aged { rel_error: y }) => Fidelity::Aged {
+                rel_error: x.max(y),
             },
             (Fidelity::Reconstructed { depth: a }, Fidelity::Reconstructed { depth: b }) => {
                 Fidelity::Reconstructed { depth: a.max(b) }

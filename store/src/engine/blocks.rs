@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use rayon::prelude::*;
+use strata_codec::aged::AgedView;
 use strata_codec::segment::{Segment, SegmentError, SegmentHeader};
 use strata_codec::DType;
 
@@ -33,6 +34,8 @@ struct Link {
     step: u64,
     address: u128,
     bytes: Vec<u8>,
+    /// A lossless segment or an aged blob.
+    form: Form,
 }
 
 /// Everything needed to decode one block without touching the database.
@@ -45,7 +48,8 @@ pub(crate) struct Job {
     dtype: DType,
     /// Decoded bytes of the block.
     len: usize,
-    /// Segments from the requested block down; the last is a keyframe unless `base` is set.
+    /// Segments from the requested block down (lossless or aged); the last is a keyframe
+    /// unless `base` is set.
     links: Vec<Link>,
     /// The decoded block under the last link (from the cache), or the requested block itself
     /// when `links` is empty.
@@ -133,8 +137,13 @@ impl<'a> Fetcher<'a> {
             keep: self.keep,
         };
         let (mut cur_step, mut cur) = (step, block_record(name, step, rec, block)?);
-        if cur.form != Form::Lossless {
+        if !matches!(cur.form, Form::Lossless | Form::Aged) {
             return self.fetch_tiered(job, cur);
+        }
+        if let Some(e) = rec.aged {
+            job.fidelity = Fidelity::Aged {
+                rel_error: f64::from(e),
+            };
         }
         loop {
             if let Some(hit) = self.cache.get(cur.address) {
@@ -148,6 +157,7 @@ impl<'a> Fetcher<'a> {
                 step: cur_step,
                 address: cur.address,
                 bytes,
+                form: cur.form,
             });
             let Some(base_step) = cur.base else {
                 return Ok(job);
@@ -176,6 +186,9 @@ impl<'a> Fetcher<'a> {
                 return Err(bad_base("has another dtype, shape or block size"));
             }
             cur = block_record(name, base_step, &base_rec, block)?;
+            if !matches!(cur.form, Form::Lossless | Form::Aged) {
+                return Err(bad_base("is quantized or Tier 0: no delta may build on it"));
+            }
             cur_step = base_step;
         }
     }
@@ -208,6 +221,7 @@ impl Fetcher<'_> {
                 step: job.step,
                 address: cur.address,
                 bytes,
+                form: cur.form,
             });
         }
         Ok(job)
@@ -260,7 +274,7 @@ impl Job {
     /// Decodes the chain bottom-up, caching every block decoded on the way.
     pub(crate) fn decode(self, cache: &BlockCache) -> Result<Block> {
         match self.form {
-            Form::Lossless => self.decode_lossless(cache),
+            Form::Lossless | Form::Aged => self.decode_chain(cache),
             Form::Quantized | Form::Frame { .. } => self.decode_quantized(cache),
             Form::Absent => Err(StoreError::Tier(TierFailure::Reconstruct {
                 tensor: self.name.to_string(),
@@ -370,17 +384,36 @@ impl Job {
         }
     }
 
-    fn decode_lossless(mut self, cache: &BlockCache) -> Result<Block> {
+    /// Decodes one link of a chain over `base` into `out`: a lossless segment (XOR delta or
+    /// keyframe) or an aged blob (a quantized delta against the base's reconstruction).
+    fn decode_link(&self, link: &Link, base: Option<&[u8]>, out: &mut [u8]) -> Result<()> {
+        if link.form == Form::Aged {
+            return AgedView::parse(&link.bytes)
+                .and_then(|view| view.decode_into(self.dtype, base, out))
+                .map_err(|source| {
+                    StoreError::Corrupt(Corruption::Aged {
+                        tensor: self.name.to_string(),
+                        step: link.step,
+                        block: self.block,
+                        address: link.address,
+                        source: Box::new(source),
+                    })
+                });
+        }
+        let seg = self.parse_checked(link, |h| h.decoded_len().ok() == Some(self.len))?;
+        seg.decode_lossless_into(base, out)
+            .map_err(|e| self.segment_error(link, e))
+    }
+
+    fn decode_chain(mut self, cache: &BlockCache) -> Result<Block> {
         if !self.keep || !cache.wants(self.len) {
-            return self.decode_lossless_uncached();
+            return self.decode_chain_uncached();
         }
         let mut base = self.base.take();
         let links = std::mem::take(&mut self.links);
         for link in links.into_iter().rev() {
-            let seg = self.parse_checked(&link, |h| h.decoded_len().ok() == Some(self.len))?;
-            let out = seg
-                .decode_lossless(base.as_deref().map(Vec::as_slice), self.len)
-                .map_err(|e| self.segment_error(&link, e))?;
+            let mut out = vec![0u8; self.len];
+            self.decode_link(&link, base.as_deref().map(Vec::as_slice), &mut out)?;
             let block = Arc::new(out);
             cache.insert(link.address, block.clone());
             base = Some(block);
@@ -406,17 +439,15 @@ impl Job {
     /// The chain decoded in two buffers that trade places at each link: nothing decoded on
     /// the way is kept (the cache would not take it), so no link allocates (fresh pages cost
     /// a page fault each; at chain depth 5 this halves a 4 MiB read, ADR 0006).
-    fn decode_lossless_uncached(mut self) -> Result<Block> {
+    fn decode_chain_uncached(mut self) -> Result<Block> {
         let cached = self.base.take();
         let mut prev: Option<Vec<u8>> = None;
         let mut out = POOL.take_filled(self.len);
         let links = std::mem::take(&mut self.links);
         let count = links.len();
         for (i, link) in links.into_iter().rev().enumerate() {
-            let seg = self.parse_checked(&link, |h| h.decoded_len().ok() == Some(self.len))?;
             let base = prev.as_deref().or(cached.as_deref().map(Vec::as_slice));
-            seg.decode_lossless_into(base, &mut out)
-                .map_err(|e| self.segment_error(&link, e))?;
+            self.decode_link(&link, base, &mut out)?;
             POOL.give(link.bytes);
             let next = match prev.take() {
                 Some(buf) => buf,

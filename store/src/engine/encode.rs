@@ -132,6 +132,7 @@ pub(crate) fn plan_version(
             elements,
             block_elems,
             blocks: Vec::with_capacity(blocks.min(1 << 20) as usize),
+            aged: None,
         },
         name,
         step,

@@ -18,6 +18,7 @@
 //! | `tier_rows` | writing tier rows and the blobs they hold |
 //! | `cache`, `buffers` | decoded blocks kept for reads; reused read buffers |
 
+mod aging;
 mod blocks;
 mod buffers;
 mod cache;
@@ -31,6 +32,7 @@ mod tier_rows;
 mod txn;
 mod versions;
 
+pub(crate) use aging::{age_versions, AgeTally};
 pub(crate) use blocks::{decode_all, read_blocks, Fetcher, Job, Span};
 pub(crate) use cache::{Block, BlockCache};
 pub(crate) use encode::{

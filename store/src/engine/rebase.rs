@@ -128,6 +128,42 @@ pub(crate) fn rebase_dependents(
     Ok(())
 }
 
+/// Re-encodes every block of a version outside `steps` that is a delta against a version
+/// in `steps`, onto the nearest ancestor outside `steps` (or as a keyframe), before the
+/// versions of `steps` are rewritten lossy ([`crate::Store::age`]). Returns every version
+/// of the tensor, with the changed records.
+pub(crate) fn rebase_off(
+    wt: &mut WriteTxn<'_>,
+    cache: &BlockCache,
+    opts: &Options,
+    name: &str,
+    steps: &BTreeSet<u64>,
+) -> Result<Vec<(u64, VersionRecord)>> {
+    let mut all = wt.versions_of(name)?;
+    for &step in steps.iter().rev() {
+        let Ok(at) = all.binary_search_by_key(&step, |(s, _)| *s) else {
+            continue;
+        };
+        let doomed = all[at].1.clone();
+        let gone = Gone {
+            step,
+            record: &doomed,
+            going: steps,
+        };
+        let others: Vec<(u64, VersionRecord)> = all
+            .iter()
+            .filter(|(s, _)| !steps.contains(s))
+            .cloned()
+            .collect();
+        for (vstep, rec) in rebase_planned(wt, cache, opts, name, gone, &others)? {
+            if let Ok(i) = all.binary_search_by_key(&vstep, |(s, _)| *s) {
+                all[i].1 = rec;
+            }
+        }
+    }
+    Ok(all)
+}
+
 /// [`rebase_dependents`] given the tensor's other versions `all` (in step order): writes the
 /// re-based blocks and returns the changed version records.
 fn rebase_planned(

@@ -41,7 +41,7 @@ pub(crate) enum Kind {
 }
 
 /// A checkpoint (or part) as a remote holds it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Manifest {
     pub(crate) kind: Kind,
     pub(crate) step: u64,

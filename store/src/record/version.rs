@@ -1,7 +1,7 @@
 //! The version record: dtype, shape and one [`BlockRecord`] per block.
 //!
 //! ```text
-//! u8      record version (1)
+//! u8      record version: 1, or 2 for an aged version (the trailing f32 below)
 //! u8      dtype code (strata_codec::DType::code)
 //! u8      ndim (<= MAX_DIMS)
 //! u64*n   dims
@@ -11,12 +11,16 @@
 //!   u8    flags: bit 0 delta (has a base), bit 1 reference (no new segment), bit 2
 //!         quantized (the segment is a quantized tier; no base), bit 3 absent (Tier 0: no
 //!         segment, address and length 0), bit 4 frame (the segment is a multi-frame
-//!         segment of a frame stream); others 0. At most one of bits 0, 2, 3, 4.
+//!         segment of a frame stream), bit 5 aged (the segment is an aged blob, a
+//!         quantized delta against the base's reconstruction when bit 0 is set; ADR
+//!         0020); others 0. At most one of bits 2, 3, 4, 5, and bit 0 only alone or with 5.
 //!   u128  segment address (xxh3-128 of the segment bytes)
 //!   u64   base step (0 unless delta); for a frame, its index in the multi-frame segment
 //!   u8    depth: segments decoded to read this block (1 for a keyframe)
 //!   u8    run: versions since this block's lineage last had a keyframe (1 for a keyframe)
 //!   u32   segment length in bytes
+//! f32     (version 2 only) the version's fidelity: the largest relative Frobenius error of
+//!         its aged blocks, measured when it was aged
 //! ```
 
 use strata_codec::DType;
@@ -24,6 +28,8 @@ use strata_codec::DType;
 use super::{Reader, RecordError};
 
 const RECORD_VERSION: u8 = 1;
+/// The record version of an aged version (with its measured error).
+const RECORD_VERSION_AGED: u8 = 2;
 /// Most dimensions a shape may have.
 pub(crate) const MAX_DIMS: usize = 32;
 /// Bytes of one encoded [`BlockRecord`].
@@ -36,6 +42,9 @@ const FLAG_REFERENCE: u8 = 2;
 const FLAG_QUANTIZED: u8 = 4;
 const FLAG_ABSENT: u8 = 8;
 const FLAG_FRAME: u8 = 16;
+const FLAG_AGED: u8 = 32;
+const KNOWN_FLAGS: u8 =
+    FLAG_DELTA | FLAG_REFERENCE | FLAG_QUANTIZED | FLAG_ABSENT | FLAG_FRAME | FLAG_AGED;
 
 /// What a block's segment holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -52,6 +61,9 @@ pub(crate) enum Form {
         /// Index of the frame in the segment.
         index: u32,
     },
+    /// An aged blob: a quantized delta against the base's reconstruction (with a base),
+    /// or quantized values (without).
+    Aged,
 }
 
 /// How one block of a version is stored.
@@ -106,6 +118,7 @@ impl BlockRecord {
             Form::Quantized => FLAG_QUANTIZED,
             Form::Absent => FLAG_ABSENT,
             Form::Frame { .. } => FLAG_FRAME,
+            Form::Aged => FLAG_AGED,
         };
         out.push(flags);
         out.extend_from_slice(&self.address.to_le_bytes());
@@ -121,9 +134,10 @@ impl BlockRecord {
 
     fn read(r: &mut Reader<'_>) -> Result<Self, RecordError> {
         let flags = r.u8("block flags")?;
-        let kinds = flags & (FLAG_DELTA | FLAG_QUANTIZED | FLAG_ABSENT | FLAG_FRAME);
-        if flags & !(FLAG_DELTA | FLAG_REFERENCE | FLAG_QUANTIZED | FLAG_ABSENT | FLAG_FRAME) != 0
+        let kinds = flags & (FLAG_QUANTIZED | FLAG_ABSENT | FLAG_FRAME | FLAG_AGED);
+        if flags & !KNOWN_FLAGS != 0
             || kinds.count_ones() > 1
+            || (flags & FLAG_DELTA != 0 && kinds & !FLAG_AGED != 0)
             || (flags & FLAG_ABSENT != 0 && flags & FLAG_REFERENCE != 0)
         {
             return Err(RecordError::BadValue {
@@ -143,6 +157,8 @@ impl BlockRecord {
                 value: base_step,
             })?;
             Form::Frame { index }
+        } else if flags & FLAG_AGED != 0 {
+            Form::Aged
         } else {
             Form::Lossless
         };
@@ -182,7 +198,7 @@ impl BlockRecord {
 }
 
 /// One version of a tensor: its layout and where each block is.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct VersionRecord {
     pub(crate) dtype: DType,
     pub(crate) shape: Vec<u64>,
@@ -191,6 +207,9 @@ pub(crate) struct VersionRecord {
     /// Elements per block; the last block may hold fewer.
     pub(crate) block_elems: u64,
     pub(crate) blocks: Vec<BlockRecord>,
+    /// For an aged version, the largest relative Frobenius error of its blocks, measured
+    /// when it was aged; `None` for every other version.
+    pub(crate) aged: Option<f32>,
 }
 
 impl VersionRecord {
@@ -223,7 +242,10 @@ impl VersionRecord {
         let mut out = Vec::with_capacity(
             3 + 8 * self.shape.len() + 12 + BLOCK_RECORD_LEN * self.blocks.len(),
         );
-        out.push(RECORD_VERSION);
+        out.push(match self.aged {
+            None => RECORD_VERSION,
+            Some(_) => RECORD_VERSION_AGED,
+        });
         out.push(self.dtype.code());
         out.push(self.shape.len() as u8);
         for d in &self.shape {
@@ -234,12 +256,21 @@ impl VersionRecord {
         for b in &self.blocks {
             b.write(&mut out);
         }
+        if let Some(e) = self.aged {
+            out.extend_from_slice(&e.to_le_bytes());
+        }
         out
     }
 
     pub(crate) fn decode(bytes: &[u8]) -> Result<Self, RecordError> {
         let mut r = Reader::new(bytes);
-        r.version("record version", RECORD_VERSION)?;
+        let version = r.u8("record version")?;
+        if version != RECORD_VERSION && version != RECORD_VERSION_AGED {
+            return Err(RecordError::Version {
+                found: version,
+                supported: RECORD_VERSION_AGED,
+            });
+        }
         let code = r.u8("dtype")?;
         let dtype = DType::from_code(code).ok_or(RecordError::BadValue {
             field: "dtype",
@@ -299,6 +330,18 @@ impl VersionRecord {
         for _ in 0..count {
             blocks.push(BlockRecord::read(&mut r)?);
         }
+        let aged = if version == RECORD_VERSION_AGED {
+            let e = f32::from_le_bytes(r.u32("aged error")?.to_le_bytes());
+            if !(e.is_finite() && e >= 0.0) {
+                return Err(RecordError::BadValue {
+                    field: "aged error",
+                    value: u64::from(e.to_bits()),
+                });
+            }
+            Some(e)
+        } else {
+            None
+        };
         r.finish()?;
         Ok(VersionRecord {
             dtype,
@@ -306,6 +349,7 @@ impl VersionRecord {
             elements,
             block_elems,
             blocks,
+            aged,
         })
     }
 }

@@ -164,6 +164,7 @@ impl Store {
                 elements: n,
                 block_elems: n,
                 blocks: vec![record(frame)],
+                aged: None,
             };
             wt.add_ref(name, step, 0, address, Some(&segment))?;
             wt.put_version(name, step, &rec)?;

@@ -42,6 +42,11 @@ impl RuleSet {
             .unwrap_or_default()
     }
 
+    /// Whether a pin ([`crate::Store::pin`]) matches `name`.
+    pub(crate) fn is_pinned(&self, name: &str) -> bool {
+        self.rules.iter().any(|(m, r)| r.pin && m.matches(name))
+    }
+
     /// The rules, by priority.
     pub(crate) fn rules(&self) -> impl Iterator<Item = &Rule> {
         self.rules.iter().map(|(_, r)| r)

@@ -1,0 +1,289 @@
+//! Aging: [`Store::age`] keeps the last checkpoints, every K-th and the tagged ones
+//! bit-exact and re-encodes the others lossy, as quantized deltas against the reconstruction
+//! of a newer version, under a relative error budget per tensor (ADR 0020).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use strata_codec::aged;
+use wildmatch::WildMatch;
+
+use crate::engine::{age_versions, AgeTally, View};
+use crate::error::{InvalidInput, NotFound, Result, StoreError};
+use crate::retain::RetainPolicy;
+use crate::store::Store;
+
+/// Deepest chain of aged versions a read decodes by default: aged versions are old
+/// history, read rarely, and each aged link is a cheap decode (an entropy-coded delta
+/// and an add), so a 20-checkpoint series ages as one chain.
+pub const DEFAULT_AGE_CHAIN: u8 = 32;
+
+/// An error budget for the tensors whose names match a pattern.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgeRule {
+    /// Name pattern: `*` any run of characters, `?` one character.
+    pub pattern: String,
+    /// Largest relative Frobenius error of a block; `None` keeps the tensors exact.
+    pub budget: Option<f64>,
+}
+
+/// Which checkpoints [`Store::age`] ages and how far.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgePolicy {
+    /// The `n` latest checkpoints stay exact (at least 1: training resumes from the latest).
+    pub keep_exact_last: usize,
+    /// Every checkpoint whose step is a multiple of `k` stays exact.
+    pub keep_exact_every: Option<u64>,
+    /// Tagged checkpoints stay exact.
+    pub keep_tagged: bool,
+    /// Largest relative Frobenius error `‖aged − exact‖ / ‖exact‖` of each block of a tensor
+    /// of two or more dimensions, unless a rule says otherwise.
+    pub budget: f64,
+    /// Budgets by name pattern, first match first; they beat `budget` and the rule that
+    /// keeps tensors of fewer than two dimensions (norms, biases, scalars) exact.
+    pub rules: Vec<AgeRule>,
+    /// Age exactly these checkpoints (each refused if the rules above keep it exact);
+    /// `None` ages every checkpoint the rules do not keep.
+    pub steps: Option<Vec<u64>>,
+    /// Most segments a read of an aged block decodes.
+    pub max_chain: u8,
+}
+
+impl Default for AgePolicy {
+    /// The last 2 checkpoints and the tagged ones exact, a 1e-3 budget, one chain.
+    fn default() -> Self {
+        AgePolicy {
+            keep_exact_last: 2,
+            keep_exact_every: None,
+            keep_tagged: true,
+            budget: 1e-3,
+            rules: Vec::new(),
+            steps: None,
+            max_chain: DEFAULT_AGE_CHAIN,
+        }
+    }
+}
+
+/// What [`Store::age`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgeReport {
+    /// Steps of the checkpoints aged by this pass.
+    pub aged: Vec<u64>,
+    /// Steps of the checkpoints kept exact by the policy.
+    pub kept: Vec<u64>,
+    /// Tensor versions made lossy.
+    pub versions_aged: u64,
+    /// Tensor versions of aged checkpoints left exact: kept by a rule, by a pin, by their
+    /// dtype (only f32, f16 and bf16 age), already tiered, or because no block aged.
+    pub versions_exact: u64,
+    /// Blocks left lossless because no quantization step met their budget.
+    pub blocks_unmet: u64,
+    /// The largest measured relative error of an aged version.
+    pub max_rel_error: f64,
+    /// Stored bytes (segments and records) before and after.
+    pub stored_bytes_before: u64,
+    /// Stored bytes after.
+    pub stored_bytes_after: u64,
+    /// File size before.
+    pub file_bytes_before: u64,
+    /// File size after aging and compacting.
+    pub file_bytes_after: u64,
+    /// Whether the file was compacted (not while a read-only process reads: see
+    /// [`crate::RetainReport::compacted`]).
+    pub compacted: bool,
+}
+
+impl AgePolicy {
+    fn validate(&self) -> Result<()> {
+        let fail = |reason: String| Err(StoreError::Invalid(InvalidInput::Options { reason }));
+        if self.keep_exact_last == 0 {
+            return fail(
+                "keep_exact_last must be at least 1: the latest checkpoint stays exact".into(),
+            );
+        }
+        if self.keep_exact_every == Some(0) {
+            return fail("keep_exact_every must be at least 1".into());
+        }
+        let budgets = std::iter::once(Some(self.budget)).chain(self.rules.iter().map(|r| r.budget));
+        for b in budgets.flatten() {
+            if !(b.is_finite() && b > 0.0 && b < 1.0) {
+                return fail(format!("budget {b} must be a relative error in (0, 1)"));
+            }
+        }
+        if self.max_chain < 2 {
+            return fail("max_chain must be at least 2 (a base and one aged delta)".into());
+        }
+        Ok(())
+    }
+
+    /// The budget of tensor `name` with `ndim` dimensions (`None`: exact).
+    fn budget_of(
+        &self,
+        rules: &[(WildMatch, Option<f64>)],
+        name: &str,
+        ndim: usize,
+    ) -> Option<f64> {
+        match rules.iter().find(|(m, _)| m.matches(name)) {
+            Some((_, b)) => *b,
+            None if ndim < 2 => None,
+            None => Some(self.budget),
+        }
+    }
+}
+
+impl Store {
+    /// Ages old checkpoints: every checkpoint `policy` does not keep exact has its tensor
+    /// versions re-encoded lossy under their error budget (tensors of fewer than two
+    /// dimensions and pinned tensors stay exact), in one transaction, then the file is
+    /// compacted. Exact versions that depended on an aged one are re-based first, in the
+    /// same transaction: a crash leaves every checkpoint exact or aged. A read of an aged
+    /// version returns [`crate::Fidelity::Aged`] with the error measured when it was aged.
+    /// Versions already aged or tiered are left as they are.
+    ///
+    /// # Errors
+    /// [`InvalidInput::Options`] for a bad policy, [`InvalidInput::AgeRefused`] for a step
+    /// of `policy.steps` the policy keeps exact, [`NotFound::Checkpoint`] for a step that is
+    /// no checkpoint (nothing changed then); read and encode errors of the versions
+    /// (nothing changed); [`StoreError::Compaction`].
+    pub fn age(&mut self, policy: &AgePolicy) -> Result<AgeReport> {
+        policy.validate()?;
+        let rules: Vec<(WildMatch, Option<f64>)> = policy
+            .rules
+            .iter()
+            .map(|r| (WildMatch::new(&r.pattern), r.budget))
+            .collect();
+        let file_bytes_before = self.file_bytes()?;
+        let stored_bytes_before = self.stats()?.stored_bytes;
+        let (aged, kept, tally) = {
+            let _writer = self.writer.lock();
+            let steps = self.checkpoints()?;
+            let tagged: BTreeMap<u64, String> =
+                self.tags()?.into_iter().map(|(t, s)| (s, t)).collect();
+            let keep = RetainPolicy {
+                keep_last: Some(policy.keep_exact_last),
+                keep_every: policy.keep_exact_every,
+                keep_tagged: policy.keep_tagged,
+            };
+            let kept = keep.kept(&steps, &tagged.keys().copied().collect());
+            let targets: BTreeSet<u64> = match &policy.steps {
+                None => steps
+                    .iter()
+                    .copied()
+                    .filter(|s| !kept.contains(s))
+                    .collect(),
+                Some(asked) => {
+                    for &s in asked {
+                        if steps.binary_search(&s).is_err() {
+                            return Err(StoreError::NotFound(NotFound::Checkpoint { step: s }));
+                        }
+                        if kept.contains(&s) {
+                            return Err(StoreError::Invalid(InvalidInput::AgeRefused {
+                                step: s,
+                                reason: refusal(policy, &steps, &tagged, s),
+                            }));
+                        }
+                    }
+                    asked.iter().copied().collect()
+                }
+            };
+            let pins = self.rules.read();
+            let tally = self.write(|wt| {
+                // Per tensor, the steps to age: each tensor's chain is walked once.
+                let mut by_tensor: BTreeMap<String, BTreeSet<u64>> = BTreeMap::new();
+                let mut tally = AgeTally::default();
+                for &step in &targets {
+                    let Some(cp) = wt.checkpoint(step)? else {
+                        continue;
+                    };
+                    for name in cp.tensors {
+                        by_tensor.entry(name).or_default().insert(step);
+                    }
+                }
+                for (name, steps) in &by_tensor {
+                    let mut ageable = BTreeSet::new();
+                    let mut budget = None;
+                    for &s in steps {
+                        let Some(rec) = wt.version(name, s)? else {
+                            continue;
+                        };
+                        let b = policy.budget_of(&rules, name, rec.shape.len());
+                        let lossless = rec
+                            .blocks
+                            .iter()
+                            .all(|b| matches!(b.form, crate::record::Form::Lossless));
+                        if rec.aged.is_some() {
+                            continue;
+                        }
+                        if b.is_none()
+                            || pins.is_pinned(name)
+                            || !aged::supports(rec.dtype)
+                            || !lossless
+                        {
+                            tally.versions_exact += 1;
+                            continue;
+                        }
+                        budget = b;
+                        ageable.insert(s);
+                    }
+                    let Some(budget) = budget else {
+                        continue;
+                    };
+                    let t = age_versions(
+                        wt,
+                        &self.cache,
+                        &self.opts,
+                        name,
+                        &ageable,
+                        budget,
+                        policy.max_chain,
+                    )?;
+                    tally.versions_aged += t.versions_aged;
+                    tally.versions_exact += t.versions_exact;
+                    tally.blocks_unmet += t.blocks_unmet;
+                    tally.max_rel_error = tally.max_rel_error.max(t.max_rel_error);
+                }
+                Ok(tally)
+            })?;
+            (
+                targets.into_iter().collect(),
+                kept.into_iter().collect(),
+                tally,
+            )
+        };
+        let compacted = self.compact_after_rewrite()?;
+        Ok(AgeReport {
+            aged,
+            kept,
+            versions_aged: tally.versions_aged,
+            versions_exact: tally.versions_exact,
+            blocks_unmet: tally.blocks_unmet,
+            max_rel_error: tally.max_rel_error,
+            stored_bytes_before,
+            stored_bytes_after: self.stats()?.stored_bytes,
+            file_bytes_before,
+            file_bytes_after: self.file_bytes()?,
+            compacted,
+        })
+    }
+}
+
+/// Why the policy keeps checkpoint `step` exact.
+fn refusal(policy: &AgePolicy, steps: &[u64], tagged: &BTreeMap<u64, String>, step: u64) -> String {
+    if let (true, Some(tag)) = (policy.keep_tagged, tagged.get(&step)) {
+        return format!("it is tagged {tag:?} (keep_tagged)");
+    }
+    if steps
+        .iter()
+        .rev()
+        .take(policy.keep_exact_last)
+        .any(|&s| s == step)
+    {
+        return format!(
+            "it is one of the last {} checkpoints (keep_exact_last)",
+            policy.keep_exact_last
+        );
+    }
+    match policy.keep_exact_every {
+        Some(k) => format!("its step is a multiple of {k} (keep_exact_every)"),
+        None => "the policy keeps it exact".into(),
+    }
+}

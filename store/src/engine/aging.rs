@@ -1,0 +1,294 @@
+//! Aging the versions of one tensor inside a write transaction (ADR 0020).
+//!
+//! 1. Every exact version that is a delta against a version to age is re-based off it
+//!    ([`rebase_off`]): exact data never builds on lossy data.
+//! 2. Newest first, each version to age is re-encoded block by block against the
+//!    reconstruction of the nearest newer version whose chain has room (at most
+//!    `max_chain` segments per read): newest first, so a version's exact data is still
+//!    readable (its lossless chain runs to older versions, aged later) when it is aged, and
+//!    its base is already in its final form. Each block becomes
+//!    - a reference to the base block when it is identical to the base's reconstruction,
+//!      or within the budget of it (every quantized delta rounds to 0);
+//!    - an aged blob ([`strata_codec::aged`]) when one meets the budget and is smaller than
+//!      both the block's old segment and a lossless delta against the same base;
+//!    - otherwise a lossless delta against the base (the block stays exact).
+//!
+//! The caller runs it in one transaction for a whole pass: a crash leaves every version
+//! exact or aged, none half-aged.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use rayon::prelude::*;
+use strata_codec::aged;
+use strata_codec::segment;
+
+use super::blocks::{block_bytes, Fetcher, BATCH_BYTES};
+use super::cache::{Block, BlockCache};
+use super::rebase::rebase_off;
+use super::segments::address_of;
+use super::txn::WriteTxn;
+use crate::error::{Result, StoreError};
+use crate::options::Options;
+use crate::record::{BlockRecord, Form, VersionRecord};
+
+/// What aging one tensor did.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct AgeTally {
+    /// Versions now aged.
+    pub(crate) versions_aged: u64,
+    /// Versions left exact: every block stayed exact.
+    pub(crate) versions_exact: u64,
+    /// Blocks that read back exact: identical to their base, or kept lossless.
+    pub(crate) blocks_exact: u64,
+    /// Blocks kept lossless because no quantization step met the budget.
+    pub(crate) blocks_unmet: u64,
+    /// The largest measured relative error of an aged version.
+    pub(crate) max_rel_error: f64,
+}
+
+/// One block to age: its exact bytes and its base (step, block record, reconstruction).
+struct Work {
+    block: u64,
+    data: Block,
+    base: Option<(u64, BlockRecord, Block)>,
+    /// Bytes the block's old segment costs (0 for a reference).
+    old_cost: usize,
+}
+
+/// A block's new record, its new segment if any, and its measured error if lossy.
+struct Outcome {
+    record: BlockRecord,
+    segment: Option<Vec<u8>>,
+    error: Option<f32>,
+    /// Kept lossless because no step met the budget.
+    unmet: bool,
+}
+
+/// Ages the versions of `name` at `steps` (each exists, is lossless, and has a dtype
+/// [`aged::supports`]) under relative Frobenius error `budget` per block, chains of aged
+/// versions at most `max_chain` segments deep.
+pub(crate) fn age_versions(
+    wt: &mut WriteTxn<'_>,
+    cache: &BlockCache,
+    opts: &Options,
+    name: &str,
+    steps: &BTreeSet<u64>,
+    budget: f64,
+    max_chain: u8,
+) -> Result<AgeTally> {
+    let mut all = rebase_off(wt, cache, opts, name, steps)?;
+    let name_arc: Arc<str> = Arc::from(name);
+    let mut tally = AgeTally::default();
+    for &step in steps.iter().rev() {
+        let Ok(at) = all.binary_search_by_key(&step, |(s, _)| *s) else {
+            continue;
+        };
+        let rec = all[at].1.clone();
+        let mut new = rec.clone();
+        let mut worst: Option<f32> = None;
+        let count = rec.blocks.len() as u64;
+        let mut next = 0u64;
+        while next < count {
+            // A window of blocks at a time: memory stays bounded for any tensor size.
+            let window = gather(
+                wt,
+                cache,
+                &name_arc,
+                step,
+                &rec,
+                &all[at + 1..],
+                &mut next,
+                max_chain,
+            )?;
+            let outcomes: Vec<Result<Outcome>> = window
+                .par_iter()
+                .map(|w| encode_block(name, step, &rec, w, budget, opts))
+                .collect();
+            for (w, outcome) in window.iter().zip(outcomes) {
+                let outcome = outcome?;
+                let old = rec.blocks[w.block as usize];
+                wt.add_ref(
+                    name,
+                    step,
+                    w.block,
+                    outcome.record.address,
+                    outcome.segment.as_deref(),
+                )?;
+                wt.release(name, step, w.block, old.address)?;
+                new.blocks[w.block as usize] = outcome.record;
+                match outcome.error {
+                    Some(e) => worst = Some(worst.map_or(e, |w| w.max(e))),
+                    None => tally.blocks_exact += 1,
+                }
+                tally.blocks_unmet += u64::from(outcome.unmet);
+            }
+        }
+        new.aged = worst;
+        match worst {
+            Some(e) => {
+                tally.versions_aged += 1;
+                tally.max_rel_error = tally.max_rel_error.max(f64::from(e));
+            }
+            None => tally.versions_exact += 1,
+        }
+        wt.put_version(name, step, &new)?;
+        all[at].1 = new;
+    }
+    Ok(tally)
+}
+
+/// Reads the next window of blocks of version `step` (from block `*next`, about
+/// [`BATCH_BYTES`] of data and bases) with their bases chosen among `newer`.
+#[allow(clippy::too_many_arguments)]
+fn gather(
+    wt: &WriteTxn<'_>,
+    cache: &BlockCache,
+    name: &Arc<str>,
+    step: u64,
+    rec: &VersionRecord,
+    newer: &[(u64, VersionRecord)],
+    next: &mut u64,
+    max_chain: u8,
+) -> Result<Vec<Work>> {
+    let mut fetcher = Fetcher::new(wt, cache);
+    let mut window = Vec::new();
+    let mut bytes = 0usize;
+    while *next < rec.blocks.len() as u64 && (window.is_empty() || bytes < BATCH_BYTES) {
+        let b = *next;
+        *next += 1;
+        bytes += 2 * block_bytes(rec, b);
+        let data = fetcher.fetch(name, step, rec, b)?.decode(cache)?;
+        let base = match choose_base(newer, rec, b, max_chain) {
+            Some((s, brec, block)) => {
+                let bytes = fetcher.fetch(name, s, brec, b)?.decode(cache)?;
+                Some((s, block, bytes))
+            }
+            None => None,
+        };
+        let old = rec.blocks[b as usize];
+        window.push(Work {
+            block: b,
+            data,
+            base,
+            old_cost: if old.reference {
+                0
+            } else {
+                old.segment_len as usize
+            },
+        });
+    }
+    Ok(window)
+}
+
+/// The base of block `b` of an aged version: the nearest newer version (`newer`, in step
+/// order) with the same layout whose block is lossless or aged and has room for one more
+/// link.
+fn choose_base<'a>(
+    newer: &'a [(u64, VersionRecord)],
+    rec: &VersionRecord,
+    b: u64,
+    max_chain: u8,
+) -> Option<(u64, &'a VersionRecord, BlockRecord)> {
+    newer.iter().find_map(|(s, r)| {
+        let block = r.blocks.get(b as usize)?;
+        (r.same_layout(rec)
+            && matches!(block.form, Form::Lossless | Form::Aged)
+            && block.depth < max_chain)
+            .then_some((*s, r, *block))
+    })
+}
+
+fn encode_block(
+    name: &str,
+    step: u64,
+    rec: &VersionRecord,
+    w: &Work,
+    budget: f64,
+    opts: &Options,
+) -> Result<Outcome> {
+    let encode_err = |source: Box<dyn std::error::Error + Send + Sync>| StoreError::Encode {
+        tensor: name.to_string(),
+        step,
+        block: w.block,
+        source,
+    };
+    let base = w.base.as_ref();
+    if let Some((_, block, bytes)) = base {
+        if bytes.as_slice() == w.data.as_slice() {
+            return Ok(reference(block, None));
+        }
+    }
+    let aged = aged::encode(
+        rec.dtype,
+        &w.data,
+        base.map(|(_, _, b)| b.as_slice()),
+        budget,
+        &opts.lossless,
+    )
+    .map_err(|e| encode_err(Box::new(e)))?;
+    let (depth, base_step) = match base {
+        Some((s, block, _)) => (block.depth + 1, Some(*s)),
+        None => (1, None),
+    };
+    if let (Some(a), Some((_, block, _))) = (&aged, base) {
+        if a.all_zero {
+            return Ok(reference(block, Some(a.rel_error)));
+        }
+    }
+    let aged_outcome = |a: aged::AgedBlock| Outcome {
+        record: BlockRecord {
+            address: address_of(&a.bytes),
+            base: base_step,
+            reference: false,
+            depth,
+            run: 1,
+            segment_len: a.bytes.len() as u32,
+            form: Form::Aged,
+        },
+        error: Some(a.rel_error),
+        segment: Some(a.bytes),
+        unmet: false,
+    };
+    if let Some(a) = aged.as_ref().filter(|a| a.bytes.len() < w.old_cost) {
+        return Ok(aged_outcome(a.clone()));
+    }
+    // Not smaller than the old segment: compare with a lossless delta on the same base.
+    let exact = match base {
+        Some((_, _, b)) => segment::encode_delta(rec.dtype, &w.data, b, &opts.lossless),
+        None => segment::encode_keyframe(rec.dtype, &w.data, &opts.lossless),
+    }
+    .map_err(|e| encode_err(Box::new(e)))?;
+    let unmet = aged.is_none();
+    match aged {
+        Some(a) if a.bytes.len() < exact.len() => Ok(aged_outcome(a)),
+        _ => Ok(Outcome {
+            record: BlockRecord {
+                address: address_of(&exact),
+                base: base_step,
+                reference: false,
+                depth,
+                run: 1,
+                segment_len: exact.len() as u32,
+                form: Form::Lossless,
+            },
+            segment: Some(exact),
+            error: None,
+            unmet,
+        }),
+    }
+}
+
+/// A block that reads as its base's reconstruction: a reference to the base block.
+fn reference(base: &BlockRecord, error: Option<f32>) -> Outcome {
+    Outcome {
+        record: BlockRecord {
+            reference: true,
+            run: 1,
+            ..*base
+        },
+        segment: None,
+        error,
+        unmet: false,
+    }
+}
