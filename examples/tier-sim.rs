@@ -200,6 +200,7 @@ fn mean_rel_err(x: &[f32], y: &[f32]) -> f64 {
 fn precision_name(f: Fidelity) -> &'static str {
     match f {
         Fidelity::Exact => "exact",
+        Fidelity::Aged { .. } => "aged",
         Fidelity::Bounded { bits: 8, .. } => "hot8",
         Fidelity::Bounded { bits: 7, .. } => "warm7",
         Fidelity::Bounded { bits: 5, .. } => "warm5",

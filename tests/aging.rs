@@ -19,7 +19,7 @@ use strata::store::{AgePolicy, AgeRule, Fidelity, InvalidInput, Store, StoreErro
 /// Steps and checkpoint files of one series folder (e.g. `dev_ft/bf16`).
 fn checkpoints(root: &Path, sub: &str) -> Vec<(u64, std::path::PathBuf)> {
     let mut out: Vec<(u64, std::path::PathBuf)> = std::fs::read_dir(root.join(sub))
-        .unwrap()
+        .expect("list the series folder")
         .filter_map(|e| {
             let p = e.ok()?.path();
             let stem = p.file_name()?.to_str()?.strip_suffix(".safetensors")?;
@@ -32,8 +32,8 @@ fn checkpoints(root: &Path, sub: &str) -> Vec<(u64, std::path::PathBuf)> {
 
 fn rel_error(t: &Named, got: &[u8]) -> f64 {
     let (a, b) = (
-        to_f32(t.dtype, got).unwrap(),
-        to_f32(t.dtype, &t.data).unwrap(),
+        to_f32(t.dtype, got).expect("convert to f32"),
+        to_f32(t.dtype, &t.data).expect("convert to f32"),
     );
     let e: f64 = a
         .iter()
@@ -52,11 +52,13 @@ fn aged_series_read_back_within_budget_and_smaller() {
             if cps.len() < 3 {
                 continue;
             }
-            let dir = tempfile::tempdir().unwrap();
-            let mut store = Store::open(dir.path().join("s.strata")).unwrap();
+            let dir = tempfile::tempdir().expect("make a temp dir");
+            let mut store = Store::open(dir.path().join("s.strata")).expect("open the store");
             let mut data: BTreeMap<u64, Vec<Named>> = BTreeMap::new();
             for (step, path) in &cps {
-                store.import_safetensors(path, *step).unwrap();
+                store
+                    .import_safetensors(path, *step)
+                    .expect("import a checkpoint");
                 data.insert(*step, common::load_file(path));
             }
             let budget = 1e-2;
@@ -66,7 +68,7 @@ fn aged_series_read_back_within_budget_and_smaller() {
                     budget,
                     ..AgePolicy::default()
                 })
-                .unwrap();
+                .expect("test setup");
             let label = format!("{} {sub}", series.label);
             let steps: Vec<u64> = cps.iter().map(|(s, _)| *s).collect();
             assert_eq!(report.aged, steps[..steps.len() - 2], "{label}");
@@ -88,8 +90,8 @@ fn aged_series_read_back_within_budget_and_smaller() {
                 report.max_rel_error
             );
             drop(store);
-            let store = Store::open(dir.path().join("s.strata")).unwrap();
-            let v = store.verify().unwrap();
+            let store = Store::open(dir.path().join("s.strata")).expect("open the store");
+            let v = store.verify().expect("verify");
             assert!(v.issues.is_empty(), "{label}: {:?}", v.issues);
             check_reads(&store, &data, &report.aged, budget, &label);
         }
@@ -107,7 +109,7 @@ fn check_reads(
 ) {
     for (step, tensors) in data {
         for t in tensors {
-            let got = store.get(&t.name, *step).unwrap();
+            let got = store.get(&t.name, *step).expect("read a version");
             let aged_step = aged.contains(step);
             if !aged_step || t.shape.len() < 2 {
                 assert_eq!(got.fidelity, Fidelity::Exact, "{label} {} @ {step}", t.name);
@@ -143,11 +145,13 @@ fn check_reads(
 fn retention_and_deletes_over_aged_versions_keep_reads_right() {
     let series = &all_series()[0];
     let cps = checkpoints(&series.root, "dev_ft/bf16");
-    let dir = tempfile::tempdir().unwrap();
-    let mut store = Store::open(dir.path().join("s.strata")).unwrap();
+    let dir = tempfile::tempdir().expect("make a temp dir");
+    let mut store = Store::open(dir.path().join("s.strata")).expect("open the store");
     let mut data = BTreeMap::new();
     for (step, path) in &cps {
-        store.import_safetensors(path, *step).unwrap();
+        store
+            .import_safetensors(path, *step)
+            .expect("import a checkpoint");
         data.insert(*step, common::load_file(path));
     }
     let report = store
@@ -156,24 +160,26 @@ fn retention_and_deletes_over_aged_versions_keep_reads_right() {
             budget: 3e-3,
             ..AgePolicy::default()
         })
-        .unwrap();
+        .expect("test setup");
     // Reads of every aged version, before and after deleting the newest aged checkpoint
     // (the base of the aged chain under it: its dependents are re-based, same bytes).
     let before: BTreeMap<(String, u64), Vec<u8>> = data
         .iter()
         .flat_map(|(s, ts)| ts.iter().map(move |t| (t.name.clone(), *s)))
         .map(|(n, s)| {
-            let d = store.get(&n, s).unwrap().data;
+            let d = store.get(&n, s).expect("read a version").data;
             ((n, s), d)
         })
         .collect();
-    let newest_aged = *report.aged.last().unwrap();
-    store.delete_checkpoint(newest_aged).unwrap();
+    let newest_aged = *report.aged.last().expect("at least one aged step");
+    store
+        .delete_checkpoint(newest_aged)
+        .expect("delete a checkpoint");
     for ((n, s), d) in &before {
         if *s == newest_aged {
             continue;
         }
-        let got = store.get(n, *s).unwrap();
+        let got = store.get(n, *s).expect("read a version");
         assert!(&got.data == d, "{n} @ {s} changed after a delete");
     }
     // Aging again changes nothing: aged versions stay as they are.
@@ -183,7 +189,7 @@ fn retention_and_deletes_over_aged_versions_keep_reads_right() {
             budget: 3e-3,
             ..AgePolicy::default()
         })
-        .unwrap();
+        .expect("test setup");
     assert_eq!(again.versions_aged, 0, "{again:?}");
     let kept = store
         .retain(&strata::store::RetainPolicy {
@@ -191,27 +197,32 @@ fn retention_and_deletes_over_aged_versions_keep_reads_right() {
             keep_every: None,
             keep_tagged: true,
         })
-        .unwrap();
+        .expect("test setup");
     for s in &kept.kept {
         for t in &data[s] {
-            assert!(store.get(&t.name, *s).unwrap().data == before[&(t.name.clone(), *s)]);
+            assert!(
+                store.get(&t.name, *s).expect("read a version").data
+                    == before[&(t.name.clone(), *s)]
+            );
         }
     }
-    assert!(store.verify().unwrap().issues.is_empty());
+    assert!(store.verify().expect("verify").issues.is_empty());
 }
 
 #[test]
 fn refusals_rules_and_unmeetable_budgets() {
     let series = &all_series()[0];
     let cps = checkpoints(&series.root, "dev_ft/bf16");
-    let dir = tempfile::tempdir().unwrap();
-    let mut store = Store::open(dir.path().join("s.strata")).unwrap();
+    let dir = tempfile::tempdir().expect("make a temp dir");
+    let mut store = Store::open(dir.path().join("s.strata")).expect("open the store");
     for (step, path) in &cps {
-        store.import_safetensors(path, *step).unwrap();
+        store
+            .import_safetensors(path, *step)
+            .expect("import a checkpoint");
     }
     let steps: Vec<u64> = cps.iter().map(|(s, _)| *s).collect();
-    store.tag("best", steps[1]).unwrap();
-    let stats = store.stats().unwrap();
+    store.tag("best", steps[1]).expect("tag");
+    let stats = store.stats().expect("stats");
     // Tagged, among the last kept exact, not a checkpoint, bad budgets: refused, nothing changed.
     let err = store
         .age(&AgePolicy {
@@ -223,7 +234,7 @@ fn refusals_rules_and_unmeetable_budgets() {
         matches!(&err, StoreError::Invalid(InvalidInput::AgeRefused { step, reason }) if *step == steps[1] && reason.contains("best")),
         "{err}"
     );
-    let last = *steps.last().unwrap();
+    let last = *steps.last().expect("at least one aged step");
     let err = store
         .age(&AgePolicy {
             steps: Some(vec![last]),
@@ -267,14 +278,16 @@ fn refusals_rules_and_unmeetable_budgets() {
             "{bad:?}"
         );
     }
-    assert_eq!(store.stats().unwrap(), stats);
+    assert_eq!(store.stats().expect("stats"), stats);
     // A budget no step meets (finer than f32 arithmetic holds): every block stays exact,
     // and the report says so.
     let f32_cps = checkpoints(&series.root, "dev_ft");
-    let dir32 = tempfile::tempdir().unwrap();
-    let mut store32 = Store::open(dir32.path().join("s.strata")).unwrap();
+    let dir32 = tempfile::tempdir().expect("make a temp dir");
+    let mut store32 = Store::open(dir32.path().join("s.strata")).expect("open the store");
     for (step, path) in &f32_cps {
-        store32.import_safetensors(path, *step).unwrap();
+        store32
+            .import_safetensors(path, *step)
+            .expect("import a checkpoint");
     }
     let report = store32
         .age(&AgePolicy {
@@ -282,11 +295,11 @@ fn refusals_rules_and_unmeetable_budgets() {
             budget: 1e-12,
             ..AgePolicy::default()
         })
-        .unwrap();
+        .expect("test setup");
     assert_eq!(report.versions_aged, 0, "{report:?}");
     assert!(report.blocks_unmet > 0, "{report:?}");
     for t in common::load_file(&f32_cps[1].1) {
-        let got = store32.get(&t.name, f32_cps[1].0).unwrap();
+        let got = store32.get(&t.name, f32_cps[1].0).expect("read a version");
         assert_eq!(got.fidelity, Fidelity::Exact);
         assert!(got.data == t.data);
     }
@@ -306,10 +319,10 @@ fn refusals_rules_and_unmeetable_budgets() {
             ],
             ..AgePolicy::default()
         })
-        .unwrap();
+        .expect("test setup");
     assert!(report.versions_aged > 0);
     for t in common::load_file(&cps[2].1) {
-        let got = store.get(&t.name, steps[2]).unwrap();
+        let got = store.get(&t.name, steps[2]).expect("read a version");
         if t.name.contains("attn") || t.shape.len() < 2 {
             assert_eq!(got.fidelity, Fidelity::Exact, "{}", t.name);
         } else if t.name.contains("mlp") {

@@ -74,6 +74,11 @@ mod tests {
         let cases = [
             (Fidelity::Exact, "exact", json!({ "kind": "exact" })),
             (
+                Fidelity::Aged { rel_error: 0.0025 },
+                "aged, rel. error 2.50e-3 (measured when aged)",
+                json!({ "kind": "aged", "rel_error": 0.0025 }),
+            ),
+            (
                 Fidelity::Bounded {
                     bits: 5,
                     max_rel_error: 0.0333,

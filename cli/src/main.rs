@@ -164,6 +164,39 @@ enum Command {
         #[arg(long)]
         no_keep_tagged: bool,
     },
+    /// Re-encode old checkpoints lossy under an error budget (ADR 0020): the last N, every
+    /// K-th and tagged checkpoints stay exact; so do 1-D tensors (norms, biases) and pinned
+    /// ones. Reads of aged versions report the error measured when they were aged.
+    Age {
+        /// The store file.
+        store: PathBuf,
+        /// Keep the N latest checkpoints exact (at least 1).
+        #[arg(long, default_value_t = 2)]
+        keep_exact_last: usize,
+        /// Keep every checkpoint whose step is a multiple of K exact.
+        #[arg(long)]
+        keep_exact_every: Option<u64>,
+        /// Age tagged checkpoints too when the rules do not keep them.
+        #[arg(long)]
+        no_keep_tagged: bool,
+        /// Largest relative Frobenius error of each block of a 2-D (or larger) tensor.
+        #[arg(long, default_value_t = 1e-3)]
+        budget: f64,
+        /// Keep tensors matching this pattern exact (repeatable).
+        #[arg(long, value_name = "PATTERN")]
+        exact: Vec<String>,
+        /// A budget for tensors matching a pattern, as PATTERN=ERROR (repeatable; beats
+        /// --budget and the 1-D rule; the first matching --exact or --budget-for wins, in
+        /// the order given, --exact first).
+        #[arg(long, value_name = "PATTERN=ERROR")]
+        budget_for: Vec<String>,
+        /// Age only these checkpoints (comma-separated steps); refused if the rules keep one.
+        #[arg(long, value_delimiter = ',')]
+        steps: Option<Vec<u64>>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Set, pin, remove or list tier policy rules (no pattern: list them).
     Policy {
         /// The store file.
@@ -365,6 +398,29 @@ fn main() -> ExitCode {
             keep_every,
             no_keep_tagged,
         } => maintain::retain(&store, keep_last, keep_every, !no_keep_tagged),
+        Command::Age {
+            store,
+            keep_exact_last,
+            keep_exact_every,
+            no_keep_tagged,
+            budget,
+            exact,
+            budget_for,
+            steps,
+            json,
+        } => maintain::age(
+            &store,
+            maintain::AgeArgs {
+                keep_exact_last,
+                keep_exact_every,
+                keep_tagged: !no_keep_tagged,
+                budget,
+                exact,
+                budget_for,
+                steps,
+            },
+            json,
+        ),
         Command::Tag { store, name, step } => maintain::tag(&store, &name, step),
         Command::Policy {
             store,

@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::time::Instant;
 
-use strata_store::{Issue, RetainPolicy, Store, VerifyReport};
+use strata_store::{AgePolicy, AgeRule, Issue, RetainPolicy, Store, VerifyReport};
 
 use crate::fmt::ms;
 use crate::progress::Output;
@@ -101,6 +101,103 @@ pub(crate) fn retain(
         "file {} -> {} bytes",
         r.file_bytes_before,
         r.file_bytes_after
+    );
+    Ok(())
+}
+
+/// The options of `strata age`.
+pub(crate) struct AgeArgs {
+    pub(crate) keep_exact_last: usize,
+    pub(crate) keep_exact_every: Option<u64>,
+    pub(crate) keep_tagged: bool,
+    pub(crate) budget: f64,
+    pub(crate) exact: Vec<String>,
+    pub(crate) budget_for: Vec<String>,
+    pub(crate) steps: Option<Vec<u64>>,
+}
+
+/// `strata age`.
+pub(crate) fn age(store: &Path, args: AgeArgs, json: bool) -> CliResult {
+    let mut rules: Vec<AgeRule> = args
+        .exact
+        .into_iter()
+        .map(|pattern| AgeRule {
+            pattern,
+            budget: None,
+        })
+        .collect();
+    for spec in &args.budget_for {
+        let parsed = spec
+            .rsplit_once('=')
+            .and_then(|(p, e)| Some((p, e.parse::<f64>().ok()?)));
+        let Some((pattern, budget)) = parsed.filter(|(p, _)| !p.is_empty()) else {
+            return Err(CliError::Usage(format!(
+                "--budget-for {spec:?}: expected PATTERN=ERROR, e.g. 'blocks.*=3e-3'"
+            )));
+        };
+        rules.push(AgeRule {
+            pattern: pattern.to_string(),
+            budget: Some(budget),
+        });
+    }
+    let mut store = Store::open(store)?;
+    let r = store.age(&AgePolicy {
+        keep_exact_last: args.keep_exact_last,
+        keep_exact_every: args.keep_exact_every,
+        keep_tagged: args.keep_tagged,
+        budget: args.budget,
+        rules,
+        steps: args.steps,
+        ..AgePolicy::default()
+    })?;
+    if json {
+        let v = serde_json::json!({
+            "aged": r.aged,
+            "kept": r.kept,
+            "versions_aged": r.versions_aged,
+            "versions_exact": r.versions_exact,
+            "blocks_unmet": r.blocks_unmet,
+            "max_rel_error": r.max_rel_error,
+            "stored_bytes_before": r.stored_bytes_before,
+            "stored_bytes_after": r.stored_bytes_after,
+            "file_bytes_before": r.file_bytes_before,
+            "file_bytes_after": r.file_bytes_after,
+            "compacted": r.compacted,
+        });
+        say!("{v}");
+        return Ok(());
+    }
+    let list = |v: &[u64]| v.iter().map(u64::to_string).collect::<Vec<_>>().join(", ");
+    say!("aged {} checkpoint(s): {}", r.aged.len(), list(&r.aged));
+    say!(
+        "kept exact {} checkpoint(s): {}",
+        r.kept.len(),
+        list(&r.kept)
+    );
+    say!(
+        "{} tensor versions aged (worst rel. error {:.2e}), {} left exact",
+        r.versions_aged,
+        r.max_rel_error,
+        r.versions_exact
+    );
+    if r.blocks_unmet > 0 {
+        say!(
+            "{} block(s) kept exact: no quantization step meets a budget of {:e}",
+            r.blocks_unmet,
+            args.budget
+        );
+    }
+    say!(
+        "stored {} -> {} bytes, file {} -> {} bytes{}",
+        r.stored_bytes_before,
+        r.stored_bytes_after,
+        r.file_bytes_before,
+        r.file_bytes_after,
+        if r.compacted {
+            ""
+        } else {
+            " (not compacted: a read is in progress in another process)"
+        }
     );
     Ok(())
 }

@@ -24,8 +24,8 @@ use pyo3::types::PyDict;
 mod remote;
 
 use strata_store::{
-    DType, Fidelity, OpenError, Options, Residual, RetainPolicy, Store, StoreError, Tensor,
-    TensorRef, Tier, TierPolicy,
+    AgePolicy, AgeRule, DType, Fidelity, OpenError, Options, Residual, RetainPolicy, Store,
+    StoreError, Tensor, TensorRef, Tier, TierPolicy,
 };
 
 create_exception!(
@@ -568,6 +568,52 @@ impl PyStore {
         d.set_item("versions_removed", report.versions_removed)?;
         d.set_item("file_bytes_before", report.file_bytes_before)?;
         d.set_item("file_bytes_after", report.file_bytes_after)?;
+        Ok(d)
+    }
+
+    /// Ages old checkpoints ([`Store::age`]): `rules` are (pattern, budget or None for
+    /// exact), first match first.
+    #[pyo3(signature = (keep_exact_last, keep_exact_every, keep_tagged, budget, rules, steps))]
+    #[allow(clippy::too_many_arguments)]
+    fn age<'py>(
+        &self,
+        py: Python<'py>,
+        keep_exact_last: usize,
+        keep_exact_every: Option<u64>,
+        keep_tagged: bool,
+        budget: f64,
+        rules: Vec<(String, Option<f64>)>,
+        steps: Option<Vec<u64>>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let policy = AgePolicy {
+            keep_exact_last,
+            keep_exact_every,
+            keep_tagged,
+            budget,
+            rules: rules
+                .into_iter()
+                .map(|(pattern, budget)| AgeRule { pattern, budget })
+                .collect(),
+            steps,
+            ..AgePolicy::default()
+        };
+        let r = py.detach(|| {
+            let mut guard = self.inner.write();
+            let store = guard.as_mut().ok_or_else(closed)?;
+            store.age(&policy).map_err(to_py)
+        })?;
+        let d = PyDict::new(py);
+        d.set_item("aged", r.aged)?;
+        d.set_item("kept", r.kept)?;
+        d.set_item("versions_aged", r.versions_aged)?;
+        d.set_item("versions_exact", r.versions_exact)?;
+        d.set_item("blocks_unmet", r.blocks_unmet)?;
+        d.set_item("max_rel_error", r.max_rel_error)?;
+        d.set_item("stored_bytes_before", r.stored_bytes_before)?;
+        d.set_item("stored_bytes_after", r.stored_bytes_after)?;
+        d.set_item("file_bytes_before", r.file_bytes_before)?;
+        d.set_item("file_bytes_after", r.file_bytes_after)?;
+        d.set_item("compacted", r.compacted)?;
         Ok(d)
     }
 

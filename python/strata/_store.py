@@ -6,7 +6,7 @@ import concurrent.futures
 import json
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Iterator
 
 import numpy as np
@@ -354,6 +354,37 @@ class Store(_Reads):
         if keep_period is not None:
             keep_period = check_step(keep_period, "keep_period")
         return self._s.retain(max_to_keep, keep_period, bool(keep_tagged))
+
+    def age(
+        self,
+        keep_exact_last: int = 2,
+        keep_exact_every: int | None = None,
+        keep_tagged: bool = True,
+        budget: float = 1e-3,
+        exact: Iterable[str] | None = None,
+        budgets: Mapping[str, float] | None = None,
+        steps: Iterable[int] | None = None,
+    ) -> dict[str, Any]:
+        """Re-encodes old checkpoints lossy (quantized deltas, ADR 0020): the
+        ``keep_exact_last`` latest, every ``keep_exact_every``-th and (``keep_tagged``) the
+        tagged checkpoints stay bit-exact; in the others every tensor of two or more
+        dimensions is kept within a relative Frobenius error of ``budget`` per block
+        (``budgets``: pattern -> error for some tensors), 1-D tensors (norms, biases), pinned
+        tensors and those matching a pattern of ``exact`` stay exact. ``steps`` ages just
+        those checkpoints (``ValueError`` if the rules keep one exact). Reads of an aged
+        version give ``{"kind": "aged", "rel_error": e}`` as fidelity. Compacts the file and
+        returns a report: ``aged``, ``kept``, ``versions_aged``, ``versions_exact``,
+        ``blocks_unmet``, ``max_rel_error``, stored and file bytes before and after."""
+        rules: list[tuple[str, float | None]] = [(str(p), None) for p in exact or ()]
+        rules += [(str(p), float(e)) for p, e in (budgets or {}).items()]
+        return self._s.age(
+            check_step(keep_exact_last, "keep_exact_last"),
+            None if keep_exact_every is None else check_step(keep_exact_every, "keep_exact_every"),
+            bool(keep_tagged),
+            float(budget),
+            rules,
+            None if steps is None else [check_step(s) for s in steps],
+        )
 
     def compact(self) -> bool:
         """Shrinks the file to its live pages (after deletes, and the growth slack redb leaves

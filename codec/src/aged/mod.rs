@@ -178,7 +178,7 @@ pub fn encode(
         return Err(AgedError::Dtype { dtype });
     }
     let size = dtype.size();
-    if data.len() % size != 0 || base.is_some_and(|b| b.len() != data.len()) {
+    if !data.len().is_multiple_of(size) || base.is_some_and(|b| b.len() != data.len()) {
         return Err(AgedError::Mismatch {
             reason: format!(
                 "{} bytes of {dtype} with a base of {:?} bytes",
@@ -408,7 +408,7 @@ impl<'a> AgedView<'a> {
         let size = dtype.size();
         if dtype != self.dtype
             || (out.len() / size) as u64 != self.elements
-            || out.len() % size != 0
+            || !out.len().is_multiple_of(size)
         {
             return Err(AgedError::Mismatch {
                 reason: format!(

@@ -14,13 +14,16 @@ fn weights(n: usize, seed: u64, dtype: DType) -> (Vec<u8>, Vec<u8>) {
     let w: Vec<f32> = (0..n).map(|_| 0.02 * rng.normal() as f32).collect();
     let next: Vec<f32> = w.iter().map(|&x| x + 2e-4 * rng.normal() as f32).collect();
     (
-        from_f32(dtype, &w).unwrap(),
-        from_f32(dtype, &next).unwrap(),
+        from_f32(dtype, &w).expect("convert from f32"),
+        from_f32(dtype, &next).expect("convert from f32"),
     )
 }
 
 fn rel_error(dtype: DType, got: &[u8], want: &[u8]) -> f64 {
-    let (g, w) = (to_f32(dtype, got).unwrap(), to_f32(dtype, want).unwrap());
+    let (g, w) = (
+        to_f32(dtype, got).expect("convert to f32"),
+        to_f32(dtype, want).expect("convert to f32"),
+    );
     let e: f64 = g
         .iter()
         .zip(&w)
@@ -36,10 +39,10 @@ fn round_trip(
     base: Option<&[u8]>,
     budget: f64,
 ) -> Option<(AgedBlock, Vec<u8>)> {
-    let block = encode(dtype, data, base, budget, &opts()).unwrap()?;
-    let view = AgedView::parse(&block.bytes).unwrap();
+    let block = encode(dtype, data, base, budget, &opts()).expect("encode")?;
+    let view = AgedView::parse(&block.bytes).expect("parse the blob");
     let mut out = vec![0u8; data.len()];
-    view.decode_into(dtype, base, &mut out).unwrap();
+    view.decode_into(dtype, base, &mut out).expect("decode");
     Some((block, out))
 }
 
@@ -48,11 +51,11 @@ fn meets_the_budget_and_reports_the_error_it_measured() {
     for dtype in [DType::BF16, DType::F16, DType::F32] {
         let (base, next) = weights(20_000, 1, dtype);
         for budget in [1e-3, 1e-2, 1e-1] {
-            let (block, out) = round_trip(dtype, &next, Some(&base), budget).unwrap();
+            let (block, out) = round_trip(dtype, &next, Some(&base), budget).expect("round trip");
             let measured = rel_error(dtype, &out, &next);
             assert!(measured <= budget, "{dtype} {budget}: {measured}");
             assert!((measured - f64::from(block.rel_error)).abs() <= 1e-6 + 1e-3 * measured);
-            let view = AgedView::parse(&block.bytes).unwrap();
+            let view = AgedView::parse(&block.bytes).expect("parse the blob");
             assert_eq!(view.rel_error(), block.rel_error);
             assert!(view.has_base());
         }
@@ -66,7 +69,7 @@ fn a_looser_budget_costs_fewer_bytes() {
         .iter()
         .map(|&b| {
             round_trip(DType::BF16, &next, Some(&base), b)
-                .unwrap()
+                .expect("round trip")
                 .0
                 .bytes
                 .len()
@@ -80,7 +83,7 @@ fn a_looser_budget_costs_fewer_bytes() {
 #[test]
 fn a_delta_under_the_budget_is_the_base_itself() {
     let (base, next) = weights(4096, 3, DType::BF16);
-    let (block, out) = round_trip(DType::BF16, &next, Some(&base), 0.5).unwrap();
+    let (block, out) = round_trip(DType::BF16, &next, Some(&base), 0.5).expect("round trip");
     assert!(block.all_zero);
     assert_eq!(out, base);
 }
@@ -88,25 +91,27 @@ fn a_delta_under_the_budget_is_the_base_itself() {
 #[test]
 fn keyframes_without_base() {
     let (_, next) = weights(4096, 4, DType::F32);
-    let (block, out) = round_trip(DType::F32, &next, None, 1e-2).unwrap();
+    let (block, out) = round_trip(DType::F32, &next, None, 1e-2).expect("round trip");
     assert!(rel_error(DType::F32, &out, &next) <= 1e-2);
-    assert!(!AgedView::parse(&block.bytes).unwrap().has_base());
+    assert!(!AgedView::parse(&block.bytes)
+        .expect("parse the blob")
+        .has_base());
 }
 
 #[test]
 fn budgets_no_step_meets_give_none() {
     let zeros = vec![0u8; 64];
     assert!(encode(DType::F32, &zeros, None, 1e-3, &opts())
-        .unwrap()
+        .expect("encode")
         .is_none());
-    let nan = from_f32(DType::F32, &[1.0, f32::NAN, 2.0]).unwrap();
+    let nan = from_f32(DType::F32, &[1.0, f32::NAN, 2.0]).expect("convert from f32");
     assert!(encode(DType::F32, &nan, None, 1e-3, &opts())
-        .unwrap()
+        .expect("convert from f32")
         .is_none());
     // f32 data cannot be held to 1e-12 by any f32 step.
     let (base, next) = weights(4096, 5, DType::F32);
     assert!(encode(DType::F32, &next, Some(&base), 1e-12, &opts())
-        .unwrap()
+        .expect("encode")
         .is_none());
 }
 
@@ -137,9 +142,9 @@ fn bad_arguments_are_refused() {
 fn a_read_over_another_base_or_shape_is_an_error() {
     let (base, next) = weights(4096, 7, DType::BF16);
     let block = encode(DType::BF16, &next, Some(&base), 1e-2, &opts())
-        .unwrap()
-        .unwrap();
-    let view = AgedView::parse(&block.bytes).unwrap();
+        .expect("encode")
+        .expect("encode");
+    let view = AgedView::parse(&block.bytes).expect("parse the blob");
     let mut out = vec![0u8; next.len()];
     let mut other = base.clone();
     other[10] ^= 1;
@@ -166,8 +171,8 @@ fn a_read_over_another_base_or_shape_is_an_error() {
 fn every_damaged_byte_and_every_truncation_is_refused() {
     let (base, next) = weights(512, 8, DType::BF16);
     let blob = encode(DType::BF16, &next, Some(&base), 1e-2, &opts())
-        .unwrap()
-        .unwrap()
+        .expect("encode")
+        .expect("encode")
         .bytes;
     for i in 0..blob.len() {
         let mut bad = blob.clone();
@@ -200,7 +205,7 @@ proptest! {
             prop_assert!(measured <= budget * (1.0 + 1e-9));
             prop_assert!((measured - f64::from(block.rel_error)).abs() <= 1e-6 + 1e-3 * measured);
             // Decoding is deterministic: the same blob over the same base, the same bytes.
-            let again = round_trip(dtype, &next, base, budget).unwrap();
+            let again = round_trip(dtype, &next, base, budget).expect("round trip");
             prop_assert_eq!(again.1, out);
         }
     }

@@ -45,6 +45,60 @@ fn sample() -> VersionRecord {
                 form: Form::Frame { index: 7 },
             },
         ],
+        aged: None,
+    }
+}
+
+/// An aged version: one aged delta, one aged keyframe, one reference to an aged block.
+fn aged_sample() -> VersionRecord {
+    let block = |base, reference| BlockRecord {
+        address: 11,
+        base,
+        reference,
+        depth: if base.is_some() { 3 } else { 1 },
+        run: 1,
+        segment_len: 40,
+        form: Form::Aged,
+    };
+    VersionRecord {
+        dtype: DType::BF16,
+        shape: vec![3, 8],
+        elements: 24,
+        block_elems: 8,
+        blocks: vec![
+            block(Some(60), false),
+            block(None, false),
+            block(Some(70), true),
+        ],
+        aged: Some(2.5e-3),
+    }
+}
+
+#[test]
+fn aged_version_record_round_trips_and_rejects_bad_values() {
+    let r = aged_sample();
+    let bytes = r.encode();
+    assert_eq!(bytes[0], 2, "an aged record is record version 2");
+    assert_eq!(bytes.len(), 3 + 16 + 12 + 3 * BLOCK_RECORD_LEN + 4);
+    assert_eq!(VersionRecord::decode(&bytes), Ok(r));
+    // Version 1 with the trailing error, version 2 without it: refused.
+    let mut v1 = bytes.clone();
+    v1[0] = 1;
+    assert!(VersionRecord::decode(&v1).is_err());
+    assert!(VersionRecord::decode(&bytes[..bytes.len() - 4]).is_err());
+    // A non-finite or negative error.
+    for bad in [f32::NAN, f32::INFINITY, -1.0] {
+        let mut b = bytes.clone();
+        let n = b.len();
+        b[n - 4..].copy_from_slice(&bad.to_le_bytes());
+        assert!(VersionRecord::decode(&b).is_err(), "{bad}");
+    }
+    // Aged with quantized, or a delta with a frame: refused.
+    let flags_at = 3 + 16 + 12;
+    for flags in [32 | 4, 32 | 8, 32 | 16, 1 | 16, 1 | 4] {
+        let mut b = bytes.clone();
+        b[flags_at] = flags;
+        assert!(VersionRecord::decode(&b).is_err(), "flags {flags:#x}");
     }
 }
 
