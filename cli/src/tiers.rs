@@ -94,9 +94,12 @@ pub(crate) fn policy(store: &Path, pattern: Option<&str>, args: PolicyArgs) -> C
 
 /// `strata maintain`.
 pub(crate) fn maintain(store: &Path, now: Option<u64>) -> CliResult {
-    let store = Store::open(store)?;
+    let mut store = Store::open(store)?;
     let now = now.unwrap_or_else(|| store.options().tiering.clock.now());
+    let before = store.file_bytes()?;
     let r = store.maintain(now)?;
+    // Re-encoded blocks leave their old pages free: give them back.
+    let compacted = r.bytes_written > 0 && store.compact_if_idle()?;
     say!(
         "{} moves, {} versions converted, {} bytes written, warm bytes {} -> {}, {} deferred",
         r.moves,
@@ -105,6 +108,11 @@ pub(crate) fn maintain(store: &Path, now: Option<u64>) -> CliResult {
         r.warm_bytes_before,
         r.warm_bytes_after,
         r.deferred
+    );
+    say!(
+        "file {before} -> {} bytes{}",
+        store.file_bytes()?,
+        if compacted { " (compacted)" } else { "" }
     );
     Ok(())
 }

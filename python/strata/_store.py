@@ -416,7 +416,9 @@ class Store(_Reads):
         self._s.remove_policy(pattern)
 
     def maintain(self, now_ms: int | None = None) -> dict[str, Any]:
-        """One tier maintenance pass (moves blocks between tiers by read scores)."""
+        """One tier maintenance pass (moves blocks between tiers by read scores), then a
+        compaction when it re-encoded anything: ``file_bytes_before`` and
+        ``file_bytes_after`` say what the file went from and to."""
         return self._s.maintain(None if now_ms is None else check_step(now_ms, "now_ms"))
 
     def verify(self) -> dict[str, Any]:

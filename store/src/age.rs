@@ -249,7 +249,7 @@ impl Store {
                 tally,
             )
         };
-        let compacted = self.compact_after_rewrite()?;
+        let compacted = self.compact_if_idle()?;
         Ok(AgeReport {
             aged,
             kept,

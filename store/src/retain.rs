@@ -124,7 +124,7 @@ impl Store {
             })?;
             (kept.into_iter().collect(), removed, versions_removed)
         };
-        let compacted = self.compact_after_rewrite()?;
+        let compacted = self.compact_if_idle()?;
         Ok(RetainReport {
             compacted,
             kept,

@@ -287,11 +287,15 @@ impl Store {
             })
     }
 
-    /// [`Store::compact`] after a pass that rewrote many versions (retention, aging, tier
-    /// maintenance): whether the file was compacted. A read in progress in another process
+    /// [`Store::compact`] after a pass that rewrote many versions (retention and aging do it
+    /// themselves; call it after [`Store::maintain`], which runs beside reads and cannot):
+    /// whether the file was compacted. A read in progress in another process
     /// ([`Store::open_read_only`]) defers it, and is no error: the freed pages are reused by
     /// later writes, and a later pass or [`Store::compact`] shrinks the file.
-    pub(crate) fn compact_after_rewrite(&mut self) -> Result<bool> {
+    ///
+    /// # Errors
+    /// [`StoreError::Compaction`] for any other reason redb cannot compact.
+    pub fn compact_if_idle(&mut self) -> Result<bool> {
         match self.compact() {
             Ok(_) => Ok(true),
             Err(StoreError::Compaction { source })
@@ -400,7 +404,10 @@ impl Store {
     }
 
     /// Size of the file on disk (or of the backend's storage).
-    pub(crate) fn file_bytes(&self) -> Result<u64> {
+    ///
+    /// # Errors
+    /// [`StoreError::Io`] if the size cannot be read.
+    pub fn file_bytes(&self) -> Result<u64> {
         if let Some(backend) = &self.backend {
             return backend.len().map_err(|source| StoreError::Io {
                 path: self.path.clone(),
