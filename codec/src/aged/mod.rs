@@ -20,14 +20,14 @@
 //! | 4 | 1 | version, 1; readers refuse any other |
 //! | 5 | 1 | dtype code ([`DType::code`]): f32, f16 or bf16 |
 //! | 6 | 1 | flags: bit 0 the block has a base; bits 1..=7 must be 0 |
-//! | 7 | 1 | width of a coded word: 2 (u16) or 4 (u32) |
+//! | 7 | 1 | width of a coded word: 1 (u8), 2 (u16) or 4 (u32), the narrowest that holds every `zigzag(q)` |
 //! | 8 | 8 | elements `n` |
 //! | 16 | 4 | step `Δ`, f32, finite and above 0 |
 //! | 20 | 4 | measured relative Frobenius error of the block, f32, finite, `>= 0` |
 //! | 24 | 4 | measured largest absolute error of an element, f32, finite, `>= 0` |
 //! | 28 | 8 | xxh3-64 of the base reconstruction's bytes (0 without a base) |
 //! | 36 | 4 | payload length `P` |
-//! | 40 | `P` | payload: [`crate::lossless::encode`] of the `n` words `zigzag(q)` as u16 or u32 |
+//! | 40 | `P` | payload: [`crate::lossless::encode`] of the `n` words `zigzag(q)` as u8, u16 or u32 |
 //! | 40 + `P` | 8 | xxh3-64 of bytes `0 .. 40 + P`; the blob ends here |
 //!
 //! The base hash makes a blob's content address depend on the base it was made against
@@ -196,7 +196,9 @@ pub fn encode(
         return Ok(None);
     };
     let n = data.len() / size;
-    let width: usize = if found.max_zigzag <= u32::from(u16::MAX) {
+    let width: usize = if found.max_zigzag <= u32::from(u8::MAX) {
+        1
+    } else if found.max_zigzag <= u32::from(u16::MAX) {
         2
     } else {
         4
@@ -204,13 +206,13 @@ pub fn encode(
     let mut words = Vec::with_capacity(n * width);
     for &q in &found.q {
         let z = zigzag(q);
-        if width == 2 {
-            words.extend_from_slice(&(z as u16).to_le_bytes());
-        } else {
-            words.extend_from_slice(&z.to_le_bytes());
+        match width {
+            1 => words.push(z as u8),
+            2 => words.extend_from_slice(&(z as u16).to_le_bytes()),
+            _ => words.extend_from_slice(&z.to_le_bytes()),
         }
     }
-    let word_dtype = if width == 2 { DType::U16 } else { DType::U32 };
+    let word_dtype = word_dtype(width);
     let mut out = Vec::with_capacity(HEADER_LEN + words.len() / 4 + 64);
     out.extend_from_slice(MAGIC);
     out.push(VERSION);
@@ -315,8 +317,8 @@ impl<'a> AgedView<'a> {
             return Err(bad("flags", 6, head[6], "undefined bits set"));
         }
         let width = usize::from(head[7]);
-        if width != 2 && width != 4 {
-            return Err(bad("word width", 7, width, "must be 2 or 4"));
+        if !matches!(width, 1 | 2 | 4) {
+            return Err(bad("word width", 7, width, "must be 1, 2 or 4"));
         }
         let elements = u64_at(bytes, "elements", 8)?;
         let step = f32_at(bytes, "step", 16)?;
@@ -442,15 +444,19 @@ impl<'a> AgedView<'a> {
         }
         let n = self.elements as usize;
         let mut words = vec![0u8; n * self.width];
-        let word_dtype = if self.width == 2 {
-            DType::U16
-        } else {
-            DType::U32
-        };
-        lossless::decode(word_dtype, self.payload, None, &mut words)
+        lossless::decode(word_dtype(self.width), self.payload, None, &mut words)
             .map_err(|source| AgedError::Payload { source })?;
         search::reconstruct(self.dtype, base, &words, self.width, self.step, out);
         Ok(())
+    }
+}
+
+/// The lossless codec's dtype for coded words of `width` bytes.
+fn word_dtype(width: usize) -> DType {
+    match width {
+        1 => DType::U8,
+        2 => DType::U16,
+        _ => DType::U32,
     }
 }
 

@@ -8,9 +8,10 @@ use crate::DType;
 const CHUNK: usize = 1024;
 /// Elements the step search measures on (a regular sample of the block); the chosen step
 /// is then checked on every element.
-const SAMPLE: usize = 1 << 16;
-/// Halvings of the search interval (in log scale) on the sample.
-const ROUNDS: usize = 16;
+const SAMPLE: usize = 1 << 15;
+/// Halvings of the search interval (in log scale) on the sample, from a bracket of 2^±4
+/// around the step uniform rounding noise would give.
+const ROUNDS: usize = 10;
 /// Smallest step tried, as a fraction of the largest delta: `q` stays below 2^23, exact in
 /// an f32.
 const FINEST: f32 = 1.0 / (1u32 << 22) as f32;
@@ -31,9 +32,13 @@ struct Measure {
     max_zigzag: u32,
 }
 
-fn quant(d: f32, step: f32) -> i32 {
-    // Saturating cast: a NaN delta gives 0, and its error (NaN) fails the budget.
-    ((d / step).round() as i32).clamp(-(1 << 30), 1 << 30)
+fn quant(d: f32, inv_step: f32) -> i32 {
+    // Round half away from zero by a truncating cast (`f32::round` is a libm call on
+    // baseline x86-64), and a multiply by the reciprocal instead of a division. Any
+    // rounding would do: the encoder measures, and stores, the `q` it chose. The cast
+    // saturates, and a NaN delta gives 0 (its error, NaN, fails the budget).
+    let x = d * inv_step;
+    ((x + 0.5f32.copysign(x)) as i32).clamp(-(1 << 30), 1 << 30)
 }
 
 /// `dtype(b + q · step)`: the value a read returns (also what the encoder measures).
@@ -64,12 +69,13 @@ fn measure(
         ([0f32; CHUNK], [0f32; CHUNK], [0i32; CHUNK], [0f32; CHUNK]);
     let mut bytes = [0u8; CHUNK * 4];
     let mut back = [0f32; CHUNK];
+    let inv_step = 1.0 / step;
     for part in idx.chunks(CHUNK) {
         let k = part.len();
         for (j, &i) in part.iter().enumerate() {
             tb[j] = t[i];
             bb[j] = b[i];
-            qb[j] = quant(t[i] - b[i], step);
+            qb[j] = quant(t[i] - b[i], inv_step);
         }
         recon_chunk(
             dtype,
@@ -134,11 +140,6 @@ pub(super) fn quantize(
     if max_delta == 0.0 {
         return found(1.0);
     }
-    // A step of 4x the largest delta rounds every delta to 0: the base itself.
-    let coarse = max_delta * 4.0;
-    if let Some(f) = found(coarse) {
-        return Some(f);
-    }
     let stride = n.div_ceil(SAMPLE).max(1);
     let sample: Vec<usize> = (0..n).step_by(stride).collect();
     let sample_norm2: f64 = sample
@@ -146,10 +147,31 @@ pub(super) fn quantize(
         .map(|&i| f64::from(t[i]) * f64::from(t[i]))
         .sum();
     let sample_allowed = budget * budget * sample_norm2;
-    let (mut lo, mut hi) = ((max_delta * FINEST).ln(), coarse.ln());
+    let ok = |step: f32| measure(dtype, &t, &b, &sample, step, None).err2 <= sample_allowed;
+    // A step of 4x the largest delta rounds every delta to 0: the base itself.
+    let coarse = max_delta * 4.0;
+    if ok(coarse) {
+        if let Some(f) = found(coarse) {
+            return Some(f);
+        }
+    }
+    // Uniform rounding with step s leaves an error of about s / sqrt(12) per element.
+    let guess = (budget * (norm2 * 12.0 / n as f64).sqrt()) as f32;
+    let (finest, coarse_ln) = ((max_delta * FINEST).ln(), coarse.ln());
+    let mut lo = (guess.ln() - 4.0 * std::f32::consts::LN_2).clamp(finest, coarse_ln);
+    let mut hi = (guess.ln() + 4.0 * std::f32::consts::LN_2).clamp(finest, coarse_ln);
+    // Widen the bracket until `lo` meets the budget and `hi` does not (or the ends).
+    while hi < coarse_ln && ok(hi.exp()) {
+        lo = hi;
+        hi = (hi + 8.0 * std::f32::consts::LN_2).min(coarse_ln);
+    }
+    while lo > finest && !ok(lo.exp()) {
+        hi = lo;
+        lo = (lo - 8.0 * std::f32::consts::LN_2).max(finest);
+    }
     for _ in 0..ROUNDS {
         let mid = 0.5 * (lo + hi);
-        if measure(dtype, &t, &b, &sample, mid.exp(), None).err2 <= sample_allowed {
+        if ok(mid.exp()) {
             lo = mid;
         } else {
             hi = mid;
@@ -192,10 +214,10 @@ pub(super) fn reconstruct(
             None => bb[..k].fill(0.0),
         }
         for (q, z) in qb[..k].iter_mut().zip(w.chunks_exact(width)) {
-            let z = if width == 2 {
-                u32::from(u16::from_le_bytes([z[0], z[1]]))
-            } else {
-                u32::from_le_bytes([z[0], z[1], z[2], z[3]])
+            let z = match width {
+                1 => u32::from(z[0]),
+                2 => u32::from(u16::from_le_bytes([z[0], z[1]])),
+                _ => u32::from_le_bytes([z[0], z[1], z[2], z[3]]),
             };
             *q = super::unzigzag(z);
         }
