@@ -212,7 +212,10 @@ fn bench_series(dir: &Path, args: &Args) -> Res<Value> {
             let st = SafeTensors::deserialize(&bytes)?;
             for (name, view) in st.tensors() {
                 let got = store.get(&name, *step)?;
-                if let Fidelity::Aged { rel_error: reported } = got.fidelity {
+                if let Fidelity::Aged {
+                    rel_error: reported,
+                } = got.fidelity
+                {
                     worst_reported = worst_reported.max(reported);
                     errors.push(rel_error(got.dtype, &got.data, view.data()));
                 }
@@ -269,7 +272,11 @@ fn bench_synthetic(mb: usize, keep_exact_last: usize) -> Res<Value> {
     let mut store = Store::open(&path)?;
     let mut rng = SplitMix64::new(20);
     let mut weights: Vec<Vec<f32>> = (0..TENSORS)
-        .map(|_| (0..rows * cols).map(|_| 0.02 * rng.normal() as f32).collect())
+        .map(|_| {
+            (0..rows * cols)
+                .map(|_| 0.02 * rng.normal() as f32)
+                .collect()
+        })
         .collect();
     let names: Vec<String> = (0..TENSORS).map(|i| format!("layers.{i}.weight")).collect();
     let shape = [rows as u64, cols as u64];
