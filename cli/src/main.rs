@@ -193,6 +193,10 @@ enum Command {
         /// Age only these checkpoints (comma-separated steps); refused if the rules keep one.
         #[arg(long, value_delimiter = ',')]
         steps: Option<Vec<u64>>,
+        /// Most segments a read of an aged block decodes (2: every aged version a delta
+        /// against an exact one).
+        #[arg(long, default_value_t = strata_store::DEFAULT_AGE_CHAIN)]
+        max_chain: u8,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
@@ -407,6 +411,7 @@ fn main() -> ExitCode {
             exact,
             budget_for,
             steps,
+            max_chain,
             json,
         } => maintain::age(
             &store,
@@ -418,6 +423,7 @@ fn main() -> ExitCode {
                 exact,
                 budget_for,
                 steps,
+                max_chain,
             },
             json,
         ),

@@ -114,6 +114,7 @@ pub(crate) struct AgeArgs {
     pub(crate) exact: Vec<String>,
     pub(crate) budget_for: Vec<String>,
     pub(crate) steps: Option<Vec<u64>>,
+    pub(crate) max_chain: u8,
 }
 
 /// `strata age`.
@@ -148,7 +149,7 @@ pub(crate) fn age(store: &Path, args: AgeArgs, json: bool) -> CliResult {
         budget: args.budget,
         rules,
         steps: args.steps,
-        ..AgePolicy::default()
+        max_chain: args.max_chain,
     })?;
     if json {
         let v = serde_json::json!({
