@@ -14,7 +14,8 @@ use std::path::Path;
 
 use common::{all_series, Named};
 use strata::codec::convert::to_f32;
-use strata::store::{AgePolicy, AgeRule, Fidelity, InvalidInput, Store, StoreError};
+use strata::store::remote::{push, Remote};
+use strata::store::{AgePolicy, AgeRule, Fidelity, InvalidInput, Store, StoreError, TierFailure};
 
 /// Steps and checkpoint files of one series folder (e.g. `dev_ft/bf16`).
 fn checkpoints(root: &Path, sub: &str) -> Vec<(u64, std::path::PathBuf)> {
@@ -172,6 +173,29 @@ fn retention_and_deletes_over_aged_versions_keep_reads_right() {
         })
         .collect();
     let newest_aged = *report.aged.last().expect("at least one aged step");
+    // No exact data is left of an aged version, and a remote (exact versions only) refuses it.
+    let matrix = data[&newest_aged]
+        .iter()
+        .find(|t| t.shape.len() >= 2)
+        .expect("a matrix");
+    let err = store
+        .get_exact(&matrix.name, newest_aged)
+        .expect_err("an aged version has no exact data");
+    assert!(
+        matches!(
+            err,
+            StoreError::Tier(TierFailure::NotExact {
+                fidelity: Fidelity::Aged { .. },
+                ..
+            })
+        ),
+        "{err}"
+    );
+    let remote_dir = tempfile::tempdir().expect("make a temp dir");
+    let url = format!("file://{}", remote_dir.path().display());
+    let remote = Remote::open(&url).expect("open a folder remote");
+    let err = push(&store, &remote, None).expect_err("aged versions stay local");
+    assert!(err.to_string().contains("aged"), "{err}");
     store
         .delete_checkpoint(newest_aged)
         .expect("delete a checkpoint");

@@ -674,8 +674,8 @@ pub enum RemoteError {
         #[source]
         source: crate::record::ManifestError,
     },
-    /// A version with tiered blocks: a remote carries exact versions only.
-    #[error("tensor {tensor:?} step {step} is tiered (quantized or Tier 0); a remote holds exact versions only: set an exact policy and run maintain, or leave this checkpoint local")]
+    /// A version with tiered or aged blocks: a remote carries exact versions only.
+    #[error("tensor {tensor:?} step {step} is tiered (quantized or Tier 0) or aged (lossy); a remote holds exact versions only: for a tiered one set an exact policy and run maintain, or leave this checkpoint local")]
     Tiered {
         /// Tensor name.
         tensor: String,

@@ -53,6 +53,9 @@
 //!   `__metadata__` as the checkpoint's JSON metadata); [`Store::export_safetensors`] writes
 //!   one back, bit-exact (see [`ImportReport`] and the dtype mapping
 //!   [`dtype_from_safetensors`]).
+//! - **Aging** (ADR 0020): [`Store::age`] keeps the last N checkpoints, every K-th and the
+//!   tagged ones exact and re-encodes the others as quantized deltas under an error budget;
+//!   reads report [`Fidelity::Aged`] with the error measured when they were aged.
 //! - **Retention**: [`Store::retain`] keeps the last N checkpoints, every K-th and the
 //!   tagged ones, deletes the rest in one transaction (re-basing what depended on them), and
 //!   compacts the file.
@@ -86,14 +89,16 @@
 //! | `strata.tiers` | version key, u32 BE block index | tier row (`record/tier.rs`) |
 //! | `strata.policies` | name pattern (UTF-8 bytes) | policy rule (`tiers/policy.rs`) |
 //!
-//! **Version record**: `u8 record version (1)`, `u8 dtype code`, `u8 ndim (<= 32)`,
-//! `u64 x ndim dims`, `u64 elements per block`, `u32 block count (= ceil(elements /
-//! elements per block))`, then 31 bytes per block: `u8 flags` (bit 0: delta, bit 1:
-//! reference, no new segment, bit 2: quantized, bit 3: Tier 0, bit 4: frame of a
-//! multi-frame segment), `u128 segment address`, `u64 base step` (0 for a keyframe; the
-//! frame index for a frame),
+//! **Version record**: `u8 record version (1, or 2 for an aged version)`, `u8 dtype code`,
+//! `u8 ndim (<= 32)`, `u64 x ndim dims`, `u64 elements per block`, `u32 block count (=
+//! ceil(elements / elements per block))`, then 31 bytes per block: `u8 flags` (bit 0: delta,
+//! bit 1: reference, no new segment, bit 2: quantized, bit 3: Tier 0, bit 4: frame of a
+//! multi-frame segment, bit 5: aged, an aged blob, with bit 0 a delta against the base's
+//! reconstruction), `u128 segment address`, `u64 base step` (0 for a keyframe; the frame
+//! index for a frame),
 //! `u8 depth` (segments decoded to read the block, 1 for a keyframe), `u8 run` (versions
-//! since the lineage's keyframe), `u32 segment length`.
+//! since the lineage's keyframe), `u32 segment length`; version 2 ends with `f32` the
+//! version's measured relative error ([`Store::age`], ADR 0020).
 //!
 //! **Checkpoint record**: `u8 record version (1)`, `u32 length + metadata (UTF-8)`,
 //! `u32 tensor count`, per tensor `u32 length + name (UTF-8)`.

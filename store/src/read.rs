@@ -44,6 +44,16 @@ impl Store {
         if t.fidelity.is_exact() {
             return Ok(t);
         }
+        if rec.aged.is_some() {
+            // An aged version keeps no exact data (ADR 0020).
+            let block = rec.blocks.iter().position(|b| b.form == Form::Aged);
+            return Err(StoreError::Tier(TierFailure::NotExact {
+                tensor: name.to_string(),
+                step,
+                block: block.unwrap_or(0) as u64,
+                fidelity: t.fidelity,
+            }));
+        }
         let size = rec.dtype.size() as u64;
         for (b, block) in rec.blocks.iter().enumerate() {
             let b = b as u64;
