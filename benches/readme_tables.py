@@ -536,6 +536,79 @@ def remote_table():
     return "\n".join(lines)
 
 
+AGE_BUDGETS = "1e-3,3e-3,1e-2,3e-2"
+GEN_SERIES = {
+    # name: gen_series.py arguments (issue 15: 20 checkpoints, fine-tuning as the shared dev_ft)
+    "gpt": ["pretrain", "--layers", "2", "--dim", "192", "--init",
+            "{shared}/series/dev_pre/step_000350.safetensors", "--start", "350", "--lr", "2e-5",
+            "--steps", "190", "--every", "10"],
+    "minilm": ["finetune", "--minilm", "{minilm}", "--steps", "190", "--every", "10"],
+}
+
+
+def age_series():
+    """The series age-bench runs on: the shared dev_ft bf16 and the generated 20-checkpoint ones
+    (made into target/age-series with the Python package's venv when absent)."""
+    shared = os.path.join(ROOT, "..", "shared", "data")
+    if not os.path.isdir(shared):
+        return [os.path.join(ROOT, "testdata", "series", "dev_ft", "bf16")]
+    out = [os.path.join(shared, "series", "dev_ft", "bf16")]
+    py = os.path.expanduser(os.environ.get("STRATA_PY_VENV", "~/.cache/strata/py-venv")) + "/bin/python"
+    for name, args in GEN_SERIES.items():
+        folder = os.path.join(ROOT, "target", "age-series", name)
+        if not os.path.isdir(os.path.join(folder, "bf16")):
+            minilm = ""
+            if name == "minilm":
+                minilm = run(["bash", os.path.join(shared, "fetch-minilm.sh"),
+                              os.path.join(ROOT, "target", "minilm")]).strip().splitlines()[-1]
+            cmd = [py, os.path.join(shared, "gen_series.py"), args[0], folder]
+            cmd += [a.format(shared=shared, minilm=minilm) for a in args[1:]]
+            print(f"generating {folder} (minutes)", file=sys.stderr)
+            run(cmd)
+        out.append(os.path.join(folder, "bf16"))
+    return out
+
+
+def age_table():
+    cmd = ["cargo", "run", "-q", "--release", "--example", "age-bench", "--", "--json",
+           "--budgets", AGE_BUDGETS]
+    for s in age_series():
+        cmd += ["--series", s]
+    doc = json.loads(run(cmd))
+    lines = [
+        f"Measured {machine()} by `examples/age-bench.rs`; last 2 checkpoints exact, 1-D tensors exact. "
+        "Ratios are raw bytes over bytes kept; the aged part counts the aged checkpoints' versions "
+        "(records and segments) only; errors are relative Frobenius errors of whole tensors read back.",
+        "",
+        "| series | checkpoints | budget | whole series | aged part | exact part, bytes | worst / median tensor error | age | oldest read |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in doc["series"]:
+        name = os.path.relpath(s["series"], ROOT).replace("../shared/data/series/", "shared ").replace(
+            "target/age-series/", "generated ")
+        l = s["lossless"]
+        lines.append(
+            f"| {name} | {s['checkpoints']} | lossless | {l['ratio_file']:.2f}x | {l['aged_ratio']:.2f}x "
+            f"| {l['exact_bytes']:,} | exact | | |"
+        )
+        for r in s["runs"]:
+            lines.append(
+                f"| | | {r['budget']:.0e} | {r['ratio_file']:.2f}x | {r['aged_ratio']:.1f}x "
+                f"| {r['exact_bytes']:,} | {r['tensor_rel_error_max']:.2e} / {r['tensor_rel_error_median']:.2e} "
+                f"| {r['age_s']:.2f} s | {r['read_oldest_ms']:.0f} ms |"
+            )
+    syn = doc.get("synthetic")
+    if syn:
+        lines += [
+            "",
+            f"Aging {syn['checkpoints']} generated checkpoints of {syn['checkpoint_bytes'] / 1e6:.0f} MB (bf16) "
+            f"at a budget of {syn['budget']:g}: {syn['age_s']:.2f} s (target {syn['target_s']:.0f} s), stored "
+            f"ratio {syn['ratio_before']:.2f}x -> {syn['ratio_after']:.2f}x. Peak RSS of the bench "
+            f"{doc['peak_rss_bytes'] / 2**20:.0f} MiB.",
+        ]
+    return "\n".join(lines)
+
+
 def replace_section(readme, name, body):
     start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
     if start not in readme or end not in readme:
@@ -556,6 +629,7 @@ def main():
         "python": python_table,
         "kills": kills_table,
         "remote": remote_table,
+        "age": age_table,
     }
     only = [sys.argv[i + 1] for i, a in enumerate(sys.argv[:-1]) if a == "--only"]
     tables = {name: make() for name, make in makers.items() if not only or name in only}

@@ -81,6 +81,8 @@ class _Reads:
         Checkpoints are bit-exact; a tensor under a tier policy (``set_policy``) may have been
         quantized by ``maintain``. With ``with_fidelity=True`` the result is
         ``(tensor, fidelity)``, the fidelity a dict: ``{"kind": "exact"}``,
+        ``{"kind": "aged", "rel_error": 0.003}`` (a checkpoint aged by :meth:`Store.age`: the
+        relative error measured when it was aged),
         ``{"kind": "bounded", "bits": 5, "max_rel_error": 0.033}`` (each element within that
         fraction of its group's largest magnitude), ``{"kind": "reconstructed", "depth": d}``
         or ``{"kind": "zeros"}``."""
