@@ -22,13 +22,17 @@ pub(crate) fn encoding(blocks: &[BlockEncoding]) -> String {
         return format!("{} blocks: {}", blocks.len(), parts.join(" + "));
     }
     if let [b] = blocks {
+        // A reference shares an earlier block's segment (its record is that block's).
         return match (b.base, b.reference) {
-            (None, _) => "keyframe".into(),
-            (Some(base), true) => format!("reference to {base}"),
+            (_, true) => format!("reference (no new segment), depth {}", b.depth),
+            (None, false) => "keyframe".into(),
             (Some(base), false) => format!("delta on {base}, depth {}", b.depth),
         };
     }
-    let keys = blocks.iter().filter(|b| b.base.is_none()).count();
+    let keys = blocks
+        .iter()
+        .filter(|b| b.base.is_none() && !b.reference)
+        .count();
     let refs = blocks.iter().filter(|b| b.reference).count();
     let deltas = blocks.len() - keys - refs;
     let depth = blocks.iter().map(|b| b.depth).max().unwrap_or(0);
@@ -67,8 +71,12 @@ fn log_tensor(store: &Store, name: &str) -> CliResult {
         "stored bytes"
     );
     for v in store.versions(name)? {
+        let aged = v
+            .aged
+            .map(|e| format!(", aged (rel. error {e:.2e})"))
+            .unwrap_or_default();
         say!(
-            "{:>10}  {:5}  {:16}  {:>12}  {:>12}  {}",
+            "{:>10}  {:5}  {:16}  {:>12}  {:>12}  {}{aged}",
             v.step,
             v.dtype.to_string(),
             shape(&v.shape),
@@ -81,11 +89,17 @@ fn log_tensor(store: &Store, name: &str) -> CliResult {
 }
 
 fn log_checkpoints(store: &Store) -> CliResult {
-    // Raw and stored bytes of every version, by (tensor, step).
+    // Raw and stored bytes of every version, by (tensor, step), and the worst error of the
+    // aged versions by step.
     let mut sizes: HashMap<(String, u64), (u64, u64)> = HashMap::new();
+    let mut aged: HashMap<u64, f64> = HashMap::new();
     for name in store.tensors()? {
         for v in store.versions(&name)? {
             sizes.insert((name.clone(), v.step), (v.raw_bytes, v.stored_bytes));
+            if let Some(e) = v.aged {
+                let worst = aged.entry(v.step).or_insert(0.0);
+                *worst = worst.max(e);
+            }
         }
     }
     let mut tags: BTreeMap<u64, Vec<String>> = BTreeMap::new();
@@ -108,6 +122,7 @@ fn log_checkpoints(store: &Store) -> CliResult {
             raw,
             stored,
             tags: tags.remove(&step).unwrap_or_default(),
+            aged: aged.get(&step).copied(),
         });
     }
     print_checkpoints(&rows)
@@ -120,6 +135,8 @@ pub(crate) struct CheckpointRow {
     pub(crate) raw: u64,
     pub(crate) stored: u64,
     pub(crate) tags: Vec<String>,
+    /// The worst measured error of the checkpoint's aged versions, if it was aged.
+    pub(crate) aged: Option<f64>,
 }
 
 /// Prints `strata log`'s checkpoint table (of a store or a remote).
@@ -136,13 +153,17 @@ pub(crate) fn print_checkpoints(rows: &[CheckpointRow]) -> CliResult {
         "stored bytes"
     );
     for r in rows {
+        let mut notes = r.tags.clone();
+        if let Some(e) = r.aged {
+            notes.push(format!("(aged, rel. error <= {e:.2e})"));
+        }
         let row = format!(
             "{:>10}  {:>7}  {:>12}  {:>12}  {}",
             r.step,
             r.tensors,
             r.raw,
             r.stored,
-            r.tags.join(", ")
+            notes.join(", ")
         );
         say!("{}", row.trim_end());
     }

@@ -170,6 +170,8 @@ pub(crate) fn log(arg: &Path, tensor: Option<&str>) -> CliResult {
                 .filter(|(_, s)| *s == step)
                 .map(|(t, _)| t.clone())
                 .collect(),
+            // A remote holds exact versions only.
+            aged: None,
         });
     }
     print_checkpoints(&rows)

@@ -401,3 +401,41 @@ fn read_commands_work_while_a_writer_holds_the_store() {
     );
     assert!(!missing.exists());
 }
+
+#[test]
+fn age_keeps_the_last_exact_and_reports_the_error_of_the_others() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = dir.path().join("age.strata");
+    let series = load_series("dev_ft/bf16");
+    ok(&["import", p(&store), p(&series_root().join("dev_ft/bf16"))]);
+    let (oldest, last) = (series[0].step, series[series.len() - 1].step);
+    let matrix = series[0]
+        .tensors
+        .iter()
+        .find(|(n, _, _, _)| n.contains("attn") && n.ends_with("weight"))
+        .map(|t| t.0.clone())
+        .expect("an attention matrix");
+
+    // Refused with the reason, nothing changed: the last checkpoint, a bad budget pattern.
+    let out = strata(&["age", p(&store), "--steps", &last.to_string()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("keep_exact_last"));
+    let out = strata(&["age", p(&store), "--budget-for", "no-error-here"]);
+    assert_eq!(out.status.code(), Some(2));
+
+    let out = ok(&["age", p(&store), "--budget", "1e-2", "--json"]);
+    let report: serde_json::Value = serde_json::from_str(out.trim()).expect("age --json");
+    assert_eq!(report["kept"].as_array().map(Vec::len), Some(2), "{report}");
+    assert!(report["max_rel_error"].as_f64().expect("max_rel_error") <= 1e-2);
+    assert!(
+        report["stored_bytes_after"].as_u64() < report["stored_bytes_before"].as_u64(),
+        "{report}"
+    );
+    let log = ok(&["log", p(&store)]);
+    assert!(log.contains("(aged, rel. error <="), "{log}");
+    let got = ok(&["get", p(&store), &matrix, "--step", &oldest.to_string()]);
+    assert!(got.contains("fidelity: aged, rel. error"), "{got}");
+    let got = ok(&["get", p(&store), &matrix, "--step", &last.to_string()]);
+    assert!(got.contains("fidelity: exact"), "{got}");
+    assert!(ok(&["verify", p(&store)]).contains("verify OK"));
+}

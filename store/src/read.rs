@@ -381,5 +381,6 @@ pub(crate) fn version_info(step: u64, rec: &VersionRecord, tiers: &[Tier]) -> Ve
         raw_bytes: rec.raw_bytes(),
         stored_bytes: record_bytes + encodings.iter().map(|e| e.stored_bytes).sum::<u64>(),
         encodings,
+        aged: rec.aged.map(f64::from),
     }
 }

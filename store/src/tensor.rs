@@ -76,7 +76,7 @@ pub struct BlockEncoding {
 }
 
 /// One version of a tensor, as [`crate::Store::versions`] lists it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct VersionInfo {
     /// Step.
     pub step: u64,
@@ -91,6 +91,9 @@ pub struct VersionInfo {
     pub stored_bytes: u64,
     /// One entry per block.
     pub encodings: Vec<BlockEncoding>,
+    /// For an aged version ([`crate::Store::age`]), its measured relative error; `None` for
+    /// an exact or tiered one.
+    pub aged: Option<f64>,
 }
 
 /// A checkpoint read back whole.
