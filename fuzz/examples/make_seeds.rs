@@ -7,14 +7,17 @@
 //! Writes `<corpus-dir>/segment_decode/seed-*` (whole segments of every kind, frame
 //! segments included), `<corpus-dir>/payload_decode/seed-*` (the block payloads behind the
 //! 6-byte prefix that `payload_decode` reads) and `<corpus-dir>/hpdkv_decode/seed-*`
-//! (HPΔKV blobs: dense and sparse, raw and compressed, fp16 and bf16, top-k residuals). Deltas are made against [`base_pattern`], the base both targets
-//! supply, so they decode fully as they are. Seeds are small (at most a few KB) so
+//! (HPΔKV blobs: dense and sparse, raw and compressed, fp16 and bf16, top-k residuals) and
+//! `<corpus-dir>/aged_decode/seed-*` (aged blobs: f32, f16 and bf16, with and without a
+//! base, 2- and 4-byte words). Deltas are made against [`base_pattern`], the base the
+//! targets supply, so they decode fully as they are. Seeds are small (at most a few KB) so
 //! libFuzzer's default input length stays modest, but for two segments of 2^14 elements
 //! (about 4 KB each) whose planes use the 32-lane layout of the AVX2 kernels.
 
 use std::error::Error;
 use std::path::{Path, PathBuf};
 
+use strata_codec::aged::{self, AgedView};
 use strata_codec::frames::{FrameParams, FramePush, FrameStreamEncoder};
 use strata_codec::hpdkv::{HalfDType, HpdkvBlob};
 use strata_codec::lossless::LosslessOptions;
@@ -150,9 +153,11 @@ struct Seeds {
     segment_dir: PathBuf,
     payload_dir: PathBuf,
     hpdkv_dir: PathBuf,
+    aged_dir: PathBuf,
     count: usize,
     frame_count: usize,
     hpdkv_count: usize,
+    aged_count: usize,
 }
 
 impl Seeds {
@@ -196,6 +201,29 @@ impl Seeds {
     fn add_hpdkv(&mut self, name: &str, blob: &[u8]) -> Result<(), Box<dyn Error>> {
         std::fs::write(self.hpdkv_dir.join(format!("seed-{name}")), blob)?;
         self.hpdkv_count += 1;
+        Ok(())
+    }
+
+    /// Writes an aged blob as an `aged_decode` seed, after checking that it decodes as the
+    /// target will read it (over `base_pattern` when it has a base) and has `width`-byte
+    /// words.
+    fn add_aged(
+        &mut self,
+        name: &str,
+        dtype: DType,
+        block: &aged::AgedBlock,
+        width: u8,
+    ) -> Result<(), Box<dyn Error>> {
+        let view = AgedView::parse(&block.bytes)?;
+        let len = view.elements() as usize * dtype.size();
+        let base = view.has_base().then(|| base_pattern(len));
+        view.decode_into(dtype, base.as_deref(), &mut vec![0; len])?;
+        // The word width is header byte 7 (codec/src/aged/mod.rs, "Layout").
+        if block.bytes[7] != width {
+            return Err(format!("aged seed {name}: words of {} bytes", block.bytes[7]).into());
+        }
+        std::fs::write(self.aged_dir.join(format!("seed-{name}")), &block.bytes)?;
+        self.aged_count += 1;
         Ok(())
     }
 }
@@ -312,6 +340,82 @@ fn hpdkv_seeds(seeds: &mut Seeds, rng: &mut Rng) -> Result<(), Box<dyn Error>> {
     Ok(())
 }
 
+/// Aged blobs: every dtype with and without a base (a training-like step of
+/// `base_pattern`, and weights on their own), 2-byte words (the usual case) and 4-byte words
+/// (a budget so fine against values so far apart that some `q` leave u16: a few spikes
+/// among small weights), a block of more than one 1024-element chunk with a ragged end, and
+/// a blob whose deltas all round to 0 (the base itself). A generator of their own, so that
+/// the seeds before them stay as they were.
+fn aged_seeds(seeds: &mut Seeds) -> Result<(), Box<dyn Error>> {
+    let mut rng = Rng(SplitMix64::new(0xA6ED));
+    let opts = LosslessOptions::default();
+    let n = 512;
+    let v = weights(&mut rng, n, 0.02);
+    let mut spiky = weights(&mut rng, n, 1e-3);
+    for i in [3, 200, 411] {
+        spiky[i] = if i % 2 == 0 { 60.0 } else { -45.0 };
+    }
+    for dtype in [DType::BF16, DType::F16, DType::F32] {
+        let blob = |data: &[u8], base: Option<&[u8]>, budget: f64| {
+            aged::encode(dtype, data, base, budget, &opts)?
+                .ok_or_else(|| Box::<dyn Error>::from(format!("{dtype}: budget {budget} not met")))
+        };
+        // Without a base: weights, 2-byte words.
+        let data = as_dtype(dtype, &v);
+        seeds.add_aged(
+            &format!("{dtype}-nobase"),
+            dtype,
+            &blob(&data, None, 1e-2)?,
+            2,
+        )?;
+        // With the target's base: a small step of it.
+        let base = base_pattern(n * dtype.size());
+        let step = marked_step(dtype, &base, &mut rng);
+        seeds.add_aged(
+            &format!("{dtype}-base"),
+            dtype,
+            &blob(&step, Some(&base), 1e-3)?,
+            2,
+        )?;
+        // 4-byte words: spikes 4-5 orders of magnitude above the rest, a fine budget; then
+        // the same spikes in the step above.
+        let data = as_dtype(dtype, &spiky);
+        let wide = [1e-4, 1e-5, 1e-6]
+            .into_iter()
+            .filter_map(|b| blob(&data, None, b).ok())
+            .find(|b| b.bytes[7] == 4)
+            .ok_or_else(|| format!("{dtype}: no budget gives 4-byte words"))?;
+        seeds.add_aged(&format!("{dtype}-nobase-u32"), dtype, &wide, 4)?;
+        let mut spiky_step = step.clone();
+        let spikes = as_dtype(dtype, &spiky);
+        for i in [3, 200, 411] {
+            let w = dtype.size();
+            spiky_step[i * w..(i + 1) * w].copy_from_slice(&spikes[i * w..(i + 1) * w]);
+        }
+        let wide = [1e-4, 1e-5, 1e-6]
+            .into_iter()
+            .filter_map(|b| blob(&spiky_step, Some(&base), b).ok())
+            .find(|b| b.bytes[7] == 4)
+            .ok_or_else(|| format!("{dtype}: no budget gives 4-byte words over a base"))?;
+        seeds.add_aged(&format!("{dtype}-base-u32"), dtype, &wide, 4)?;
+    }
+    // More than one chunk of 1024, ragged: 1500 bf16 elements over the base.
+    let base = base_pattern(1500 * 2);
+    let step = marked_step(DType::BF16, &base, &mut rng);
+    let block = aged::encode(DType::BF16, &step, Some(&base), 1e-3, &opts)?
+        .ok_or("bf16 1500: budget not met")?;
+    seeds.add_aged("bf16-base-1500", DType::BF16, &block, 2)?;
+    // The base itself: every q is 0.
+    let base = base_pattern(256 * 4);
+    let block = aged::encode(DType::F32, &base, Some(&base), 1e-3, &opts)?
+        .ok_or("f32 zero delta: budget not met")?;
+    if !block.all_zero {
+        return Err("the zero-delta seed has a q other than 0".into());
+    }
+    seeds.add_aged("f32-base-zero", DType::F32, &block, 2)?;
+    Ok(())
+}
+
 fn width_index(bits: QuantBits) -> u8 {
     QuantBits::ALL
         .iter()
@@ -327,13 +431,16 @@ fn main() -> Result<(), Box<dyn Error>> {
         segment_dir: root.join("segment_decode"),
         payload_dir: root.join("payload_decode"),
         hpdkv_dir: root.join("hpdkv_decode"),
+        aged_dir: root.join("aged_decode"),
         count: 0,
         frame_count: 0,
         hpdkv_count: 0,
+        aged_count: 0,
     };
     std::fs::create_dir_all(&seeds.segment_dir)?;
     std::fs::create_dir_all(&seeds.payload_dir)?;
     std::fs::create_dir_all(&seeds.hpdkv_dir)?;
+    std::fs::create_dir_all(&seeds.aged_dir)?;
 
     let opts = LosslessOptions::default();
     let mut rng = Rng(SplitMix64::new(0x5EED));
@@ -486,15 +593,19 @@ fn main() -> Result<(), Box<dyn Error>> {
 
     frame_seeds(&mut seeds, &mut rng)?;
     hpdkv_seeds(&mut seeds, &mut rng)?;
+    aged_seeds(&mut seeds)?;
 
     println!(
-        "wrote {} seeds to each of {} and {}, {} frame segments to the first, {} blobs to {}",
+        "wrote {} seeds to each of {} and {}, {} frame segments to the first, {} blobs to {}, \
+         {} aged blobs to {}",
         seeds.count,
         show(&seeds.segment_dir),
         show(&seeds.payload_dir),
         seeds.frame_count,
         seeds.hpdkv_count,
-        show(&seeds.hpdkv_dir)
+        show(&seeds.hpdkv_dir),
+        seeds.aged_count,
+        show(&seeds.aged_dir)
     );
     Ok(())
 }
