@@ -182,6 +182,13 @@ enum Command {
         /// Largest relative Frobenius error of each block of a 2-D (or larger) tensor.
         #[arg(long, default_value_t = 1e-3)]
         budget: f64,
+        /// Largest error of a block relative to its distance from the newer version it is a
+        /// delta against (below 1: an old checkpoint never turns into a newer one).
+        #[arg(long, default_value_t = strata_store::DEFAULT_UPDATE_BUDGET, conflicts_with = "no_update_budget")]
+        update_budget: f64,
+        /// No bound relative to the distance from the newer version: --budget alone.
+        #[arg(long)]
+        no_update_budget: bool,
         /// Keep tensors matching this pattern exact (repeatable).
         #[arg(long, value_name = "PATTERN")]
         exact: Vec<String>,
@@ -408,6 +415,8 @@ fn main() -> ExitCode {
             keep_exact_every,
             no_keep_tagged,
             budget,
+            update_budget,
+            no_update_budget,
             exact,
             budget_for,
             steps,
@@ -420,6 +429,7 @@ fn main() -> ExitCode {
                 keep_exact_every,
                 keep_tagged: !no_keep_tagged,
                 budget,
+                update_budget: (!no_update_budget).then_some(update_budget),
                 exact,
                 budget_for,
                 steps,

@@ -573,7 +573,7 @@ impl PyStore {
 
     /// Ages old checkpoints ([`Store::age`]): `rules` are (pattern, budget or None for
     /// exact), first match first.
-    #[pyo3(signature = (keep_exact_last, keep_exact_every, keep_tagged, budget, rules, steps))]
+    #[pyo3(signature = (keep_exact_last, keep_exact_every, keep_tagged, budget, update_budget, rules, steps))]
     #[allow(clippy::too_many_arguments)]
     fn age<'py>(
         &self,
@@ -582,6 +582,7 @@ impl PyStore {
         keep_exact_every: Option<u64>,
         keep_tagged: bool,
         budget: f64,
+        update_budget: Option<f64>,
         rules: Vec<(String, Option<f64>)>,
         steps: Option<Vec<u64>>,
     ) -> PyResult<Bound<'py, PyDict>> {
@@ -590,6 +591,7 @@ impl PyStore {
             keep_exact_every,
             keep_tagged,
             budget,
+            update_budget,
             rules: rules
                 .into_iter()
                 .map(|(pattern, budget)| AgeRule { pattern, budget })

@@ -71,6 +71,7 @@ class Store:
         keep_exact_every: int | None,
         keep_tagged: bool,
         budget: float,
+        update_budget: float | None,
         rules: list[tuple[str, float | None]],
         steps: list[int] | None,
     ) -> dict[str, Any]: ...

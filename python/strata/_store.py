@@ -363,6 +363,7 @@ class Store(_Reads):
         keep_exact_every: int | None = None,
         keep_tagged: bool = True,
         budget: float = 1e-3,
+        update_budget: float | None = 0.5,
         exact: Iterable[str] | None = None,
         budgets: Mapping[str, float] | None = None,
         steps: Iterable[int] | None = None,
@@ -371,9 +372,11 @@ class Store(_Reads):
         ``keep_exact_last`` latest, every ``keep_exact_every``-th and (``keep_tagged``) the
         tagged checkpoints stay bit-exact; in the others every tensor of two or more
         dimensions is kept within a relative Frobenius error of ``budget`` per block
-        (``budgets``: pattern -> error for some tensors), 1-D tensors (norms, biases), pinned
+        (``budgets``: pattern -> error for some tensors), and within ``update_budget`` of its
+        distance from the newer checkpoint it is a delta against (so an old checkpoint never
+        turns into a newer one; ``None``: no such bound); 1-D tensors (norms, biases), pinned
         tensors and those matching a pattern of ``exact`` stay exact. ``steps`` ages just
-        those checkpoints (``ValueError`` if the rules keep one exact). Reads of an aged
+        those checkpoints (:class:`strata.InvalidInput` if the rules keep one exact). Reads of an aged
         version give ``{"kind": "aged", "rel_error": e}`` as fidelity. Compacts the file and
         returns a report: ``aged``, ``kept``, ``versions_aged``, ``versions_exact``,
         ``blocks_unmet``, ``max_rel_error``, stored and file bytes before and after."""
@@ -384,6 +387,7 @@ class Store(_Reads):
             None if keep_exact_every is None else check_step(keep_exact_every, "keep_exact_every"),
             bool(keep_tagged),
             float(budget),
+            None if update_budget is None else float(update_budget),
             rules,
             None if steps is None else [check_step(s) for s in steps],
         )

@@ -138,7 +138,7 @@ mod verify;
 mod write;
 mod writer;
 
-pub use age::{AgePolicy, AgeReport, AgeRule, DEFAULT_AGE_CHAIN};
+pub use age::{AgePolicy, AgeReport, AgeRule, DEFAULT_AGE_CHAIN, DEFAULT_UPDATE_BUDGET};
 pub use error::{Corruption, InvalidInput, NotFound, OpenError, Result, StoreError, TierFailure};
 pub use options::{DeltaPolicy, FrameOptions, Options, PutOptions, TierOptions};
 pub use reader::{BlockRead, CheckpointReader};

@@ -153,6 +153,17 @@ pub struct AgedBlock {
     pub all_zero: bool,
 }
 
+/// How far an aged block may be from the block written: both bounds hold.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Budget {
+    /// Largest relative Frobenius error `‖r − t‖ / ‖t‖`.
+    pub of_norm: f64,
+    /// Largest error relative to the block's distance from its base, `‖r − t‖ / ‖t − b‖`:
+    /// below 1, an aged block stays closer to what was written than to its base, so a
+    /// version cannot turn into its base however loose `of_norm` is. `None`: no such bound.
+    pub of_delta: Option<f64>,
+}
+
 /// Whether blocks of `dtype` can be aged.
 pub fn supports(dtype: DType) -> bool {
     matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
@@ -174,6 +185,25 @@ pub fn encode(
     budget: f64,
     opts: &LosslessOptions,
 ) -> Result<Option<AgedBlock>, AgedError> {
+    let budget = Budget {
+        of_norm: budget,
+        of_delta: None,
+    };
+    encode_within(dtype, data, base, &budget, opts)
+}
+
+/// [`encode`] under both bounds of a [`Budget`].
+///
+/// # Errors
+/// Those of [`encode`]; [`AgedError::Mismatch`] also for an `of_delta` that is not a
+/// positive finite number.
+pub fn encode_within(
+    dtype: DType,
+    data: &[u8],
+    base: Option<&[u8]>,
+    budget: &Budget,
+    opts: &LosslessOptions,
+) -> Result<Option<AgedBlock>, AgedError> {
     if !supports(dtype) {
         return Err(AgedError::Dtype { dtype });
     }
@@ -187,10 +217,12 @@ pub fn encode(
             ),
         });
     }
-    if !(budget.is_finite() && budget > 0.0) {
-        return Err(AgedError::Mismatch {
-            reason: format!("budget {budget} is not a positive number"),
-        });
+    for b in std::iter::once(budget.of_norm).chain(budget.of_delta) {
+        if !(b.is_finite() && b > 0.0) {
+            return Err(AgedError::Mismatch {
+                reason: format!("budget {b} is not a positive number"),
+            });
+        }
     }
     let Some(found) = search::quantize(dtype, data, base, budget) else {
         return Ok(None);

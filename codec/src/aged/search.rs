@@ -102,13 +102,14 @@ fn measure(
     m
 }
 
-/// The largest step whose measured error is within `budget`, with its `q`; `None` when no
-/// step is (zeros, non-finite values, a budget below what the dtype can hold).
+/// The largest step whose measured error is within `budget` (of the block's norm, and of its
+/// distance from the base), with its `q`; `None` when no step is (zeros, non-finite values,
+/// a budget below what the dtype can hold).
 pub(super) fn quantize(
     dtype: DType,
     data: &[u8],
     base: Option<&[u8]>,
-    budget: f64,
+    budget: &super::Budget,
 ) -> Option<Found> {
     let t = to_f32(dtype, data).ok()?;
     let n = t.len();
@@ -124,7 +125,19 @@ pub(super) fn quantize(
     if !(norm2.is_finite() && norm2 > 0.0 && max_delta.is_finite()) {
         return None;
     }
-    let allowed = budget * budget * norm2;
+    let delta2: f64 = t
+        .iter()
+        .zip(&b)
+        .map(|(&x, &y)| f64::from(x - y) * f64::from(x - y))
+        .sum();
+    // The error allowed, squared: of the norm, and of the distance from the base.
+    let limit = |norm2: f64, delta2: f64| {
+        let of_norm = budget.of_norm * budget.of_norm * norm2;
+        budget
+            .of_delta
+            .map_or(of_norm, |f| of_norm.min(f * f * delta2))
+    };
+    let allowed = limit(norm2, delta2);
     let all: Vec<usize> = (0..n).collect();
     let found = |step: f32| -> Option<Found> {
         let mut q = Vec::with_capacity(n);
@@ -146,7 +159,11 @@ pub(super) fn quantize(
         .iter()
         .map(|&i| f64::from(t[i]) * f64::from(t[i]))
         .sum();
-    let sample_allowed = budget * budget * sample_norm2;
+    let sample_delta2: f64 = sample
+        .iter()
+        .map(|&i| f64::from(t[i] - b[i]) * f64::from(t[i] - b[i]))
+        .sum();
+    let sample_allowed = limit(sample_norm2, sample_delta2);
     let ok = |step: f32| measure(dtype, &t, &b, &sample, step, None).err2 <= sample_allowed;
     // A step of 4x the largest delta rounds every delta to 0: the base itself.
     let coarse = max_delta * 4.0;
@@ -156,7 +173,7 @@ pub(super) fn quantize(
         }
     }
     // Uniform rounding with step s leaves an error of about s / sqrt(12) per element.
-    let guess = (budget * (norm2 * 12.0 / n as f64).sqrt()) as f32;
+    let guess = ((allowed * 12.0 / n as f64).sqrt() as f32).max(f32::MIN_POSITIVE);
     let (finest, coarse_ln) = ((max_delta * FINEST).ln(), coarse.ln());
     let mut lo = (guess.ln() - 4.0 * std::f32::consts::LN_2).clamp(finest, coarse_ln);
     let mut hi = (guess.ln() + 4.0 * std::f32::consts::LN_2).clamp(finest, coarse_ln);

@@ -218,3 +218,54 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_bound_on_the_distance_from_the_base_keeps_a_block_from_becoming_its_base() {
+    let (base, next) = weights(1 << 14, 9, DType::BF16);
+    // 10 % of the norm alone lets the block turn into its base (every q 0).
+    let loose = encode(DType::BF16, &next, Some(&base), 0.1, &opts())
+        .expect("encode")
+        .expect("met");
+    assert!(loose.all_zero);
+    let budget = Budget {
+        of_norm: 0.1,
+        of_delta: Some(0.5),
+    };
+    let block = encode_within(DType::BF16, &next, Some(&base), &budget, &opts())
+        .expect("encode")
+        .expect("met");
+    assert!(!block.all_zero);
+    let view = AgedView::parse(&block.bytes).expect("parse the blob");
+    let mut out = vec![0u8; next.len()];
+    view.decode_into(DType::BF16, Some(&base), &mut out)
+        .expect("decode");
+    let (o, t, b) = (
+        to_f32(DType::BF16, &out).expect("convert to f32"),
+        to_f32(DType::BF16, &next).expect("convert to f32"),
+        to_f32(DType::BF16, &base).expect("convert to f32"),
+    );
+    let err: f64 = o
+        .iter()
+        .zip(&t)
+        .map(|(&x, &y)| f64::from(x - y).powi(2))
+        .sum();
+    let dist: f64 = t
+        .iter()
+        .zip(&b)
+        .map(|(&x, &y)| f64::from(x - y).powi(2))
+        .sum();
+    assert!(
+        err.sqrt() <= 0.5 * dist.sqrt(),
+        "{} > 0.5 * {}",
+        err.sqrt(),
+        dist.sqrt()
+    );
+    let bad = Budget {
+        of_norm: 0.1,
+        of_delta: Some(0.0),
+    };
+    assert!(matches!(
+        encode_within(DType::BF16, &next, Some(&base), &bad, &opts()),
+        Err(AgedError::Mismatch { .. })
+    ));
+}

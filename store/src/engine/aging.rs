@@ -66,15 +66,15 @@ struct Outcome {
 }
 
 /// Ages the versions of `name` at `steps` (each exists, is lossless, and has a dtype
-/// [`aged::supports`]) under relative Frobenius error `budget` per block, chains of aged
-/// versions at most `max_chain` segments deep.
+/// [`aged::supports`]) within `budget` per block (of its norm, and of its distance from its
+/// base), chains of aged versions at most `max_chain` segments deep.
 pub(crate) fn age_versions(
     wt: &mut WriteTxn<'_>,
     cache: &BlockCache,
     opts: &Options,
     name: &str,
     steps: &BTreeSet<u64>,
-    budget: f64,
+    budget: aged::Budget,
     max_chain: u8,
 ) -> Result<AgeTally> {
     let mut all = rebase_off(wt, cache, opts, name, steps)?;
@@ -103,7 +103,7 @@ pub(crate) fn age_versions(
             )?;
             let outcomes: Vec<Result<Outcome>> = window
                 .par_iter()
-                .map(|w| encode_block(name, step, &rec, w, budget, opts))
+                .map(|w| encode_block(name, step, &rec, w, &budget, opts))
                 .collect();
             for (w, outcome) in window.iter().zip(outcomes) {
                 let outcome = outcome?;
@@ -204,7 +204,7 @@ fn encode_block(
     step: u64,
     rec: &VersionRecord,
     w: &Work,
-    budget: f64,
+    budget: &aged::Budget,
     opts: &Options,
 ) -> Result<Outcome> {
     let encode_err = |source: Box<dyn std::error::Error + Send + Sync>| StoreError::Encode {
@@ -219,7 +219,7 @@ fn encode_block(
             return Ok(reference(block, None));
         }
     }
-    let aged = aged::encode(
+    let aged = aged::encode_within(
         rec.dtype,
         &w.data,
         base.map(|(_, _, b)| b.as_slice()),
