@@ -21,7 +21,8 @@ file name.
    since the kept checkpoints are counted as if stored alone (their first one as a full
    version, not a delta).
 3. For every aged checkpoint, against the exact bf16 file of the same step:
-   a. relative Frobenius error ``||A - E|| / ||E||`` of every tensor (max and median), beside the
+   a. relative Frobenius error ``||A - E|| / ||E||`` of every tensor (max and median over
+      tensors of 2+ dimensions, the 1-D ones being kept exact), beside the
       fidelity the store reports for the read (``get(..., with_fidelity=True)``), and checks:
       measured error <= reported * 1.01 + 1e-7, reported <= budget, 1-D tensors bit-exact;
    b. the relative error of W x on real activations: the exact model of that step runs on
@@ -36,6 +37,10 @@ file name.
       exact ones, as relative change; MiniLM, cosine similarity of
       mean-pooled embeddings of held-out 64-byte windows, tokenized as gen_series.py does
       ([CLS] 32 bytes [SEP] the next 32 bytes, byte + 1000), aged against exact model.
+   d. the pull toward the newest checkpoint N: per 2-D tensor ``<A - E, N - E> / ||N - E||^2``
+      (0 when the error is unrelated to training, 1 when the aged tensor is N's); a budget
+      relative to ||E|| above the distance between checkpoints is met by reading back a newer
+      model, which the loss change does not show (it improves).
    The checkpoints kept exact are checked bit-exact with fidelity kind exact.
 
 --exact-only skips aging: every checkpoint but the last K is evaluated from an unaged copy,
@@ -227,6 +232,23 @@ def wx_errors(acts: dict[str, torch.Tensor], exact: dict[str, torch.Tensor], age
     return out
 
 
+def pulls(exact: dict[str, torch.Tensor], aged: dict[str, torch.Tensor], newest: dict[str, torch.Tensor]) -> dict[str, float]:
+    """Per tensor of 2+ dimensions, how far the aged error goes toward the newest checkpoint:
+    ``<A - E, N - E> / ||N - E||^2`` (0: the error is unrelated to the training direction; 1:
+    the aged tensor is the newest checkpoint's). An error budget relative to ``||E||`` is met
+    by returning a newer checkpoint once consecutive checkpoints are closer than the budget,
+    and then the history read back is the newest model, not a noisy old one."""
+    out = {}
+    for name, e in exact.items():
+        if e.dim() < 2 or name not in newest or name not in aged:
+            continue
+        e64 = e.double(); g = newest[name].double() - e64
+        gg = (g * g).sum().item()
+        if gg > 0:
+            out[name] = ((aged[name].double() - e64) * g).sum().item() / gg
+    return out
+
+
 def summary(values: list[float]) -> dict[str, float | None]:
     if not values:
         return {"max": None, "median": None, "mean": None}
@@ -276,6 +298,7 @@ def evaluate(args, files, runs, workdir):
     batch = eval_batch(kind, args.windows, args.seed)
     n_rows = batch.shape[0] * (batch.shape[1] - (1 if kind == "gpt" else 0))
     rows = torch.randperm(n_rows, generator=torch.Generator().manual_seed(args.seed + 1))[:args.wx_rows].sort().values
+    newest = load_file(files[max(files)])
     stores = [strata.Store(r["path"], cache_bytes=64 << 20) for r in runs]
     try:
         for step, f in files.items():
@@ -326,20 +349,23 @@ def evaluate(args, files, runs, workdir):
                         problems.append(f"step {step} {name}: reported error {reported:.3e} > budget {run['budget']:g}")
                     if run["budget"] is not None and measured > run["budget"] * 1.01 + 1e-7:
                         problems.append(f"step {step} {name}: measured error {measured:.3e} > budget {run['budget']:g}")
+                pull = pulls(exact, got, newest)
                 wx = wx_errors(acts, exact, got, ynorm)
                 load_weights(model, got)
                 out, _ = run_model(kind, model, batch, False, None)
                 load_weights(model, exact)  # back to the exact weights for the next store
                 rec = {"step": step,
-                       "tensor_rel_error": summary([v["rel_error"] for v in tens.values()]),
+                       # over tensors of 2+ dimensions: 1-D ones stay exact (0)
+                       "tensor_rel_error": summary([v["rel_error"] for v in tens.values() if len(v["shape"]) >= 2]),
                        "reported_rel_error_max": max((v["fidelity"].get("rel_error", 0.0) for v in tens.values()), default=0.0),
                        "fidelity_kinds": sorted({v["fidelity"].get("kind") for v in tens.values()}),
                        "tensors_aged": sum(v["fidelity"].get("kind") == "aged" for v in tens.values()),
                        "tensors_exact": sum(v["fidelity"].get("kind") == "exact" for v in tens.values()),
                        "wx_rel_error": summary(list(wx.values())),
+                       "pull_to_newest": summary(list(pull.values())),
                        "wx_worst": max(wx, key=wx.get) if wx else None,
                        "tensor_worst": max(tens, key=lambda n: tens[n]["rel_error"]) if tens else None,
-                       "tensors": tens, "wx": wx}
+                       "tensors": tens, "wx": wx, "pull": pull}
                 if kind == "gpt":
                     rec["loss_exact"] = ref
                     rec["loss_aged"] = out
@@ -358,9 +384,11 @@ def evaluate(args, files, runs, workdir):
 def summarize(kind: str, run: dict) -> dict:
     cps = run["checkpoints"]
     s = {"tensor_rel_error_max": max((c["tensor_rel_error"]["max"] for c in cps), default=None),
-         "tensor_rel_error_median": float(np.median([v["rel_error"] for c in cps for v in c["tensors"].values()])) if cps else None,
+         "tensor_rel_error_median": float(np.median([v["rel_error"] for c in cps for v in c["tensors"].values() if len(v["shape"]) >= 2])) if cps else None,
          "reported_rel_error_max": max((c["reported_rel_error_max"] for c in cps), default=None),
          "wx_rel_error_max": max((c["wx_rel_error"]["max"] for c in cps), default=None),
+         "pull_median": float(np.median([v for c in cps for v in c["pull"].values()])) if cps else None,
+         "pull_max_checkpoint_median": max((c["pull_to_newest"]["median"] for c in cps if c["pull_to_newest"]["median"] is not None), default=None),
          "wx_rel_error_median": float(np.median([v for c in cps for v in c["wx"].values()])) if cps else None}
     if kind == "gpt":
         ch = [c["loss_change"] for c in cps]
@@ -387,8 +415,8 @@ def markdown(result: dict) -> str:
              f"Lossless store: {lossless['raw_bytes']} raw, {lossless['stored_bytes']} stored, {lossless['file_bytes']} file bytes "
              f"(ratio {lossless['raw_bytes'] / lossless['file_bytes']:.2f}x file, {lossless['raw_bytes'] / lossless['stored_bytes']:.2f}x stored).",
              "",
-             f"| budget | whole-series ratio (file / stored) | aged-only ratio | worst tensor rel error (reported) | worst W·x rel error | {qual} | age s | file bytes before → after |",
-             "|---|---|---|---|---|---|---|---|"]
+             f"| budget | whole-series ratio (file / stored) | aged-only ratio | worst tensor rel error (reported) | worst W·x rel error | {qual} | pull to newest (median, worst checkpoint) | age s | file bytes before → after |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in result["budgets"]:
         s = r["summary"]
         if kind == "gpt":
@@ -396,7 +424,7 @@ def markdown(result: dict) -> str:
         else:
             q = f"{fmt(s['cosine_min'], '.6f')}, {fmt(s['cosine_mean'], '.6f')}"
         lines.append(f"| {r['budget'] if r['budget'] is not None else 'none'} | {r['ratio_file']:.2f}x / {r['ratio_stored']:.2f}x | {fmt(r['ratio_aged_only'], '.1f')}x "
-                     f"| {fmt(s['tensor_rel_error_max'])} ({fmt(s['reported_rel_error_max'])}) | {fmt(s['wx_rel_error_max'])} | {q} "
+                     f"| {fmt(s['tensor_rel_error_max'])} ({fmt(s['reported_rel_error_max'])}) | {fmt(s['wx_rel_error_max'])} | {q} | {fmt(s['pull_median'], '.2f')}, {fmt(s['pull_max_checkpoint_median'], '.2f')} "
                      f"| {fmt(r['age_seconds'], '.2f')} | {r['file_bytes_before']} → {r['file_bytes_after']} |")
     problems = [p for r in result["budgets"] for p in r["problems"]]
     if problems:
@@ -447,7 +475,7 @@ def svg(result: dict) -> str:
     o.append(f'<line x1="{px(tx):.1f}" y1="{T}" x2="{px(tx):.1f}" y2="{H - B}" stroke="red" stroke-dasharray="6 4"/>')
     o.append(f'<text x="{px(tx) + 4:.1f}" y="{T + 14}" fill="red">target {tx:g}x</text>')
     o.append(f'<line x1="{L}" y1="{py(ty):.1f}" x2="{W - R}" y2="{py(ty):.1f}" stroke="red" stroke-dasharray="6 4"/>')
-    o.append(f'<text x="{W - R - 4}" y="{py(ty) - 4:.1f}" fill="red" text-anchor="end">target {"1 % loss change" if kind == "gpt" else "cosine 0.999"}</text>')
+    o.append(f'<text x="{L + 6}" y="{py(ty) - 4:.1f}" fill="red">target {"1 % loss change" if kind == "gpt" else "cosine 0.999"}</text>')
     lx = result["lossless"]["raw_bytes"] / result["lossless"]["file_bytes"]
     o.append(f'<line x1="{px(lx):.1f}" y1="{T}" x2="{px(lx):.1f}" y2="{H - B}" stroke="#888" stroke-dasharray="2 3"/>')
     o.append(f'<text x="{px(lx) + 4:.1f}" y="{H - B - 6}" fill="#888">lossless {lx:.2f}x</text>')
