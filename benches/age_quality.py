@@ -482,9 +482,12 @@ def svg(result: dict) -> str:
     pts.sort()
     if len(pts) > 1:
         o.append('<polyline fill="none" stroke="#36c" points="' + " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y, _, _ in pts) + '"/>')
+    same: dict[tuple, list] = {}  # budgets giving the same point share one label
     for x, y, label, at_floor in pts:
-        o.append(f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="4" fill="{"white" if at_floor else "#36c"}" stroke="#36c"/>')
-        o.append(f'<text x="{px(x) + 6:.1f}" y="{py(y) - 6:.1f}">budget {label}{" (0, drawn at floor)" if at_floor else ""}</text>')
+        same.setdefault((round(px(x), 1), round(py(y), 1), at_floor), []).append(label)
+    for (x, y, at_floor), labels in same.items():
+        o.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4" fill="{"white" if at_floor else "#36c"}" stroke="#36c"/>')
+        o.append(f'<text x="{x + 6:.1f}" y="{y - 6:.1f}">budget {", ".join(labels)}{" (0, drawn at floor)" if at_floor else ""}</text>')
     aged.sort()
     if len(aged) > 1:
         o.append('<polyline fill="none" stroke="#999" stroke-dasharray="4 3" points="' + " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in aged) + '"/>')
