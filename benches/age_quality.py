@@ -508,6 +508,8 @@ def main() -> None:
     ap.add_argument("--kind", required=True, choices=["gpt", "minilm"])
     ap.add_argument("--budgets", default="3e-4,1e-3,3e-3,1e-2,3e-2")
     ap.add_argument("--keep-exact-last", type=int, default=2)
+    ap.add_argument("--update-budget", default="0.5",
+                    help="Store.age's update_budget (error over the distance from the newer checkpoint); 'none' for the norm budget alone")
     ap.add_argument("--out", required=True)
     ap.add_argument("--svg"); ap.add_argument("--markdown")
     ap.add_argument("--windows", type=int, default=None, help="held-out windows (GPT 32, MiniLM 64)")
@@ -561,7 +563,8 @@ def main() -> None:
                     print(f"age budget={b:g}", flush=True)
                     t = time.perf_counter()
                     try:
-                        report = st.age(keep_exact_last=args.keep_exact_last, budget=b)
+                        ub = None if args.update_budget == "none" else float(args.update_budget)
+                        report = st.age(keep_exact_last=args.keep_exact_last, budget=b, update_budget=ub)
                     except Exception as e:  # recorded, and the other budgets still run
                         report = None
                         run["problems"].append(f"age raised {type(e).__name__}: {e}")
