@@ -609,6 +609,34 @@ def age_table():
     return "\n".join(lines)
 
 
+def age_quality_table():
+    """benches/age_quality.py on the generated GPT and MiniLM series (minutes): model quality
+    against ratio, one Markdown table each, and their plots in benches/figures/."""
+    series = [s for s in age_series() if "age-series" in s]
+    if not series:
+        return "The generated series need ../shared/data (gen_series.py): not measured here."
+    py = os.path.expanduser(os.environ.get("STRATA_PY_VENV", "~/.cache/strata/py-venv")) + "/bin/python"
+    out = os.path.join(ROOT, "target", "age-quality")
+    figures = os.path.join(ROOT, "benches", "figures")
+    os.makedirs(out, exist_ok=True)
+    os.makedirs(figures, exist_ok=True)
+    budgets = {"gpt": "1e-3,3e-3,1e-2,3e-2", "minilm": "3e-4,1e-3,3e-3,1e-2"}
+    parts = []
+    for folder in series:
+        kind = os.path.basename(os.path.dirname(folder))
+        base = os.path.join(out, kind)
+        run([py, os.path.join(ROOT, "benches", "age_quality.py"), "--series", folder, "--kind", kind,
+             "--budgets", budgets[kind], "--out", base + ".json", "--svg", base + ".svg",
+             "--markdown", base + ".md"])
+        svg = os.path.join(figures, f"age-{kind}.svg")
+        with open(base + ".svg") as src, open(svg, "w") as dst:
+            dst.write(src.read())
+        with open(base + ".md") as f:
+            parts.append(f.read().strip())
+        parts.append(f"![{kind}: ratio against quality](benches/figures/age-{kind}.svg)")
+    return "\n\n".join(parts)
+
+
 def replace_section(readme, name, body):
     start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
     if start not in readme or end not in readme:
@@ -630,6 +658,7 @@ def main():
         "kills": kills_table,
         "remote": remote_table,
         "age": age_table,
+        "age-quality": age_quality_table,
     }
     only = [sys.argv[i + 1] for i, a in enumerate(sys.argv[:-1]) if a == "--only"]
     tables = {name: make() for name, make in makers.items() if not only or name in only}
