@@ -423,7 +423,7 @@ def markdown(result: dict) -> str:
             q = f"{fmt(None if s['loss_change_max_abs'] is None else 100 * s['loss_change_max_abs'])} %, {fmt(None if s['loss_change_mean'] is None else 100 * s['loss_change_mean'])} %"
         else:
             q = f"{fmt(s['cosine_min'], '.6f')}, {fmt(s['cosine_mean'], '.6f')}"
-        lines.append(f"| {r['budget'] if r['budget'] is not None else 'none'} | {r['ratio_file']:.2f}x / {r['ratio_stored']:.2f}x | {fmt(r['ratio_aged_only'], '.1f')}x "
+        lines.append(f"| {r['label']} | {r['ratio_file']:.2f}x / {r['ratio_stored']:.2f}x | {fmt(r['ratio_aged_only'], '.1f')}x "
                      f"| {fmt(s['tensor_rel_error_max'])} ({fmt(s['reported_rel_error_max'])}) | {fmt(s['wx_rel_error_max'])} | {q} | {fmt(s['pull_median'], '.2f')}, {fmt(s['pull_max_checkpoint_median'], '.2f')} "
                      f"| {fmt(r['age_seconds'], '.2f')} | {r['file_bytes_before']} → {r['file_bytes_after']} |")
     problems = [p for r in result["budgets"] for p in r["problems"]]
@@ -444,7 +444,7 @@ def svg(result: dict) -> str:
         else:
             y = None if s["cosine_min"] is None else 1 - s["cosine_min"]
         if y is not None:
-            pts.append((r["ratio_file"], max(y, floor), f"{r['budget'] if r['budget'] is not None else 'exact'}", y <= floor))
+            pts.append((r["ratio_file"], max(y, floor), r["label"], y <= floor))
             if r.get("ratio_aged_only"):
                 aged.append((r["ratio_aged_only"], max(y, floor)))
     W, H, L, R, T, B = 720, 480, 80, 30, 40, 60
@@ -487,7 +487,7 @@ def svg(result: dict) -> str:
         same.setdefault((round(px(x), 1), round(py(y), 1), at_floor), []).append(label)
     for (x, y, at_floor), labels in same.items():
         o.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4" fill="{"white" if at_floor else "#36c"}" stroke="#36c"/>')
-        o.append(f'<text x="{x + 6:.1f}" y="{y - 6:.1f}">budget {", ".join(labels)}{" (0, drawn at floor)" if at_floor else ""}</text>')
+        o.append(f'<text x="{x + 6:.1f}" y="{y - 6:.1f}">budget {" | ".join(labels)}{" (0, drawn at floor)" if at_floor else ""}</text>')
     aged.sort()
     if len(aged) > 1:
         o.append('<polyline fill="none" stroke="#999" stroke-dasharray="4 3" points="' + " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in aged) + '"/>')
@@ -506,7 +506,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--series", required=True, help="folder of step_NNNNNN.safetensors (a series' bf16/)")
     ap.add_argument("--kind", required=True, choices=["gpt", "minilm"])
-    ap.add_argument("--budgets", default="3e-4,1e-3,3e-3,1e-2,3e-2")
+    ap.add_argument("--budgets", default="3e-4,1e-3,3e-3,1e-2,3e-2",
+                    help="norm budgets B, or B:U with an update budget U of their own (a number or none)")
     ap.add_argument("--keep-exact-last", type=int, default=2)
     ap.add_argument("--update-budget", default="0.5",
                     help="Store.age's update_budget (error over the distance from the newer checkpoint); 'none' for the norm budget alone")
@@ -523,7 +524,13 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     if args.windows is None:
         args.windows = 32 if args.kind == "gpt" else 64
-    budgets = [None] if args.exact_only else [float(b) for b in args.budgets.split(",") if b.strip()]
+    # A token is a norm budget B, or B:U with its own update budget U (a number or "none").
+    def budget_of(token):
+        b, _, u = token.partition(":")
+        u = u or args.update_budget
+        return float(b), (None if u == "none" else float(u))
+
+    budgets = [None] if args.exact_only else [budget_of(b.strip()) for b in args.budgets.split(",") if b.strip()]
     if not args.exact_only and not hasattr(strata.Store, "age"):
         raise SystemExit("this strata has no Store.age: build a version with it, or pass --exact-only")
 
@@ -548,10 +555,13 @@ def main() -> None:
             print(f"note: the store's raw bytes {lossless['raw_bytes']} differ from the files' tensors {sum(raw_per_step.values())}")
         kept_only: dict[tuple, int] = {}
         runs = []
-        for i, b in enumerate(budgets):
+        for i, bu in enumerate(budgets):
+            b, ub = bu if bu is not None else (None, None)
             path = os.path.join(workdir, f"budget{i}.strata")
             shutil.copyfile(base, path)
-            run = {"budget": b, "path": path, "problems": [], "checkpoints": [], "kept_checks": []}
+            label = "exact" if b is None else (f"{b:g}" + (f", update {ub:g}" if ub is not None else ", no update budget"))
+            run = {"budget": b, "update_budget": ub, "label": label, "path": path, "problems": [],
+                   "checkpoints": [], "kept_checks": []}
             with strata.Store(path) as st:
                 before = st.stats()
                 if b is None:
@@ -563,7 +573,6 @@ def main() -> None:
                     print(f"age budget={b:g}", flush=True)
                     t = time.perf_counter()
                     try:
-                        ub = None if args.update_budget == "none" else float(args.update_budget)
                         report = st.age(keep_exact_last=args.keep_exact_last, budget=b, update_budget=ub)
                     except Exception as e:  # recorded, and the other budgets still run
                         report = None

@@ -620,7 +620,12 @@ def age_quality_table():
     figures = os.path.join(ROOT, "benches", "figures")
     os.makedirs(out, exist_ok=True)
     os.makedirs(figures, exist_ok=True)
-    budgets = {"gpt": "1e-3,3e-3,1e-2,3e-2", "minilm": "3e-4,1e-3,3e-3,1e-2"}
+    # Norm budgets at the default update budget (0.5), then the update budget swept at 1e-2,
+    # and the norm budget alone ("none"), which lets old checkpoints turn into newer ones.
+    budgets = {
+        "gpt": "1e-3,1e-2:0.25,1e-2,1e-2:0.75,1e-2:0.9,1e-2:none,3e-2:none",
+        "minilm": "3e-4,1e-3,1e-2:0.25,1e-2,1e-2:0.75,3e-4:none,1e-3:none",
+    }
     parts = []
     for folder in series:
         kind = os.path.basename(os.path.dirname(folder))
