@@ -13,7 +13,6 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use common::{all_series, Named};
-use strata::codec::convert::to_f32;
 use strata::store::remote::{push, Remote};
 use strata::store::{AgePolicy, AgeRule, Fidelity, InvalidInput, Store, StoreError, TierFailure};
 
@@ -29,20 +28,6 @@ fn checkpoints(root: &Path, sub: &str) -> Vec<(u64, std::path::PathBuf)> {
         .collect();
     out.sort();
     out
-}
-
-fn rel_error(t: &Named, got: &[u8]) -> f64 {
-    let (a, b) = (
-        to_f32(t.dtype, got).expect("convert to f32"),
-        to_f32(t.dtype, &t.data).expect("convert to f32"),
-    );
-    let e: f64 = a
-        .iter()
-        .zip(&b)
-        .map(|(&x, &y)| f64::from(x - y).powi(2))
-        .sum();
-    let n: f64 = b.iter().map(|&y| f64::from(y).powi(2)).sum();
-    (e / n.max(f64::MIN_POSITIVE)).sqrt()
 }
 
 #[test]
@@ -128,7 +113,7 @@ fn check_reads(
                 );
                 continue;
             }
-            let measured = rel_error(t, &got.data);
+            let measured = common::rel_error(t, &got.data);
             match got.fidelity {
                 Fidelity::Aged { rel_error } => {
                     assert!(

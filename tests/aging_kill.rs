@@ -38,7 +38,6 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use common::{all_series, Named, Rng};
-use strata::codec::convert::to_f32;
 use strata::store::{AgePolicy, Fidelity, OpenError, Store, StoreError};
 
 /// Kill rounds per run of the test.
@@ -211,21 +210,6 @@ fn series() -> Vec<(u64, PathBuf, Vec<Named>)> {
     out
 }
 
-/// Relative Frobenius error of `got` against `t`'s data.
-fn rel_error(t: &Named, got: &[u8]) -> f64 {
-    let (a, b) = (
-        to_f32(t.dtype, got).expect("convert to f32"),
-        to_f32(t.dtype, &t.data).expect("convert to f32"),
-    );
-    let e: f64 = a
-        .iter()
-        .zip(&b)
-        .map(|(&x, &y)| f64::from(x - y).powi(2))
-        .sum();
-    let n: f64 = b.iter().map(|&y| f64::from(y).powi(2)).sum();
-    (e / n.max(f64::MIN_POSITIVE)).sqrt()
-}
-
 /// What a store holds after a kill.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
@@ -280,7 +264,7 @@ fn classify(
                 }
                 Fidelity::Aged { rel_error: e } => {
                     assert!(e <= BUDGET, "{at}: reported error {e}");
-                    let measured = rel_error(t, &got.data);
+                    let measured = common::rel_error(t, &got.data);
                     assert!(
                         measured <= e * (1.0 + 1e-4) + 1e-9,
                         "{at}: measured error {measured}, reported {e}"
