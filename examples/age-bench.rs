@@ -39,6 +39,7 @@ use strata::codec::testing::SplitMix64;
 use strata::codec::DType;
 use strata::store::safetensors::SafeTensors;
 use strata::store::{AgePolicy, Fidelity, Store, TensorRef};
+use strata_testkit::machine::{machine, peak_rss};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -328,28 +329,6 @@ fn bench_synthetic(mb: usize, keep_exact_last: usize) -> Res<Value> {
         "ratio_after": after.raw_bytes as f64 / after.stored_bytes as f64,
         "target_s": 10.0,
     }))
-}
-
-/// VmHWM of this process, in bytes.
-fn peak_rss() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
-}
-
-fn machine() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|m| m.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    format!("{cpu}, {cores} cores")
 }
 
 fn print_table(doc: &Value) {

@@ -54,6 +54,7 @@ use strata::store::{
     dtype_from_safetensors, metadata_to_text, DType, OpenError, Residual, RetainPolicy, Store,
     StoreError, TensorRef, Tier, TierPolicy,
 };
+use strata_testkit::machine::machine;
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -852,20 +853,6 @@ fn parse_args(args: &[String]) -> Res<Args> {
         }
     }
     Ok(a)
-}
-
-fn machine() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|m| m.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    format!("{cpu}, {cores} cores")
 }
 
 fn run(args: Args) -> Res<bool> {

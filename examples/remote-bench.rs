@@ -46,6 +46,7 @@ use serde_json::{json, Value};
 use strata::store::remote::{pull, push, Remote, RemoteStore, RequestCounts, DEFAULT_CACHE_BYTES};
 use strata::store::safetensors::SafeTensors;
 use strata::store::{dtype_from_safetensors, Store, VersionInfo};
+use strata_testkit::machine::{machine, peak_rss};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -520,28 +521,6 @@ fn measure(label: &str, url: &str, src: &Source<'_>, work: &Path) -> Res<Value> 
         },
         "targets": targets,
     }))
-}
-
-/// VmHWM of this process, in bytes.
-fn peak_rss() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
-}
-
-fn machine() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|m| m.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    format!("{cpu}, {cores} cores")
 }
 
 fn run(args: &Args) -> Res<Value> {

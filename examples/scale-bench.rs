@@ -1572,15 +1572,7 @@ fn many(ctx: &mut Ctx<'_>) -> Res<()> {
 // ---------------------------------------------------------------------------------------
 
 fn machine() -> Value {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, v)| v.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
+    let cpu = strata_testkit::machine::cpu();
     let mem = std::fs::read_to_string("/proc/meminfo").ok().and_then(|t| {
         t.lines()
             .find(|l| l.starts_with("MemTotal:"))
@@ -1601,7 +1593,7 @@ fn machine() -> Value {
     let dirty = git(&["status", "--porcelain", "--untracked-files=no"]).map(|s| !s.is_empty());
     json!({
         "cpu": cpu,
-        "cores": std::thread::available_parallelism().map_or(1, |n| n.get()),
+        "cores": strata_testkit::machine::cores(),
         "memory_bytes": mem,
         "date": today(),
         "git_commit": commit,

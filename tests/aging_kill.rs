@@ -30,15 +30,12 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use common::{all_series, Named, Rng};
 use strata::store::{AgePolicy, Fidelity, OpenError, Store, StoreError};
+use strata_testkit::child::Spawned;
 
 /// Kill rounds per run of the test.
 const ROUNDS: usize = 20;
@@ -106,88 +103,16 @@ fn parse(lines: &[String]) -> Printed {
     p
 }
 
-/// An aging process and the lines it printed so far.
-struct Ager {
-    child: Child,
-    lines: Arc<Mutex<Vec<String>>>,
-    reader: JoinHandle<()>,
+/// Starts this test binary again as the aging process.
+fn spawn_ager(path: &Path) -> Spawned {
+    Spawned::test_process("aging_process", AGING_ENV, path)
 }
 
-fn spawn_ager(path: &Path) -> Ager {
-    let mut child = Command::new(std::env::current_exe().expect("test binary"))
-        .args([
-            "aging_process",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(AGING_ENV, path)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn the aging process");
-    let out = child.stdout.take().expect("stdout");
-    let lines = Arc::new(Mutex::new(Vec::new()));
-    let sink = lines.clone();
-    let reader = std::thread::spawn(move || {
-        for line in BufReader::new(out).lines() {
-            let Ok(line) = line else { break };
-            sink.lock().expect("lines").push(line);
-        }
-    });
-    Ager {
-        child,
-        lines,
-        reader,
-    }
-}
-
-impl Ager {
-    /// Kills the process (SIGKILL) unless it has ended; returns whether it was still
-    /// running, whether it succeeded (when it had ended), and what it printed.
-    fn kill(self) -> (bool, bool, Printed) {
-        let Ager {
-            mut child,
-            lines,
-            reader,
-        } = self;
-        let running = child.try_wait().expect("try_wait").is_none();
-        if running {
-            child.kill().expect("SIGKILL");
-        }
-        let status = child.wait().expect("wait");
-        reader.join().expect("reader");
-        let printed = parse(&lines.lock().expect("lines"));
-        (running, status.success(), printed)
-    }
-
-    fn wait(self) -> (bool, Printed) {
-        let Ager {
-            mut child,
-            lines,
-            reader,
-        } = self;
-        let status = child.wait().expect("wait");
-        reader.join().expect("reader");
-        let printed = parse(&lines.lock().expect("lines"));
-        (status.success(), printed)
-    }
-}
-
-/// Opens the store, retrying while a killed process's lock is still held.
+/// Opens the store, retrying for up to 5 s while a killed process's lock is still held.
 fn open_retrying(path: &Path) -> Store {
-    let start = Instant::now();
-    loop {
-        match Store::open(path) {
-            Ok(s) => return s,
-            Err(StoreError::Open(OpenError::InUse { .. }))
-                if start.elapsed() < Duration::from_secs(5) =>
-            {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Err(e) => panic!("store does not open after a kill: {e}"),
-        }
-    }
+    let in_use = |e: &StoreError| matches!(e, StoreError::Open(OpenError::InUse { .. }));
+    strata_testkit::retrying(Duration::from_secs(5), || Store::open(path), in_use)
+        .unwrap_or_else(|e| panic!("store does not open after a kill: {e}"))
 }
 
 /// The committed series' checkpoints: step, file, tensors.
@@ -340,7 +265,8 @@ fn aging_killed_at_random_points_is_all_or_nothing() {
     for _ in 0..2 {
         std::fs::copy(&exact_copy, &path).expect("copy the store");
         let t = Instant::now();
-        let (ok, p) = spawn_ager(&path).wait();
+        let run = spawn_ager(&path).wait();
+        let (ok, p) = (run.success, parse(&run.lines));
         full = full.max(t.elapsed());
         assert!(ok && p.done.is_some(), "uninterrupted aging failed: {p:?}");
         eprintln!(
@@ -372,7 +298,8 @@ fn aging_killed_at_random_points_is_all_or_nothing() {
         std::fs::copy(&exact_copy, &path).expect("copy the store");
         let ager = spawn_ager(&path);
         std::thread::sleep(delay);
-        let (killed, ok, p) = ager.kill();
+        let run = ager.kill();
+        let (killed, ok, p) = (run.killed, run.success, parse(&run.lines));
         let label = format!("round {round} ({delay:?})");
         let state = check(&path, &cps, &reference, &label);
         let moment = if !killed {

@@ -16,15 +16,12 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use common::{committed, Named, Rng};
 use strata::store::{DType, OpenError, Store, StoreError, TensorRef};
+use strata_testkit::child::Spawned;
 
 /// A checkpoint every this many training steps.
 const EVERY: u64 = 10;
@@ -142,40 +139,11 @@ fn trainer_process() {
     }
 }
 
-/// A trainer process and the lines it printed so far.
-struct Trainer {
-    child: Child,
-    lines: Arc<Mutex<Vec<String>>>,
-    reader: JoinHandle<()>,
-}
+/// A trainer process: this test binary again, running `trainer_process`.
+struct Trainer(Spawned);
 
 fn spawn_trainer(path: &Path) -> Trainer {
-    let mut child = Command::new(std::env::current_exe().expect("test binary"))
-        .args([
-            "trainer_process",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(TRAINER_ENV, path)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn the trainer");
-    let out = child.stdout.take().expect("stdout");
-    let lines = Arc::new(Mutex::new(Vec::new()));
-    let sink = lines.clone();
-    let reader = std::thread::spawn(move || {
-        for line in BufReader::new(out).lines() {
-            let Ok(line) = line else { break };
-            sink.lock().expect("lines").push(line);
-        }
-    });
-    Trainer {
-        child,
-        lines,
-        reader,
-    }
+    Trainer(Spawned::test_process("trainer_process", TRAINER_ENV, path))
 }
 
 /// What a trainer printed: the step it resumed at, the steps it saved, whether it ended.
@@ -188,38 +156,20 @@ struct Printed {
 
 impl Trainer {
     fn printed(&self) -> Printed {
-        parse(&self.lines.lock().expect("lines"))
+        parse(&self.0.lines())
     }
 
     /// Waits for the process to end; returns whether it succeeded, and its output.
     fn wait(self) -> (bool, Printed) {
-        let Trainer {
-            mut child,
-            lines,
-            reader,
-        } = self;
-        let status = child.wait().expect("wait");
-        reader.join().expect("reader");
-        let printed = parse(&lines.lock().expect("lines"));
-        (status.success(), printed)
+        let ended = self.0.wait();
+        (ended.success, parse(&ended.lines))
     }
 
     /// Kills the process (SIGKILL) unless it has ended; returns whether it was killed,
     /// and its output.
     fn kill(self) -> (bool, Printed) {
-        let Trainer {
-            mut child,
-            lines,
-            reader,
-        } = self;
-        let running = child.try_wait().expect("try_wait").is_none();
-        if running {
-            child.kill().expect("SIGKILL");
-        }
-        child.wait().expect("wait");
-        reader.join().expect("reader");
-        let printed = parse(&lines.lock().expect("lines"));
-        (running, printed)
+        let ended = self.0.kill();
+        (ended.killed, parse(&ended.lines))
     }
 }
 
@@ -249,20 +199,11 @@ fn unfinished_creation(path: &Path) -> bool {
     std::fs::read(path).is_ok_and(|b| b.len() >= 9 && b[..9].iter().all(|x| *x == 0))
 }
 
-/// Opens the store, retrying while a killed process's lock is still held.
+/// Opens the store, retrying for up to 5 s while a killed process's lock is still held.
 fn open_retrying(path: &Path) -> Store {
-    let start = Instant::now();
-    loop {
-        match Store::open(path) {
-            Ok(s) => return s,
-            Err(StoreError::Open(OpenError::InUse { .. }))
-                if start.elapsed() < Duration::from_secs(5) =>
-            {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Err(e) => panic!("store does not open: {e}"),
-        }
-    }
+    let in_use = |e: &StoreError| matches!(e, StoreError::Open(OpenError::InUse { .. }));
+    strata_testkit::retrying(Duration::from_secs(5), || Store::open(path), in_use)
+        .unwrap_or_else(|e| panic!("store does not open: {e}"))
 }
 
 /// Everything a reader sees is whole and exact, and the checkpoints are 0, 10, ... up to

@@ -19,7 +19,7 @@ mod common;
 use std::collections::HashSet;
 use std::path::Path;
 
-use common::{all_series, Named};
+use common::{all_series, Named, SeriesExt};
 use strata::codec::lossless::LosslessOptions;
 use strata::codec::quant::{QuantBits, QuantParams};
 use strata::codec::segment::{self, Segment};

@@ -41,20 +41,11 @@ fn spawn_import(store: &Path, src: &Path) -> Child {
         .expect("spawn strata")
 }
 
-/// Opens the store, retrying while the killed process's lock is still held.
+/// Opens the store, retrying for up to 5 s while a killed process's lock is still held.
 fn open_retrying(path: &Path) -> Store {
-    let start = Instant::now();
-    loop {
-        match Store::open(path) {
-            Ok(s) => return s,
-            Err(StoreError::Open(OpenError::InUse { .. }))
-                if start.elapsed() < Duration::from_secs(5) =>
-            {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Err(e) => panic!("store does not open after a kill: {e}"),
-        }
-    }
+    let in_use = |e: &StoreError| matches!(e, StoreError::Open(OpenError::InUse { .. }));
+    strata_testkit::retrying(Duration::from_secs(5), || Store::open(path), in_use)
+        .unwrap_or_else(|e| panic!("store does not open after a kill: {e}"))
 }
 
 /// Everything a reader can see is whole and exact. Returns the checkpoint steps.

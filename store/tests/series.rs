@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{all_series, temp_store, Ckpt};
+use common::{all_series, temp_store, Ckpt, SeriesExt};
 use strata_store::{DeltaPolicy, Options, Store, TensorRef};
 
 struct Measured {

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{all_series, temp_store, Series};
+use common::{all_series, temp_store, Series, SeriesExt};
 use strata_store::{
     Budget, Clock, DType, Fidelity, InvalidInput, ManualClock, NotFound, Options, Reconstruct,
     Residual, Source, Store, StoreError, Tensor, TensorRef, Tier, TierConfig, TierFailure,
