@@ -9,6 +9,8 @@ use std::sync::Arc;
 use lru::LruCache;
 use parking_lot::Mutex;
 
+use super::buffers::POOL;
+
 /// Decoded block bytes shared between the cache and readers.
 pub(crate) type Block = Arc<Vec<u8>>;
 
@@ -48,20 +50,35 @@ impl BlockCache {
         self.inner.lock().lru.get(&address).cloned()
     }
 
+    /// Keeps `block`, evicting the least recently used blocks past the budget. An evicted
+    /// block no reader holds goes back to the buffer pool: a long import inserts a block per
+    /// block it writes, and fresh buffers would cost a page fault per 4 KiB each.
     pub(crate) fn insert(&self, address: u128, block: Block) {
         let len = block.len();
         if !self.wants(len) {
             return;
         }
-        let mut inner = self.inner.lock();
-        if let Some(old) = inner.lru.put(address, block) {
-            inner.bytes -= old.len();
+        let mut evicted = Vec::new();
+        {
+            let mut inner = self.inner.lock();
+            if let Some(old) = inner.lru.put(address, block) {
+                inner.bytes -= old.len();
+                evicted.push(old);
+            }
+            inner.bytes += len;
+            while inner.bytes > self.capacity {
+                match inner.lru.pop_lru() {
+                    Some((_, b)) => {
+                        inner.bytes -= b.len();
+                        evicted.push(b);
+                    }
+                    None => break,
+                }
+            }
         }
-        inner.bytes += len;
-        while inner.bytes > self.capacity {
-            match inner.lru.pop_lru() {
-                Some((_, b)) => inner.bytes -= b.len(),
-                None => break,
+        for b in evicted {
+            if let Ok(buf) = Arc::try_unwrap(b) {
+                POOL.give(buf);
             }
         }
     }

@@ -11,6 +11,7 @@ use strata_codec::chain::{self, Base, DeltaRule, Link, Root};
 use strata_codec::segment;
 
 use super::blocks::{Fetcher, Job};
+use super::buffers::POOL;
 use super::cache::BlockCache;
 use super::quantized::{self, ResidualBytes};
 use super::segments::address_of;
@@ -385,7 +386,9 @@ fn encode_task(task: Task<'_>, cache: &BlockCache, opts: &Options) -> Result<Enc
     let address = address_of(&segment);
     if cache.wants(task.data.len()) {
         // The next version of this tensor will read this block as its base.
-        cache.insert(address, Arc::new(task.data.to_vec()));
+        let mut copy = POOL.take(task.data.len());
+        copy.extend_from_slice(task.data);
+        cache.insert(address, Arc::new(copy));
     }
     Ok(Encoded {
         record: BlockRecord {
