@@ -26,7 +26,7 @@ use strata_tiering::Precision;
 
 use crate::engine::{
     check_shape, delete_version, encode_window, plan_version, put_row, store_residual, BlockWork,
-    Encoded, TierChanges, VersionPlan, View, WriteTxn,
+    CacheRoom, Encoded, TierChanges, VersionPlan, View, WriteTxn,
 };
 use crate::error::{DbContext, InvalidInput, Result, StoreError};
 use crate::record::{CheckpointRecord, Rebuild, ResidualRef, TierRow};
@@ -75,6 +75,8 @@ pub(crate) struct Session<'s> {
     pending_bytes: u64,
     /// A step failed after changing the transaction: it must not commit.
     poisoned: bool,
+    /// What this write may still add to the block cache.
+    cache_room: Arc<CacheRoom>,
 }
 
 impl<'s> Session<'s> {
@@ -92,6 +94,7 @@ impl<'s> Session<'s> {
             pending: Vec::new(),
             pending_bytes: 0,
             poisoned: false,
+            cache_room: Arc::new(CacheRoom::new(store.cache.capacity())),
         })
     }
 
@@ -204,6 +207,7 @@ impl<'s> Session<'s> {
         self.pending_bytes = 0;
         let store = self.store;
         let overwrite = self.step_overwrite;
+        let cache_room = self.cache_room.clone();
         self.with_tables(|wt| {
             let mut plans = Vec::with_capacity(pending.len());
             for p in &pending {
@@ -220,7 +224,7 @@ impl<'s> Session<'s> {
                     });
                 }
             }
-            let encoded = encode_window(wt, &store.cache, &store.opts, &work)?;
+            let encoded = encode_window(wt, &store.cache, &cache_room, &store.opts, &work)?;
             drop(work);
             let mut encoded = encoded.into_iter();
             for mut plan in plans {
@@ -240,6 +244,7 @@ impl<'s> Session<'s> {
         let store = self.store;
         let overwrite = self.step_overwrite;
         let window = store.opts.window_bytes;
+        let cache_room = self.cache_room.clone();
         self.with_tables(|wt| {
             let head = Pending {
                 name: item.name.clone(),
@@ -280,7 +285,7 @@ impl<'s> Session<'s> {
                         }
                     })
                     .collect();
-                let encoded = encode_window(wt, &store.cache, &store.opts, &work)?;
+                let encoded = encode_window(wt, &store.cache, &cache_room, &store.opts, &work)?;
                 drop(work);
                 for (i, enc) in (first..b).zip(encoded) {
                     insert_block(wt, &mut plan, i, enc, &mut residuals)?;

@@ -4,6 +4,7 @@
 //! used (a delta's base is pinned by the hash in its header), so entries never go stale
 //! when versions are deleted, overwritten or re-based.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use lru::LruCache;
@@ -13,6 +14,31 @@ use super::buffers::POOL;
 
 /// Decoded block bytes shared between the cache and readers.
 pub(crate) type Block = Arc<Vec<u8>>;
+
+/// How many bytes of the blocks it writes one write may still put in the cache.
+///
+/// A write keeps a copy of each block it writes, so that the next version of the tensor
+/// finds its base decoded. Once a checkpoint has written a cache's worth, later copies
+/// would only evict its first blocks, which the next checkpoint (written in the same order)
+/// reads first; so the first cache's worth is kept, and the rest is not copied at all.
+#[derive(Debug)]
+pub(crate) struct CacheRoom(AtomicUsize);
+
+impl CacheRoom {
+    /// Room for `bytes`.
+    pub(crate) fn new(bytes: usize) -> Self {
+        CacheRoom(AtomicUsize::new(bytes))
+    }
+
+    /// Takes room for `len` bytes; `false` (taking nothing) if there is not that much left.
+    pub(crate) fn take(&self, len: usize) -> bool {
+        self.0
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
+                left.checked_sub(len)
+            })
+            .is_ok()
+    }
+}
 
 /// The cache. Blocks larger than the whole budget are not kept.
 #[derive(Debug)]
@@ -41,6 +67,11 @@ impl BlockCache {
     /// Whether a block of `len` bytes would be kept (callers skip copying data otherwise).
     pub(crate) fn wants(&self, len: usize) -> bool {
         len <= self.capacity
+    }
+
+    /// The byte budget.
+    pub(crate) fn capacity(&self) -> usize {
+        self.capacity
     }
 
     pub(crate) fn get(&self, address: u128) -> Option<Block> {
@@ -93,6 +124,15 @@ impl BlockCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn room_is_taken_until_it_runs_out() {
+        let room = CacheRoom::new(100);
+        assert!(room.take(60));
+        assert!(!room.take(50), "only 40 left");
+        assert!(room.take(40));
+        assert!(!room.take(1));
+    }
 
     #[test]
     fn evicts_to_the_byte_budget() {

@@ -12,7 +12,7 @@ use strata_codec::segment;
 
 use super::blocks::{Fetcher, Job};
 use super::buffers::POOL;
-use super::cache::BlockCache;
+use super::cache::{BlockCache, CacheRoom};
 use super::quantized::{self, ResidualBytes};
 use super::segments::address_of;
 use super::txn::View;
@@ -168,6 +168,7 @@ pub(crate) struct Encoded {
 pub(crate) fn encode_window(
     view: &dyn View,
     cache: &BlockCache,
+    room: &CacheRoom,
     opts: &Options,
     work: &[BlockWork<'_, '_>],
 ) -> Result<Vec<Encoded>> {
@@ -205,12 +206,12 @@ pub(crate) fn encode_window(
     if tasks.len() <= 1 {
         return tasks
             .into_iter()
-            .map(|t| encode_task(t, cache, opts))
+            .map(|t| encode_task(t, cache, room, opts))
             .collect();
     }
     tasks
         .into_par_iter()
-        .map(|t| encode_task(t, cache, opts))
+        .map(|t| encode_task(t, cache, room, opts))
         .collect()
 }
 
@@ -317,7 +318,12 @@ fn lineage_root(
     Ok(None)
 }
 
-fn encode_task(task: Task<'_>, cache: &BlockCache, opts: &Options) -> Result<Encoded> {
+fn encode_task(
+    task: Task<'_>,
+    cache: &BlockCache,
+    room: &CacheRoom,
+    opts: &Options,
+) -> Result<Encoded> {
     let encode_err = |source| StoreError::Encode {
         tensor: task.name.to_string(),
         step: task.step,
@@ -384,7 +390,7 @@ fn encode_task(task: Task<'_>, cache: &BlockCache, opts: &Options) -> Result<Enc
         ),
     };
     let address = address_of(&segment);
-    if cache.wants(task.data.len()) {
+    if cache.wants(task.data.len()) && room.take(task.data.len()) {
         // The next version of this tensor will read this block as its base.
         let mut copy = POOL.take(task.data.len());
         copy.extend_from_slice(task.data);

@@ -34,7 +34,7 @@ mod versions;
 
 pub(crate) use aging::{age_versions, AgeTally};
 pub(crate) use blocks::{decode_all, read_blocks, Fetcher, Job, Span};
-pub(crate) use cache::{Block, BlockCache};
+pub(crate) use cache::{Block, BlockCache, CacheRoom};
 pub(crate) use encode::{
     check_shape, encode_window, plan_version, BlockWork, Encoded, VersionPlan,
 };
