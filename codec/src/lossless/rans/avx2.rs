@@ -133,8 +133,8 @@ fn decode_kernel<S: Symbol, const FB: i32, const OB: i32>(
             idx = _mm256_or_si256(idx, _mm256_slli_epi32::<12>(cv));
         }
         // The eight entries by eight scalar loads, not `_mm256_i32gather_epi32`: decoding
-        // is 10 % faster so on the AMD EPYC (Zen 1) we measure on, where a gather is
-        // microcoded (ADR 0004). The encoder's gather stays: loads measured slower there.
+        // is 10 % faster this way on the AMD EPYC (Zen 1) we measure on, whose gather is
+        // microcoded (ADR 0004). The encoder keeps its gather: loads measured slower there.
         // SAFETY: every index is `(x & MASK) | ctx << 12` with `ctx <= n_ctx - 1`, so
         // below `n_ctx << PROB_BITS <= table.len()` (asserted); `ix` holds the 8 indices.
         let e = unsafe {
