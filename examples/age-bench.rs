@@ -134,24 +134,12 @@ fn version_bytes(store: &Store, steps: &[u64]) -> Res<(u64, u64)> {
     Ok((raw, stored))
 }
 
+/// Relative Frobenius error (byte equality for dtypes that are not floats).
 fn rel_error(dtype: DType, got: &[u8], want: &[u8]) -> f64 {
-    let (Ok(a), Ok(b)) = (to_f32(dtype, got), to_f32(dtype, want)) else {
-        return if got == want { 0.0 } else { f64::INFINITY };
-    };
-    let e: f64 = a
-        .iter()
-        .zip(&b)
-        .map(|(&x, &y)| f64::from(x - y).powi(2))
-        .sum();
-    let n: f64 = b.iter().map(|&y| f64::from(y).powi(2)).sum();
-    if n == 0.0 {
-        if e == 0.0 {
-            0.0
-        } else {
-            f64::INFINITY
-        }
-    } else {
-        (e / n).sqrt()
+    match (to_f32(dtype, got), to_f32(dtype, want)) {
+        (Ok(a), Ok(b)) => strata_testkit::noise::rel_error(&a, &b),
+        _ if got == want => 0.0,
+        _ => f64::INFINITY,
     }
 }
 

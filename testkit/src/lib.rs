@@ -2,7 +2,8 @@
 //! keeps only what is its own (its dtype and store types):
 //!
 //! - [`series`]: where the real checkpoint series are (committed and shared);
-//! - [`noise`]: deterministic pseudo-random numbers, seeds that can be replayed, f32 bytes;
+//! - [`noise`]: deterministic pseudo-random numbers, seeds that can be replayed, f32 bytes,
+//!   relative errors;
 //! - [`child`]: a child process whose printed lines are collected while it runs, to be
 //!   killed (SIGKILL) or waited for;
 //! - [`machine`]: the machine's name and this process's peak resident memory, for the

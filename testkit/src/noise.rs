@@ -61,6 +61,22 @@ pub fn f32s(b: &[u8]) -> Vec<f32> {
         .collect()
 }
 
+/// Relative Frobenius error of `got` against `want`: `|got - want| / |want|`, 0 when both
+/// are all zero, infinite when only `want` is.
+pub fn rel_error(got: &[f32], want: &[f32]) -> f64 {
+    let e: f64 = got
+        .iter()
+        .zip(want)
+        .map(|(&x, &y)| f64::from(x - y).powi(2))
+        .sum();
+    let n: f64 = want.iter().map(|&y| f64::from(y).powi(2)).sum();
+    match (e == 0.0, n == 0.0) {
+        (true, _) => 0.0,
+        (false, true) => f64::INFINITY,
+        (false, false) => (e / n).sqrt(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -72,6 +88,10 @@ mod tests {
         assert_ne!(a, noise(1000, 8));
         assert!(a.iter().all(|x| (-0.05..0.05).contains(x)));
         assert_eq!(f32s(&f32_bytes(&a)), a);
+        assert_eq!(rel_error(&[3.0, 4.0], &[3.0, 4.0]), 0.0);
+        assert!((rel_error(&[3.0, 4.0], &[0.0, 5.0]) - (10f64).sqrt() / 5.0).abs() < 1e-12);
+        assert_eq!(rel_error(&[0.0], &[0.0]), 0.0);
+        assert_eq!(rel_error(&[1.0], &[0.0]), f64::INFINITY);
         let mut r = Rng::new(0);
         assert!((0..1000).map(|_| r.unit()).all(|u| (0.0..1.0).contains(&u)));
     }

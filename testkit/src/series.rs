@@ -64,8 +64,17 @@ pub fn shared_root() -> Option<PathBuf> {
 }
 
 /// The shared series when present, else the committed one: the fullest copy there is.
+///
+/// # Panics
+/// If that folder is missing (the committed series is part of the repository).
 pub fn series_root() -> PathBuf {
-    shared_root().unwrap_or_else(committed_root)
+    let p = shared_root().unwrap_or_else(committed_root);
+    assert!(
+        p.is_dir(),
+        "test data missing: {} is not a folder",
+        p.display()
+    );
+    p
 }
 
 /// One copy of the real series.

@@ -72,12 +72,5 @@ pub fn committed(step: u64, bf16: bool) -> Vec<Named> {
 /// Relative Frobenius error of `got` (bytes of `t`'s float dtype) against `t`'s data.
 pub fn rel_error(t: &Named, got: &[u8]) -> f64 {
     let convert = |b| strata::codec::convert::to_f32(t.dtype, b).expect("convert to f32");
-    let (a, b) = (convert(got), convert(&t.data));
-    let e: f64 = a
-        .iter()
-        .zip(&b)
-        .map(|(&x, &y)| f64::from(x - y).powi(2))
-        .sum();
-    let n: f64 = b.iter().map(|&y| f64::from(y).powi(2)).sum();
-    (e / n.max(f64::MIN_POSITIVE)).sqrt()
+    strata_testkit::noise::rel_error(&convert(got), &convert(&t.data))
 }

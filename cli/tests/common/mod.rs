@@ -11,19 +11,13 @@
     clippy::panic
 )]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use safetensors::{Dtype, SafeTensors};
 use strata_store::DType;
 pub use strata_testkit::noise::{f32_bytes, noise};
-pub use strata_testkit::series::committed_root;
 use strata_testkit::series::load_checkpoints;
-
-/// The folder of real checkpoint series: the shared series when present, else the
-/// committed one.
-pub fn series_root() -> PathBuf {
-    strata_testkit::series::series_root()
-}
+pub use strata_testkit::series::{committed_root, series_root};
 
 /// One checkpoint file of the real series, with store dtypes.
 pub type Ckpt = strata_testkit::series::Ckpt<DType>;

@@ -20,17 +20,8 @@ fn weights(n: usize, seed: u64, dtype: DType) -> (Vec<u8>, Vec<u8>) {
 }
 
 fn rel_error(dtype: DType, got: &[u8], want: &[u8]) -> f64 {
-    let (g, w) = (
-        to_f32(dtype, got).expect("convert to f32"),
-        to_f32(dtype, want).expect("convert to f32"),
-    );
-    let e: f64 = g
-        .iter()
-        .zip(&w)
-        .map(|(&a, &b)| f64::from(a - b).powi(2))
-        .sum();
-    let n: f64 = w.iter().map(|&b| f64::from(b).powi(2)).sum();
-    (e / n).sqrt()
+    let convert = |b| to_f32(dtype, b).expect("convert to f32");
+    strata_testkit::noise::rel_error(&convert(got), &convert(want))
 }
 
 fn round_trip(

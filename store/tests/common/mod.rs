@@ -15,14 +15,8 @@ use std::path::{Path, PathBuf};
 
 use strata_store::DType;
 pub use strata_testkit::noise::{f32_bytes, noise};
-pub use strata_testkit::series::{all_series, Series};
+pub use strata_testkit::series::{all_series, series_root, Series};
 use strata_testkit::series::{load_checkpoint, load_checkpoints, step_files};
-
-/// The folder of real checkpoint series for tests that take one: the shared series when
-/// present, else the committed one.
-pub fn series_root() -> PathBuf {
-    strata_testkit::series::series_root()
-}
 
 /// One checkpoint file of the real series, with store dtypes.
 pub type Ckpt = strata_testkit::series::Ckpt<DType>;
