@@ -8,6 +8,9 @@
 //! bfloat16 has no NumPy dtype: a bf16 tensor is written as `'<u2'`, its raw bit patterns
 //! (`(np.load(f).astype(np.uint32) << 16).view(np.float32)` turns them into f32).
 //!
+//! The sub-byte floats are their packed bytes: FP4 pairs as `'|u1'`, FP6 groups of four
+//! values as 3-byte voids (`'|V3'`); the shape counts pairs or groups in its last dimension.
+//!
 //! The tool only writes `.npy` files; the header parser is built for tests (see `parser`).
 
 use std::borrow::Cow;
@@ -41,6 +44,9 @@ pub(crate) fn npy_descr(dtype: DType) -> Cow<'static, str> {
             "|u1"
         }
         DType::C64 => "<c8",
+        // Two FP4 values per byte, as the store holds them (torch's float4_e2m1fn_x2);
+        // the FP6 groups are 3-byte voids.
+        DType::F4E2M1x2 => "|u1",
         other => return Cow::Owned(format!("|V{}", other.size())),
     })
 }

@@ -218,6 +218,7 @@ pub(crate) fn get(
             let n = 8usize.min(data.data.len() / data.dtype.size().max(1));
             let head: Vec<String> = to_f64(data.dtype, &data.data[..n * data.dtype.size()])
                 .iter()
+                .take(8)
                 .map(|v| format!("{v:.6}"))
                 .collect();
             say!("[{}]", head.join(", "));

@@ -439,3 +439,60 @@ fn age_keeps_the_last_exact_and_reports_the_error_of_the_others() {
     assert!(got.contains("fidelity: exact"), "{got}");
     assert!(ok(&["verify", p(&store)]).contains("verify OK"));
 }
+
+#[test]
+fn sub_byte_floats_import_print_and_export() {
+    use safetensors::tensor::{serialize, Dtype, TensorView};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = dir.path().join("mx.strata");
+    // FP4 pairs: 0x21 is (0.5, 1.0), 0xF7 is (6.0, -6.0). FP6 E2M3: 1.0 then 7.5, 0, 0.
+    let fp4: Vec<u8> = [0x21u8, 0xF7].repeat(32);
+    let fp6: Vec<u8> = [0xC8u8, 0x07, 0x00].repeat(4);
+    let views = [
+        (
+            "fp4",
+            TensorView::new(Dtype::F4, vec![4, 32], &fp4).expect("fp4 view"),
+        ),
+        (
+            "fp6",
+            TensorView::new(Dtype::F6_E2M3, vec![16], &fp6).expect("fp6 view"),
+        ),
+    ];
+    let src = dir.path().join("step_5.safetensors");
+    std::fs::write(&src, serialize(views, None).expect("serialize")).expect("write");
+    ok(&["import", p(&store), p(&src)]);
+
+    let out = ok(&["get", p(&store), "fp4", "--step", "5"]);
+    assert!(
+        out.starts_with("fp4 step 5: f4_e2m1_x2 [4, 16], 64 bytes"),
+        "{out}"
+    );
+    assert!(
+        out.contains("[0.500000, 1.000000, 6.000000, -6.000000, 0.500000"),
+        "{out}"
+    );
+    let out = ok(&["get", p(&store), "fp6", "--step", "5"]);
+    assert!(
+        out.contains("[1.000000, 7.500000, 0.000000, 0.000000, 1.000000"),
+        "{out}"
+    );
+
+    // .npy: FP4 pairs are bytes, FP6 groups 3-byte voids.
+    let npy = dir.path().join("fp4.npy");
+    ok(&["get", p(&store), "fp4", "--step", "5", "-o", p(&npy)]);
+    let bytes = std::fs::read(&npy).expect("read npy");
+    let h = parse_npy_header(&bytes).expect("npy header");
+    assert_eq!((h.descr.as_str(), &h.shape[..]), ("|u1", &[4u64, 16][..]));
+    assert_eq!(bytes[h.data_offset..], fp4[..]);
+    ok(&["get", p(&store), "fp6", "--step", "5", "-o", p(&npy)]);
+    let bytes = std::fs::read(&npy).expect("read npy");
+    let h = parse_npy_header(&bytes).expect("npy header");
+    assert_eq!((h.descr.as_str(), &h.shape[..]), ("|V3", &[4u64][..]));
+
+    let back = dir.path().join("back.safetensors");
+    ok(&["export", p(&store), "--step", "5", "-o", p(&back)]);
+    assert_eq!(
+        std::fs::read(&back).expect("read"),
+        std::fs::read(&src).expect("read")
+    );
+}

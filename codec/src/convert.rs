@@ -199,22 +199,28 @@ fn fill_bytes(dtype: DType, values: &[f32], out: &mut [u8]) {
 /// 64-bit integers above 2^53 (rounded to nearest); bool is 0 or 1 (any non-zero byte is
 /// true); the 8-bit floats decoded by their formats (NaN for their NaN codes); complex
 /// ([`DType::C64`]) gives the real part of each element (read the bytes for the imaginary
-/// parts). A trailing partial element is ignored. For display and analysis (norms, diffs,
-/// histories).
+/// parts); the packed sub-byte dtypes give every value they hold
+/// ([`DType::values_per_element`] per element, in order). A trailing partial element is
+/// ignored. For display and analysis (norms, diffs, histories).
 pub fn to_f64(dtype: DType, bytes: &[u8]) -> Vec<f64> {
-    let mut out = vec![0f64; bytes.len() / dtype.size()];
+    let mut out = vec![0f64; value_count(dtype, bytes)];
     fill_f64(dtype, bytes, &mut out);
     out
 }
 
-/// [`to_f64`] into `out`, which must hold `bytes.len() / dtype.size()` values.
+/// [`to_f64`] into `out`, which must hold as many values as [`to_f64`] returns.
 ///
 /// # Errors
 /// [`ConvertError::Length`]; `out` is untouched then.
 pub fn to_f64_into(dtype: DType, bytes: &[u8], out: &mut [f64]) -> Result<(), ConvertError> {
-    check_len(bytes.len() / dtype.size(), out.len())?;
+    check_len(value_count(dtype, bytes), out.len())?;
     fill_f64(dtype, bytes, out);
     Ok(())
+}
+
+/// Values in the whole elements of `bytes`.
+fn value_count(dtype: DType, bytes: &[u8]) -> usize {
+    bytes.len() / dtype.size() * dtype.values_per_element()
 }
 
 /// [`to_f64_into`] once the lengths are checked.
@@ -241,10 +247,30 @@ fn fill_f64(dtype: DType, bytes: &[u8], out: &mut [f64]) {
         DType::C64 => each_in(bytes, out, |a: [u8; 8]| {
             f64::from(f32::from_le_bytes([a[0], a[1], a[2], a[3]]))
         }),
+        DType::F4E2M1x2 => {
+            for (pair, &b) in out.chunks_exact_mut(2).zip(bytes) {
+                pair[0] = fp8::e2m1(b & 0x0F);
+                pair[1] = fp8::e2m1(b >> 4);
+            }
+        }
+        DType::F6E2M3x4 | DType::F6E3M2x4 => {
+            let (m_bits, bias) = if dtype == DType::F6E2M3x4 {
+                (3, 1)
+            } else {
+                (2, 3)
+            };
+            for (four, g) in out.chunks_exact_mut(4).zip(bytes.as_chunks::<3>().0) {
+                let word = u32::from_le_bytes([g[0], g[1], g[2], 0]);
+                for (i, v) in four.iter_mut().enumerate() {
+                    *v = fp8::fp6((word >> (6 * i)) as u8 & 0x3F, m_bits, bias);
+                }
+            }
+        }
     }
 }
 
-/// Decoders of the 8-bit float formats (OCP FP8 and MX, and the FNUZ variants).
+/// Decoders of the 8-bit float formats (OCP FP8 and MX, and the FNUZ variants) and of the
+/// MX 4- and 6-bit element formats.
 mod fp8 {
     /// A sign-magnitude float of `m_bits` mantissa bits and exponent `bias`, with subnormals;
     /// special values are the callers'.
@@ -281,6 +307,18 @@ mod fp8 {
             0x7D..=0x7F => f64::NAN,
             _ => value(b, 2, 15),
         }
+    }
+
+    /// An FP4 E2M1 code (low 4 bits): bias 1, no special values.
+    pub(super) fn e2m1(code: u8) -> f64 {
+        // Spread the sign to bit 7 so `value` sees the usual sign-magnitude byte.
+        value(((code & 0x8) << 4) | (code & 0x7), 1, 1)
+    }
+
+    /// An FP6 code (low 6 bits) of `m_bits` mantissa bits and exponent `bias`: no special
+    /// values.
+    pub(super) fn fp6(code: u8, m_bits: u32, bias: i32) -> f64 {
+        value(((code & 0x20) << 2) | (code & 0x1F), m_bits, bias)
     }
 
     pub(super) fn e8m0(b: u8) -> f64 {

@@ -53,11 +53,24 @@ pub enum DType {
     F8E5M2Fnuz,
     /// Complex of two binary32 (real, then imaginary), 8 bytes per element.
     C64,
+    /// Two 4-bit floats E2M1 (OCP MX FP4: bias 1, no infinity or NaN) packed in one byte,
+    /// the first in the low nibble: PyTorch's `float4_e2m1fn_x2`. One element of this dtype
+    /// is the byte, so a shape counts pairs along its last dimension; safetensors' `F4`
+    /// counts values, and import and export convert between the two (see
+    /// [`DType::values_per_element`]).
+    F4E2M1x2,
+    /// Four 6-bit floats E2M3 (OCP MX FP6: bias 1, no infinity or NaN) packed in three bytes,
+    /// value `i` in bits `6i..6i + 6` of the little-endian 24-bit word. One element of this
+    /// dtype is the 3-byte group; safetensors' `F6_E2M3` counts values.
+    F6E2M3x4,
+    /// Four 6-bit floats E3M2 (OCP MX FP6: bias 3, no infinity or NaN) packed like
+    /// [`DType::F6E2M3x4`]; safetensors' `F6_E3M2`.
+    F6E3M2x4,
 }
 
 impl DType {
     /// Every dtype, in code order.
-    pub const ALL: [DType; 19] = [
+    pub const ALL: [DType; 22] = [
         DType::F32,
         DType::F16,
         DType::BF16,
@@ -77,12 +90,16 @@ impl DType {
         DType::F8E4M3Fnuz,
         DType::F8E5M2Fnuz,
         DType::C64,
+        DType::F4E2M1x2,
+        DType::F6E2M3x4,
+        DType::F6E3M2x4,
     ];
 
-    /// Bytes per element.
+    /// Bytes per element (per packed group for [`DType::F4E2M1x2`] and the F6 groups).
     pub const fn size(self) -> usize {
         match self {
             DType::I8
+            | DType::F4E2M1x2
             | DType::U8
             | DType::Bool
             | DType::F8E4M3
@@ -91,8 +108,29 @@ impl DType {
             | DType::F8E4M3Fnuz
             | DType::F8E5M2Fnuz => 1,
             DType::F16 | DType::BF16 | DType::I16 | DType::U16 => 2,
+            DType::F6E2M3x4 | DType::F6E3M2x4 => 3,
             DType::F32 | DType::I32 | DType::U32 => 4,
             DType::F64 | DType::I64 | DType::U64 | DType::C64 => 8,
+        }
+    }
+
+    /// Values one element holds: 2 for [`DType::F4E2M1x2`], 4 for the F6 groups, 1 for
+    /// every other dtype. A safetensors tensor of a sub-byte dtype has this many times the
+    /// last dimension of the Strata tensor that holds it.
+    pub const fn values_per_element(self) -> usize {
+        match self {
+            DType::F4E2M1x2 => 2,
+            DType::F6E2M3x4 | DType::F6E3M2x4 => 4,
+            _ => 1,
+        }
+    }
+
+    /// Bytes per byte plane of the lossless codec: the element size, but 1 for the packed
+    /// sub-byte groups, whose fields do not line up with bytes and are coded as raw bytes.
+    pub const fn plane_width(self) -> usize {
+        match self {
+            DType::F6E2M3x4 | DType::F6E3M2x4 => 1,
+            d => d.size(),
         }
     }
 
@@ -125,6 +163,9 @@ impl DType {
             DType::F8E4M3Fnuz => 16,
             DType::F8E5M2Fnuz => 17,
             DType::C64 => 18,
+            DType::F4E2M1x2 => 19,
+            DType::F6E2M3x4 => 20,
+            DType::F6E3M2x4 => 21,
         }
     }
 
@@ -155,11 +196,13 @@ impl DType {
             DType::F8E4M3Fnuz => "F8_E4M3FNUZ",
             DType::F8E5M2Fnuz => "F8_E5M2FNUZ",
             DType::C64 => "C64",
+            DType::F4E2M1x2 => "F4",
+            DType::F6E2M3x4 => "F6_E2M3",
+            DType::F6E3M2x4 => "F6_E3M2",
         }
     }
 
-    /// The dtype of a safetensors dtype name, or `None` for one Strata does not hold (the
-    /// sub-byte F4 and F6 formats). The `safetensors` crate's `Dtype` prints these names with
+    /// The dtype of a safetensors dtype name, or `None` for an unknown name. The `safetensors` crate's `Dtype` prints these names with
     /// `{:?}`.
     pub fn from_safetensors_name(name: &str) -> Option<DType> {
         DType::ALL
@@ -189,6 +232,9 @@ impl DType {
             DType::F8E4M3Fnuz => "f8_e4m3fnuz",
             DType::F8E5M2Fnuz => "f8_e5m2fnuz",
             DType::C64 => "c64",
+            DType::F4E2M1x2 => "f4_e2m1_x2",
+            DType::F6E2M3x4 => "f6_e2m3_x4",
+            DType::F6E3M2x4 => "f6_e3m2_x4",
         }
     }
 }
@@ -209,7 +255,7 @@ mod tests {
             assert_eq!(usize::from(d.code()), i);
             assert_eq!(DType::from_code(d.code()), Some(*d));
         }
-        assert_eq!(DType::from_code(19), None);
+        assert_eq!(DType::from_code(22), None);
         assert_eq!(DType::from_code(255), None);
     }
 
@@ -219,7 +265,8 @@ mod tests {
             assert_eq!(DType::from_safetensors_name(d.safetensors_name()), Some(d));
         }
         assert_eq!(DType::from_safetensors_name("F8_E4M3"), Some(DType::F8E4M3));
-        assert_eq!(DType::from_safetensors_name("F4"), None);
+        assert_eq!(DType::from_safetensors_name("F4"), Some(DType::F4E2M1x2));
+        assert_eq!(DType::from_safetensors_name("F2"), None);
     }
 
     #[test]
@@ -228,5 +275,10 @@ mod tests {
         assert_eq!(DType::F64.size(), 8);
         assert!(DType::F16.is_float());
         assert!(!DType::I32.is_float());
+        assert_eq!(DType::F6E3M2x4.size(), 3);
+        assert_eq!(DType::F6E3M2x4.values_per_element(), 4);
+        assert_eq!(DType::F6E3M2x4.plane_width(), 1);
+        assert_eq!(DType::F4E2M1x2.values_per_element(), 2);
+        assert!(!DType::F4E2M1x2.is_float());
     }
 }

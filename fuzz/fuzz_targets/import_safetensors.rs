@@ -22,7 +22,10 @@ use std::collections::HashMap;
 use libfuzzer_sys::fuzz_target;
 use strata_codec_fuzz::store_util::{empty_store, scratch_path};
 use strata_store::safetensors::SafeTensors;
-use strata_store::{dtype_from_safetensors, metadata_from_text, DType, Store, METADATA_KEY};
+use strata_store::{
+    dtype_from_safetensors, metadata_from_text, shape_from_safetensors, DType, Store,
+    METADATA_KEY,
+};
 
 const STEP: u64 = 7;
 
@@ -44,10 +47,12 @@ fn declared(data: &[u8]) -> Result<(Vec<Declared>, Option<HashMap<String, String
     for (name, view) in st.tensors() {
         let dtype = dtype_from_safetensors(view.dtype())
             .ok_or_else(|| format!("{name}: dtype {:?} has no store dtype", view.dtype()))?;
+        let shape = shape_from_safetensors(dtype, view.shape())
+            .ok_or_else(|| format!("{name}: shape {:?} splits a packed group", view.shape()))?;
         out.push(Declared {
             name,
             dtype,
-            shape: view.shape().iter().map(|&d| d as u64).collect(),
+            shape,
             bytes: view.data().to_vec(),
         });
     }

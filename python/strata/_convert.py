@@ -54,6 +54,13 @@ _FP8 = {
     "f8_e4m3fnuz": ("float8_e4m3fnuz", "float8_e4m3fnuz"),
     "f8_e5m2fnuz": ("float8_e5m2fnuz", "float8_e5m2fnuz"),
 }
+# The packed sub-byte floats (safetensors' F4, F6_E2M3, F6_E3M2): Strata name -> bytes per
+# element. One element is a packed group (two FP4 values in a byte, four FP6 values in three
+# bytes), so the last dimension counts groups. NumPy has no such dtype: an F4 pair comes back
+# as one uint8 (torch: float4_e2m1fn_x2, the same layout), an F6 group as three uint8 in an
+# extra last axis of length 3 (torch has no FP6 dtype: uint8 there too).
+_PACKED = {"f4_e2m1_x2": 1, "f6_e2m3_x4": 3, "f6_e3m2_x4": 3}
+
 _NP_FP8: dict[str, Any] = {}
 if _ml_dtypes is not None:
     for _name, (_ml, _) in _FP8.items():
@@ -146,6 +153,7 @@ def _torch_names() -> dict[Any, str]:
             "complex64": "c64",
         }
         pairs.update({torch_name: name for name, (_, torch_name) in _FP8.items()})
+        pairs["float4_e2m1fn_x2"] = "f4_e2m1_x2"
         for attr, name in pairs.items():
             dt = getattr(torch, attr, None)
             if dt is not None:
@@ -159,7 +167,7 @@ def _torch_to_bytes(t: Any) -> tuple[str, list[int], np.ndarray]:
     if name is None:
         raise TypeError(
             f"unsupported dtype {t.dtype} (Strata stores float32/16/64, bfloat16, int8..64, "
-            "uint8..64, bool, complex64, the float8 types)"
+            "uint8..64, bool, complex64, the float8 types, float4_e2m1fn_x2)"
         )
     if t.layout != torch.strided:
         raise TypeError(f"unsupported tensor layout {t.layout} (only dense tensors)")
@@ -192,6 +200,9 @@ def snapshot(x: Any) -> Any:
 def from_bytes(dtype: str, shape: Any, data: np.ndarray, framework: str) -> Any:
     """The tensor of `data` (a flat uint8 array that owns its bytes), viewed, not copied."""
     shape = tuple(int(d) for d in shape)
+    if _PACKED.get(dtype) == 3:
+        # An FP6 group: its three bytes on an extra last axis, in NumPy and torch alike.
+        shape, dtype = shape + (3,), "u8"
     if framework in ("pt", "torch"):
         torch = _torch()
         if torch is None:
@@ -207,6 +218,8 @@ def from_bytes(dtype: str, shape: Any, data: np.ndarray, framework: str) -> Any:
             np_dt = _NP_BF16 if _NP_BF16 is not None else np.dtype("<u2")
         elif dtype in _FP8:
             np_dt = _NP_FP8.get(dtype, np.dtype("u1"))
+        elif dtype in _PACKED:
+            np_dt = np.dtype("u1")
         else:
             np_dt = _NP_OF[dtype]
         return data.view(np_dt).reshape(shape)

@@ -138,3 +138,55 @@ def test_complex_and_float8_round_trip(store_path):
         assert torch.equal(back["c"], src["c"])
         for k in ["float8_e4m3fn", "float8_e5m2"]:
             assert torch.equal(back[k].view(torch.uint8), bits), k
+
+
+def _safetensors_file(path, tensors):
+    """A safetensors file written by hand: (name, dtype name, shape, bytes) in order."""
+    import json
+    import struct
+
+    header, offset = {}, 0
+    for name, dtype, shape, data in tensors:
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(data)]}
+        offset += len(data)
+    text = json.dumps(header).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(t[3] for t in tensors))
+
+
+def _read_safetensors(path):
+    """{name: (dtype, shape, bytes)} of a safetensors file, parsed by hand."""
+    import json
+    import struct
+
+    raw = path.read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header, data = json.loads(raw[8 : 8 + n]), raw[8 + n :]
+    header.pop("__metadata__", None)
+    return {k: (v["dtype"], v["shape"], data[slice(*v["data_offsets"])]) for k, v in header.items()}
+
+
+def test_packed_fp4_and_fp6(store_path, tmp_path):
+    """FP4 pairs are torch's float4_e2m1fn_x2 both ways; FP6 groups come back as their bytes."""
+    bits = torch.arange(256, dtype=torch.uint8).reshape(8, 32)
+    fp4 = bits.view(torch.float4_e2m1fn_x2)
+    with strata.Store(store_path) as st:
+        st.save_checkpoint(1, {"fp4": fp4})
+        back = st.load_checkpoint(1, framework="pt")["fp4"]
+        assert back.dtype == torch.float4_e2m1fn_x2 and back.shape == fp4.shape
+        assert torch.equal(back.view(torch.uint8), bits)
+        as_np = st.get("fp4", 1)
+        assert as_np.dtype == np.uint8 and as_np.shape == (8, 32)
+
+        # 16 x 8 FP6 values: 16 x 2 groups of 3 bytes, through a safetensors file.
+        raw = bytes(range(96))
+        src = tmp_path / "fp6.safetensors"
+        _safetensors_file(src, [("fp6", "F6_E3M2", [16, 8], raw), ("fp4", "F4", [8, 64], bits.numpy().tobytes())])
+        assert st.import_safetensors(src, step=2) == 2
+        fp6 = st.get("fp6", 2)
+        assert fp6.dtype == np.uint8 and fp6.shape == (16, 2, 3)
+        assert fp6.tobytes() == raw
+        assert torch.equal(st.get("fp4", 2, framework="pt").view(torch.uint8), bits)
+        out = tmp_path / "back.safetensors"
+        st.export_safetensors(2, out)
+        assert _read_safetensors(out) == _read_safetensors(src)

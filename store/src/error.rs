@@ -293,13 +293,11 @@ pub enum InvalidInput {
         /// Tensor name.
         tensor: String,
     },
-    /// A tensor has a dtype the other side cannot hold: a sub-byte (F4, F6) tensor of a
-    /// safetensors file being imported (nothing of the checkpoint is written), or a Strata
-    /// dtype safetensors has no name for, on export.
-    #[error(
-        "{path}: tensor {tensor:?} has dtype {dtype}, which has no Strata/safetensors \
-         equivalent (of safetensors' dtypes, only the sub-byte F4 and F6 formats)"
-    )]
+    /// A tensor the other side cannot hold: on import, a dtype this version does not know or
+    /// a sub-byte (F4, F6) tensor whose last dimension is not a whole number of the groups
+    /// Strata packs it in (nothing of the checkpoint is written); on export, a Strata dtype
+    /// safetensors has no name for.
+    #[error("{path}: tensor {tensor:?} of dtype {dtype} cannot be converted: {reason}")]
     UnsupportedDType {
         /// The file.
         path: PathBuf,
@@ -307,6 +305,8 @@ pub enum InvalidInput {
         tensor: String,
         /// The file's name for the dtype.
         dtype: String,
+        /// Why.
+        reason: String,
     },
     /// A frame appended at a step before the tensor's latest version.
     #[error("tensor {tensor:?}: frame step {step} is not after the latest version {latest}")]

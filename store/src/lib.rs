@@ -151,7 +151,7 @@ pub use retain::{RetainPolicy, RetainReport};
 pub use safetensors;
 pub use safetensors_io::{
     dtype_from_safetensors, dtype_to_safetensors, metadata_from_text, metadata_to_text,
-    ExportReport, ImportReport, METADATA_KEY,
+    shape_from_safetensors, shape_to_safetensors, ExportReport, ImportReport, METADATA_KEY,
 };
 pub use stats::{StoreStats, TensorStats};
 pub use store::Store;

@@ -9,8 +9,11 @@
 //!   non-empty metadata is kept whole under the key [`METADATA_KEY`] (and an import of such
 //!   a file restores it as it was).
 //!
-//! Every Strata dtype maps to a safetensors dtype and back; a file tensor of another dtype
-//! (fp8) is a [`crate::InvalidInput::UnsupportedDType`] naming it. A file with a bad header or bad
+//! Every Strata dtype maps to a safetensors dtype and back. The sub-byte formats (`F4`,
+//! `F6_E2M3`, `F6_E3M2`) are held as packed groups ([`DType::F4E2M1x2`], ...) whose last
+//! dimension counts groups, as PyTorch's `float4_e2m1fn_x2` does; a file tensor whose last
+//! dimension is not a whole number of groups, or of a dtype this version does not know, is a
+//! [`crate::InvalidInput::UnsupportedDType`] naming it. A file with a bad header or bad
 //! offsets is a [`StoreError::SafeTensors`] naming the file.
 
 use std::collections::{BTreeMap, HashMap};
@@ -63,8 +66,9 @@ pub struct ExportReport {
     pub file_bytes: u64,
 }
 
-/// The Strata dtype of a safetensors dtype, or `None` for one Strata does not store (the
-/// sub-byte F4 and F6 formats, whose elements do not fill whole bytes).
+/// The Strata dtype of a safetensors dtype, or `None` for one this version does not know
+/// (every dtype of safetensors 0.8 has one). The sub-byte formats map to their packed
+/// groups ([`DType::F4E2M1x2`], ...), whose shapes [`shape_from_safetensors`] converts.
 pub fn dtype_from_safetensors(d: Dtype) -> Option<DType> {
     Some(match d {
         Dtype::F32 => DType::F32,
@@ -86,8 +90,45 @@ pub fn dtype_from_safetensors(d: Dtype) -> Option<DType> {
         Dtype::F8_E4M3FNUZ => DType::F8E4M3Fnuz,
         Dtype::F8_E5M2FNUZ => DType::F8E5M2Fnuz,
         Dtype::C64 => DType::C64,
+        Dtype::F4 => DType::F4E2M1x2,
+        Dtype::F6_E2M3 => DType::F6E2M3x4,
+        Dtype::F6_E3M2 => DType::F6E3M2x4,
         _ => return None,
     })
+}
+
+/// The shape of the Strata tensor that holds a safetensors tensor of `dtype` (the Strata
+/// dtype) and `shape`: the same, but for the packed sub-byte dtypes, whose last dimension
+/// counts groups of [`DType::values_per_element`] values. `None` if the last dimension is
+/// not a whole number of groups (or the tensor is a scalar): Strata cannot hold that
+/// tensor's layout.
+pub fn shape_from_safetensors(dtype: DType, shape: &[usize]) -> Option<Vec<u64>> {
+    let per = dtype.values_per_element();
+    let mut out: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
+    if per > 1 {
+        let last = out.last_mut()?;
+        if !last.is_multiple_of(per as u64) {
+            return None;
+        }
+        *last /= per as u64;
+    }
+    Some(out)
+}
+
+/// The safetensors shape of a Strata tensor of `dtype` and `shape`: the inverse of
+/// [`shape_from_safetensors`]; `None` if it does not fit in `usize` (or a packed tensor is
+/// a scalar, which no import makes).
+pub fn shape_to_safetensors(dtype: DType, shape: &[u64]) -> Option<Vec<usize>> {
+    let per = dtype.values_per_element();
+    let mut out = shape
+        .iter()
+        .map(|&d| usize::try_from(d).ok())
+        .collect::<Option<Vec<usize>>>()?;
+    if per > 1 {
+        let last = out.last_mut()?;
+        *last = last.checked_mul(per)?;
+    }
+    Some(out)
 }
 
 /// The safetensors dtype of a Strata dtype (every dtype of this version has one).
@@ -112,6 +153,9 @@ pub fn dtype_to_safetensors(d: DType) -> Option<Dtype> {
         DType::F8E4M3Fnuz => Dtype::F8_E4M3FNUZ,
         DType::F8E5M2Fnuz => Dtype::F8_E5M2FNUZ,
         DType::C64 => Dtype::C64,
+        DType::F4E2M1x2 => Dtype::F4,
+        DType::F6E2M3x4 => Dtype::F6_E2M3,
+        DType::F6E3M2x4 => Dtype::F6_E3M2,
         _ => return None,
     })
 }
@@ -193,13 +237,27 @@ fn parse_header(head: &[u8], file_len: u64, path: &Path) -> Result<Header> {
                 path: path.to_path_buf(),
                 tensor: name,
                 dtype: format!("{:?}", info.dtype),
+                reason: "this version of Strata does not know it".to_string(),
+            }));
+        };
+        let Some(shape) = shape_from_safetensors(dtype, &info.shape) else {
+            return Err(StoreError::Invalid(InvalidInput::UnsupportedDType {
+                path: path.to_path_buf(),
+                dtype: format!("{:?}", info.dtype),
+                reason: format!(
+                    "its shape {:?} does not end in a multiple of {} values, the groups \
+                     Strata packs {name:?}'s dtype in",
+                    info.shape,
+                    dtype.values_per_element()
+                ),
+                tensor: name,
             }));
         };
         let (s, e) = info.data_offsets;
         tensors.push(Entry {
             name,
             dtype,
-            shape: info.shape.iter().map(|&d| d as u64).collect(),
+            shape,
             range: s as u64..e as u64,
         });
     }
@@ -352,17 +410,13 @@ impl Store {
                     shape: rec.shape.clone(),
                 })
             };
-            let shape = rec
-                .shape
-                .iter()
-                .map(|&d| usize::try_from(d))
-                .collect::<std::result::Result<Vec<usize>, _>>()
-                .map_err(|_| bad_shape())?;
+            let shape = shape_to_safetensors(rec.dtype, &rec.shape).ok_or_else(bad_shape)?;
             let Some(dtype) = dtype_to_safetensors(rec.dtype) else {
                 return Err(StoreError::Invalid(InvalidInput::UnsupportedDType {
                     path: path.to_path_buf(),
                     tensor: name.clone(),
                     dtype: rec.dtype.to_string(),
+                    reason: "safetensors has no name for it".to_string(),
                 }));
             };
             let len = usize::try_from(rec.raw_bytes()).map_err(|_| bad_shape())?;
@@ -453,14 +507,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn dtype_mapping_round_trips_and_refuses_sub_byte_formats() {
+    fn dtype_mapping_round_trips() {
         for d in DType::ALL {
             let st = dtype_to_safetensors(d).expect("every Strata dtype has a safetensors name");
             assert_eq!(dtype_from_safetensors(st), Some(d));
             assert_eq!(format!("{st:?}"), d.safetensors_name());
+            // A packed group's bytes are its values' bits.
+            assert_eq!(d.size() * 8, st.bitsize() * d.values_per_element(), "{d}");
         }
-        for d in [Dtype::F4, Dtype::F6_E2M3, Dtype::F6_E3M2] {
-            assert_eq!(dtype_from_safetensors(d), None, "{d:?}");
-        }
+    }
+
+    #[test]
+    fn packed_shapes_count_groups_along_the_last_dimension() {
+        let f4 = DType::F4E2M1x2;
+        assert_eq!(shape_from_safetensors(f4, &[3, 64]), Some(vec![3, 32]));
+        assert_eq!(shape_to_safetensors(f4, &[3, 32]), Some(vec![3, 64]));
+        assert_eq!(shape_from_safetensors(f4, &[2, 3]), None);
+        assert_eq!(shape_from_safetensors(f4, &[]), None);
+        let f6 = DType::F6E3M2x4;
+        assert_eq!(shape_from_safetensors(f6, &[8]), Some(vec![2]));
+        assert_eq!(shape_from_safetensors(f6, &[6]), None);
+        assert_eq!(shape_to_safetensors(f6, &[2]), Some(vec![8]));
+        assert_eq!(shape_to_safetensors(f6, &[u64::MAX]), None);
+        assert_eq!(shape_from_safetensors(DType::BF16, &[]), Some(vec![]));
+        assert_eq!(
+            shape_from_safetensors(DType::BF16, &[2, 3]),
+            Some(vec![2, 3])
+        );
     }
 }

@@ -203,8 +203,8 @@ impl Fidelity {
 }
 
 impl Tensor {
-    /// The elements as `f64` ([`strata_codec::convert::to_f64`]: exact for every dtype but
-    /// 64-bit integers above 2^53; bool is 0 or 1).
+    /// The values as `f64` ([`strata_codec::convert::to_f64`]: exact for every dtype but
+    /// 64-bit integers above 2^53; bool is 0 or 1; every value of a packed sub-byte group).
     pub fn to_f64(&self) -> Vec<f64> {
         to_f64(self.dtype, &self.data)
     }

@@ -154,11 +154,13 @@ fn metadata_that_is_not_an_object_of_strings_survives_a_round_trip() {
 }
 
 #[test]
-fn unsupported_dtype_names_the_tensor() {
+fn sub_byte_tensor_off_its_groups_is_refused_by_name() {
+    // Six F4 values are three whole bytes, but a last dimension of 3 splits a packed pair
+    // across rows: Strata cannot hold that layout.
     let file = file_with(
         &[
             ("ok", Dtype::F32, vec![2], vec![0; 8]),
-            ("mxfp4", Dtype::F4, vec![4], vec![1; 2]),
+            ("mxfp4", Dtype::F4, vec![2, 3], vec![1; 3]),
         ],
         None,
     );
@@ -166,7 +168,7 @@ fn unsupported_dtype_names_the_tensor() {
     let store = Store::open(&path).expect("open");
     let err = store
         .import_safetensors_bytes(&file, 1, "model.safetensors")
-        .expect_err("a sub-byte dtype must be refused");
+        .expect_err("an F4 tensor with an odd last dimension must be refused");
     match &err {
         StoreError::Invalid(InvalidInput::UnsupportedDType { tensor, path, .. }) => {
             assert_eq!(tensor, "mxfp4");
@@ -174,9 +176,65 @@ fn unsupported_dtype_names_the_tensor() {
         }
         other => panic!("unexpected error {other:?}"),
     }
-    assert!(err.to_string().contains("mxfp4"), "{err}");
+    let text = err.to_string();
+    assert!(text.contains("mxfp4") && text.contains("[2, 3]"), "{text}");
     // Nothing was saved.
     assert!(store.checkpoints().expect("list").is_empty());
+}
+
+#[test]
+fn f4_and_f6_tensors_round_trip_bit_exact() {
+    // MX-style blocks: 32 values per scale along the last dimension, every code present.
+    let f4: Vec<u8> = (0..512u32).map(|i| (i * 37 % 256) as u8).collect();
+    let f6: Vec<u8> = (0..768u32).map(|i| (i * 101 % 256) as u8).collect();
+    let scales: Vec<u8> = (0..32u8).map(|i| 120 + i % 8).collect();
+    let tensors = [
+        ("w.fp4", Dtype::F4, vec![32, 32], f4),
+        ("w.scales", Dtype::F8_E8M0, vec![32, 1], scales),
+        ("w.fp6_e2m3", Dtype::F6_E2M3, vec![16, 64], f6.clone()),
+        ("w.fp6_e3m2", Dtype::F6_E3M2, vec![1024], f6),
+    ];
+    let (dir, path) = temp_store();
+    let store = Store::open(&path).expect("open");
+    for step in [1u64, 2] {
+        let file = file_with(
+            &tensors
+                .iter()
+                .map(|(n, d, s, b)| {
+                    let mut b = b.clone();
+                    if step == 2 {
+                        b[5] ^= 0x10;
+                    }
+                    (*n, *d, s.clone(), b)
+                })
+                .collect::<Vec<_>>(),
+            None,
+        );
+        store
+            .import_safetensors_bytes(&file, step, "mx.safetensors")
+            .expect("import F4 and F6");
+        let out = dir.path().join(format!("{step}.safetensors"));
+        store.export_safetensors(step, &out).expect("export");
+        assert_eq!(std::fs::read(&out).expect("read"), file, "step {step}");
+    }
+    // Strata holds packed groups: the last dimension counts pairs (F4) or fours (F6).
+    let t = store.get("w.fp4", 2).expect("get");
+    assert_eq!(t.dtype, DType::F4E2M1x2);
+    assert_eq!(t.shape, vec![32, 16]);
+    assert_eq!(t.data.len(), 512);
+    let t = store.get("w.fp6_e3m2", 1).expect("get");
+    assert_eq!(t.dtype, DType::F6E3M2x4);
+    assert_eq!(t.shape, vec![256]);
+    assert_eq!(t.data.len(), 768);
+    // Byte 0 of the F6 data is 0: the group's first value is +0; every value decodes.
+    let values = t.to_f64();
+    assert_eq!(values.len(), 1024);
+    assert_eq!(values[0], 0.0);
+    assert!(values.iter().all(|v| v.is_finite() && v.abs() <= 28.0));
+    // Step 2 is stored as deltas against step 1.
+    let versions = store.versions("w.fp4").expect("versions");
+    assert_eq!(versions.len(), 2);
+    assert!(store.verify().expect("verify").is_ok());
 }
 
 #[test]

@@ -235,9 +235,14 @@ proptest! {
     fn to_f64_is_exact(bytes in prop::collection::vec(any::<u8>(), 0..256)) {
         for dt in DType::ALL {
             let d = to_f64(dt, &bytes);
-            let mut into = vec![0f64; bytes.len() / dt.size()];
+            let mut into = vec![0f64; bytes.len() / dt.size() * dt.values_per_element()];
             to_f64_into(dt, &bytes, &mut into).unwrap();
             prop_assert_eq!(d.len(), into.len());
+            if dt.values_per_element() > 1 {
+                // Packed groups: sub_byte_formats_decode_their_reference_values.
+                prop_assert!(d.iter().zip(&into).all(|(x, y)| x.to_bits() == y.to_bits()));
+                continue;
+            }
             let whole = bytes.chunks_exact(dt.size());
             for ((c, &x), &y) in whole.zip(&d).zip(&into) {
                 prop_assert!(x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()));
@@ -305,4 +310,39 @@ fn fp8_formats_decode_their_reference_values() {
         .flat_map(|x| x.to_le_bytes())
         .collect();
     assert_eq!(to_f64(DType::C64, &c), vec![1.5, 3.0]);
+}
+
+#[test]
+fn sub_byte_formats_decode_their_reference_values() {
+    // FP4 E2M1, every code: the OCP MX table; the low nibble is the first value.
+    let e2m1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0];
+    for code in 0..16u8 {
+        let byte = code | (15 - code) << 4;
+        let v = to_f64(DType::F4E2M1x2, &[byte]);
+        let magnitude = |c: u8| e2m1[usize::from(c & 7)];
+        let sign = |c: u8| if c & 8 != 0 { -1.0 } else { 1.0 };
+        assert_eq!(
+            v,
+            vec![
+                sign(code) * magnitude(code),
+                sign(15 - code) * magnitude(15 - code)
+            ]
+        );
+    }
+    assert!(to_f64(DType::F4E2M1x2, &[0x08])[0].is_sign_negative());
+    // FP6: value i in bits 6i..6i+6 of the little-endian 24-bit group.
+    let group = |codes: [u32; 4]| {
+        let w = codes[0] | codes[1] << 6 | codes[2] << 12 | codes[3] << 18;
+        w.to_le_bytes()[..3].to_vec()
+    };
+    // E2M3: 1.0, -(smallest subnormal), the largest, 0.
+    let g = group([0x08, 0x21, 0x1F, 0x00]);
+    assert_eq!(to_f64(DType::F6E2M3x4, &g), vec![1.0, -0.125, 7.5, 0.0]);
+    // E3M2: 1.0, the smallest subnormal, the largest, -1.5.
+    let g = group([0x0C, 0x01, 0x1F, 0x2E]);
+    assert_eq!(to_f64(DType::F6E3M2x4, &g), vec![1.0, 0.0625, 28.0, -1.5]);
+    // A trailing partial group is ignored; into checks the value count.
+    assert_eq!(to_f64(DType::F6E3M2x4, &[0, 0, 0, 0, 0]).len(), 4);
+    assert!(to_f64_into(DType::F6E3M2x4, &[0; 6], &mut [0.0; 2]).is_err());
+    assert!(to_f64_into(DType::F4E2M1x2, &[0; 2], &mut [0.0; 4]).is_ok());
 }

@@ -299,7 +299,7 @@ pub fn encode(
     opts: &LosslessOptions,
     out: &mut Vec<u8>,
 ) -> Result<LosslessStats, LosslessError> {
-    let w = dtype.size();
+    let w = dtype.plane_width();
     check_lengths(dtype, data, base)?;
     let n = data.len() / w;
     let rotate = dtype.is_float();
@@ -730,7 +730,7 @@ pub fn decode(
     out: &mut [u8],
 ) -> Result<(), LosslessError> {
     check_lengths(dtype, out, base)?;
-    let w = dtype.size();
+    let w = dtype.plane_width();
     let n = out.len() / w;
     let float = dtype.is_float();
     let &code = payload.first().ok_or(LosslessError::Truncated {
@@ -822,7 +822,7 @@ fn decode_planes(
     table: &mut Vec<u32>,
     out: &mut [u8],
 ) -> Result<(), LosslessError> {
-    let w = dtype.size();
+    let w = dtype.plane_width();
     let n = out.len() / w;
     let float = dtype.is_float();
     let contexts = match base {

@@ -41,7 +41,8 @@ fn bytes_of(words: &[u32]) -> Vec<u8> {
 
 #[test]
 fn every_dtype_round_trips() {
-    let data: Vec<u8> = (0..4096u32)
+    // A whole number of elements of every size (1, 2, 3, 4 and 8 bytes).
+    let data: Vec<u8> = (0..3 * 4096u32)
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
         .collect();
     let base: Vec<u8> = data.iter().map(|b| b.rotate_left(3) ^ 0x5A).collect();
@@ -287,6 +288,24 @@ proptest! {
         let data: Vec<u8> = v.iter().flat_map(|w| w.to_le_bytes()).collect();
         round_trip(DType::F64, &data, None);
         round_trip(DType::I64, &data, Some(&data.iter().rev().copied().collect::<Vec<_>>()));
+    }
+
+    /// The packed FP4 pairs and FP6 groups (3-byte elements, coded as raw byte planes), as
+    /// keyframes and as deltas against a base that differs in a few nibbles.
+    #[test]
+    fn packed_sub_byte_round_trip(groups in prop::collection::vec(any::<[u8; 3]>(), 0..500), flips in prop::collection::vec((any::<prop::sample::Index>(), 1u8..16), 0..20)) {
+        let data: Vec<u8> = groups.concat();
+        let mut base = data.clone();
+        for (at, x) in &flips {
+            if !base.is_empty() {
+                let i = at.index(base.len());
+                base[i] ^= x;
+            }
+        }
+        for dtype in [DType::F4E2M1x2, DType::F6E2M3x4, DType::F6E3M2x4] {
+            round_trip(dtype, &data, None);
+            round_trip(dtype, &data, Some(&base));
+        }
     }
 }
 
