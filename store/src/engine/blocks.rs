@@ -412,7 +412,8 @@ impl Job {
         let mut base = self.base.take();
         let links = std::mem::take(&mut self.links);
         for link in links.into_iter().rev() {
-            let mut out = vec![0u8; self.len];
+            // A buffer the cache evicted, when there is one: fresh pages fault one by one.
+            let mut out = POOL.take_filled(self.len);
             self.decode_link(&link, base.as_deref().map(Vec::as_slice), &mut out)?;
             let block = Arc::new(out);
             cache.insert(link.address, block.clone());
