@@ -202,8 +202,8 @@ impl DType {
         }
     }
 
-    /// The dtype of a safetensors dtype name, or `None` for an unknown name. The `safetensors` crate's `Dtype` prints these names with
-    /// `{:?}`.
+    /// The dtype of a safetensors dtype name, or `None` for an unknown name. The
+    /// `safetensors` crate's `Dtype` prints these names with `{:?}`.
     pub fn from_safetensors_name(name: &str) -> Option<DType> {
         DType::ALL
             .into_iter()

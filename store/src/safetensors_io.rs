@@ -245,8 +245,8 @@ fn parse_header(head: &[u8], file_len: u64, path: &Path) -> Result<Header> {
                 path: path.to_path_buf(),
                 dtype: format!("{:?}", info.dtype),
                 reason: format!(
-                    "its shape {:?} does not end in a multiple of {} values, the groups \
-                     Strata packs {name:?}'s dtype in",
+                    "the last dimension of its shape {:?} is not a multiple of {}, the values \
+                     Strata packs in one element of this dtype",
                     info.shape,
                     dtype.values_per_element()
                 ),
