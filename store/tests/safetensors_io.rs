@@ -182,6 +182,40 @@ fn sub_byte_tensor_off_its_groups_is_refused_by_name() {
     assert!(store.checkpoints().expect("list").is_empty());
 }
 
+/// A store holding `tensors` imported at step 1 and at step 2, where step 2 has byte `at` of
+/// each tensor XORed with `flip` (a delta against step 1); each step's export is checked to be
+/// the file imported, byte for byte.
+fn import_two_steps_and_export(
+    tensors: &[(&str, Dtype, Vec<usize>, Vec<u8>)],
+    (at, flip): (usize, u8),
+    file_name: &str,
+) -> (tempfile::TempDir, Store) {
+    let (dir, path) = temp_store();
+    let store = Store::open(&path).expect("open");
+    for step in [1u64, 2] {
+        let file = file_with(
+            &tensors
+                .iter()
+                .map(|(n, d, s, b)| {
+                    let mut b = b.clone();
+                    if step == 2 {
+                        b[at] ^= flip;
+                    }
+                    (*n, *d, s.clone(), b)
+                })
+                .collect::<Vec<_>>(),
+            None,
+        );
+        store
+            .import_safetensors_bytes(&file, step, file_name)
+            .expect("import");
+        let out = dir.path().join(format!("{step}.safetensors"));
+        store.export_safetensors(step, &out).expect("export");
+        assert_eq!(std::fs::read(&out).expect("read"), file, "step {step}");
+    }
+    (dir, store)
+}
+
 #[test]
 fn f4_and_f6_tensors_round_trip_bit_exact() {
     // MX-style blocks: 32 values per scale along the last dimension, every code present.
@@ -194,29 +228,7 @@ fn f4_and_f6_tensors_round_trip_bit_exact() {
         ("w.fp6_e2m3", Dtype::F6_E2M3, vec![16, 64], f6.clone()),
         ("w.fp6_e3m2", Dtype::F6_E3M2, vec![1024], f6),
     ];
-    let (dir, path) = temp_store();
-    let store = Store::open(&path).expect("open");
-    for step in [1u64, 2] {
-        let file = file_with(
-            &tensors
-                .iter()
-                .map(|(n, d, s, b)| {
-                    let mut b = b.clone();
-                    if step == 2 {
-                        b[5] ^= 0x10;
-                    }
-                    (*n, *d, s.clone(), b)
-                })
-                .collect::<Vec<_>>(),
-            None,
-        );
-        store
-            .import_safetensors_bytes(&file, step, "mx.safetensors")
-            .expect("import F4 and F6");
-        let out = dir.path().join(format!("{step}.safetensors"));
-        store.export_safetensors(step, &out).expect("export");
-        assert_eq!(std::fs::read(&out).expect("read"), file, "step {step}");
-    }
+    let (_dir, store) = import_two_steps_and_export(&tensors, (5, 0x10), "mx.safetensors");
     // Strata holds packed groups: the last dimension counts pairs (F4) or fours (F6).
     let t = store.get("w.fp4", 2).expect("get");
     assert_eq!(t.dtype, DType::F4E2M1x2);
@@ -234,6 +246,7 @@ fn f4_and_f6_tensors_round_trip_bit_exact() {
     // Step 2 is stored as deltas against step 1.
     let versions = store.versions("w.fp4").expect("versions");
     assert_eq!(versions.len(), 2);
+    assert_eq!(versions[1].encodings[0].base, Some(1));
     assert!(store.verify().expect("verify").is_ok());
 }
 
@@ -256,30 +269,7 @@ fn fp8_and_complex_tensors_round_trip_bit_exact() {
         ("e5m2fnuz", Dtype::F8_E5M2FNUZ, vec![2, 128], every_byte),
         ("c64", Dtype::C64, vec![8, 4], complex),
     ];
-    let (dir, path) = temp_store();
-    let store = Store::open(&path).expect("open");
-    for step in [1u64, 2] {
-        // The second step changes a few bytes of each: a delta against the first.
-        let file = file_with(
-            &tensors
-                .iter()
-                .map(|(n, d, s, b)| {
-                    let mut b = b.clone();
-                    if step == 2 {
-                        b[3] ^= 1;
-                    }
-                    (*n, *d, s.clone(), b)
-                })
-                .collect::<Vec<_>>(),
-            None,
-        );
-        store
-            .import_safetensors_bytes(&file, step, "fp8.safetensors")
-            .expect("import fp8 and complex");
-        let out = dir.path().join(format!("{step}.safetensors"));
-        store.export_safetensors(step, &out).expect("export");
-        assert_eq!(std::fs::read(&out).expect("read"), file, "step {step}");
-    }
+    let (_dir, store) = import_two_steps_and_export(&tensors, (3, 1), "fp8.safetensors");
     let t = store.get("e4m3", 2).expect("get");
     assert_eq!(t.dtype, DType::F8E4M3);
     assert_eq!(t.shape, vec![16, 16]);
