@@ -13,7 +13,8 @@
 //! For a segment that parses and decodes to at most 4 MiB:
 //! - lossless: decode without a base and with the base [`base_pattern`] of the right
 //!   length (pseudo-random rather than zeros, so that a delta coded with base-exponent
-//!   contexts uses many contexts);
+//!   contexts uses many contexts); then prefixes of both (`decode_lossless_prefix_into`),
+//!   which must equal the start of a whole decode that succeeds;
 //! - quantized: dequantize;
 //! - quantized frames ([`FrameSegment`]): every frame on its own, which must match
 //!   [`FrameSegment::decode_all`]; and [`FrameStreamEncoder::resume`] followed by
@@ -126,6 +127,31 @@ fn check_lossless(seg: &Segment<'_>, base: Option<&[u8]>, len: usize) {
             assert!(a == c, "decode_lossless and decode_lossless_into disagree");
         }
         Err(e) => assert_same(&ra, &Err(e), "decode_lossless and _into fail differently"),
+    }
+    check_prefixes(seg, base, len, ra.is_ok().then_some(&a[..]));
+}
+
+/// Prefix decodes of one element, of about half and of all but one: never a panic, never
+/// dependent on the output buffer, and when the whole block decodes (`whole`), a prefix
+/// decodes to exactly its first bytes.
+fn check_prefixes(seg: &Segment<'_>, base: Option<&[u8]>, len: usize, whole: Option<&[u8]>) {
+    let size = seg.header().dtype.size();
+    let n = len / size;
+    for m in [1, n / 2, n.saturating_sub(1)] {
+        let p = m.min(n) * size;
+        let base = base.map(|b| &b[..p]);
+        let mut a = vec![0xAAu8; p];
+        let mut b = vec![0x55u8; p];
+        let ra = seg.decode_lossless_prefix_into(base, &mut a);
+        let rb = seg.decode_lossless_prefix_into(base, &mut b);
+        assert_same(&ra, &rb, "prefix result depends on the output buffer");
+        if ra.is_ok() {
+            assert!(a == b, "prefix bytes depend on the output buffer");
+        }
+        if let Some(whole) = whole {
+            assert!(ra.is_ok(), "a prefix failed where the whole block decodes: {ra:?}");
+            assert!(a == whole[..p], "a prefix differs from the whole decode");
+        }
     }
 }
 

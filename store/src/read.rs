@@ -131,7 +131,7 @@ impl Store {
     }
 
     /// Reads elements `elems` (flat, row-major) of version `step`, decoding only the blocks
-    /// that overlap them.
+    /// that overlap them, and the last of those only up to `elems.end` (ADR 0022).
     ///
     /// # Errors
     /// [`crate::InvalidInput::Range`], and those of [`Store::get`].
@@ -327,6 +327,7 @@ impl Store {
             step,
             rec,
             blocks: first..last + 1,
+            upto: Some(elems.end),
         };
         let mut fetcher = Fetcher::new(r, &self.cache);
         read_blocks(

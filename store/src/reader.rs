@@ -91,6 +91,7 @@ impl CheckpointReader<'_> {
                 step: self.step,
                 rec,
                 blocks: 0..rec.blocks.len() as u64,
+                upto: None,
             })
             .collect();
         let mut out: Vec<(Vec<u8>, Fidelity)> = recs
@@ -220,6 +221,7 @@ impl Store {
             step,
             rec: &rec,
             blocks: 0..rec.blocks.len() as u64,
+            upto: None,
         };
         let mut fidelity = Fidelity::Exact;
         let mut fetcher = Fetcher::streaming(&r, &self.cache);

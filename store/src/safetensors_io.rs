@@ -457,6 +457,7 @@ impl Store {
                     step,
                     rec,
                     blocks: 0..rec.blocks.len() as u64,
+                    upto: None,
                 })
                 .collect();
             let mut fetcher = Fetcher::streaming(&r, &self.cache);

@@ -276,6 +276,49 @@ fn history_equals_reads_of_each_version() {
 }
 
 #[test]
+fn partial_and_whole_reads_share_the_cache() {
+    // Partial reads decode the first elements of a block's chain and cache them apart from
+    // whole blocks: reads in any order, cold or warm, give the stored bytes.
+    let (_dir, path) = temp_store();
+    let store = small_windows(&path);
+    let mut values = noise(5_000, 4);
+    let mut expected = Vec::new();
+    for step in 1..=8u64 {
+        for v in values.iter_mut().step_by(3) {
+            *v *= 1.001;
+        }
+        let data = tensor(&values);
+        let t = TensorRef {
+            dtype: DType::F32,
+            shape: &[5_000],
+            bytes: &data,
+        };
+        store.put("w", step, &t).unwrap();
+        expected.push(data);
+    }
+    // Block 1 holds elements 1024..2048: ends inside it, at its start, and at its end.
+    for end in [1025u64, 1500, 2047, 2048, 5_000] {
+        for (i, data) in expected.iter().enumerate().rev() {
+            let step = i as u64 + 1;
+            let part = store.get_range("w", step, 1000..end).unwrap();
+            assert_eq!(
+                part.data,
+                data[4000..end as usize * 4],
+                "step {step} ..{end}"
+            );
+            assert_eq!(store.get("w", step).unwrap().data, *data);
+            let again = store.get_range("w", step, 1000..end).unwrap();
+            assert_eq!(again.data, part.data);
+        }
+        let rows = store.history("w", 1000..end, ..).unwrap();
+        assert_eq!(rows.len(), expected.len());
+        for ((_, row), data) in rows.iter().zip(&expected) {
+            assert_eq!(row.data, data[4000..end as usize * 4]);
+        }
+    }
+}
+
+#[test]
 fn tiered_tensors_stream_through_the_writer() {
     let (_dir, path) = temp_store();
     let store = small_windows(&path);

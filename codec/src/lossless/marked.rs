@@ -201,14 +201,17 @@ pub(super) struct Body<'a> {
     pub(super) marked: Vec<usize>,
 }
 
-/// Parses and checks a method-5 body of plane `plane` against the marks (`n` elements):
-/// every exception inside the plane and unmarked, the inner method known and its length
-/// right for `raw` and `constant`.
+/// Parses and checks a method-5 body of plane `plane` of `n` elements against the marks of
+/// its first `m` (`m <= n`; the planes hold `m`): every exception inside the plane, and
+/// unmarked when it is among the first `m`; the inner method known and its length right
+/// for `raw` and `constant` (when `m < n`, at least what the first `m` need). The marked
+/// elements listed are those among the first `m`.
 pub(super) fn parse<'a>(
     body: &'a [u8],
     plane: usize,
     sign: &Plane<'_>,
     mantissa: &Plane<'_>,
+    m: usize,
     n: usize,
 ) -> Result<Body<'a>, LosslessError> {
     let bad = |reason: &'static str| LosslessError::Marked { plane, reason };
@@ -229,7 +232,7 @@ pub(super) fn parse<'a>(
             .ok_or(bad("exception outside the plane"))?;
         let &v = body.get(pos).ok_or(bad("truncated exceptions"))?;
         pos += 1;
-        if v == 0 || mark(sign, mantissa, at) != 0 {
+        if v == 0 || at < m && mark(sign, mantissa, at) != 0 {
             return Err(bad("exception zero or at a marked element"));
         }
         next = at + 1;
@@ -237,12 +240,12 @@ pub(super) fn parse<'a>(
     let exceptions = &body[start..pos];
     let &inner = body.get(pos).ok_or(bad("no inner method"))?;
     let rest = &body[pos + 1..];
-    let marked = marked(sign, mantissa, n);
-    let m = marked.len();
+    let marked = marked(sign, mantissa, m);
+    let (k, whole) = (marked.len(), m == n);
     let ok = match inner {
-        0 => rest.len() == m,
-        2 => rest.len() == 1 && m > 0,
-        3 | 4 => !rest.is_empty() && m > 0,
+        0 => rest.len() == k || !whole && rest.len() > k,
+        2 => rest.len() == 1 && (k > 0 || !whole),
+        3 | 4 => !rest.is_empty() && (k > 0 || !whole),
         _ => false,
     };
     if !ok {
@@ -258,8 +261,8 @@ pub(super) fn parse<'a>(
 }
 
 impl Body<'_> {
-    /// Writes the plane into `dst` (`n` bytes) from the marked elements' bytes `sub`
-    /// (one per marked element) and the exceptions.
+    /// Writes the plane's first `dst.len()` bytes (the `m` of [`parse`]) from the marked
+    /// elements' bytes `sub` (one per marked element) and the exceptions.
     pub(super) fn scatter(&self, sub: &[u8], dst: &mut [u8]) {
         dst.fill(0);
         for (&i, &s) in self.marked.iter().zip(sub) {

@@ -147,6 +147,15 @@ pub enum LosslessError {
         /// What is wrong.
         reason: &'static str,
     },
+    /// A prefix asked of [`decode_prefix`] is longer than the data, or the data's length
+    /// is not a whole number of elements.
+    #[error("a prefix of {prefix} bytes of {len} decoded bytes")]
+    Prefix {
+        /// Bytes asked for.
+        prefix: usize,
+        /// Decoded bytes of the payload.
+        len: usize,
+    },
     /// zstd failed while compressing (out of memory, in practice).
     #[error("zstd compression failed: {0}")]
     Compress(String),
@@ -730,8 +739,46 @@ pub fn decode(
     out: &mut [u8],
 ) -> Result<(), LosslessError> {
     check_lengths(dtype, out, base)?;
+    decode_first(dtype, payload, base, out.len() / dtype.plane_width(), out)
+}
+
+/// Decodes the first `out.len()` bytes of a payload of `len` decoded bytes: the elements
+/// a reader of one element range needs (`Store::history`), at the cost of decoding up to
+/// them. `base`, for a delta, is the same prefix of the base.
+///
+/// The bytes are exactly those [`decode`] writes there. A payload is checked as far as
+/// the prefix reaches: the plane table whole, each plane up to the prefix; what only the
+/// end of a plane shows (leftover rANS words, padding bits) is checked by [`decode`].
+///
+/// # Errors
+/// [`LosslessError::Prefix`] when `out` is longer than `len`, and those of [`decode`].
+pub fn decode_prefix(
+    dtype: DType,
+    payload: &[u8],
+    base: Option<&[u8]>,
+    len: usize,
+    out: &mut [u8],
+) -> Result<(), LosslessError> {
+    check_lengths(dtype, out, base)?;
+    if out.len() > len || !len.is_multiple_of(dtype.size()) {
+        return Err(LosslessError::Prefix {
+            prefix: out.len(),
+            len,
+        });
+    }
+    decode_first(dtype, payload, base, len / dtype.plane_width(), out)
+}
+
+/// Decodes the first `out.len() / W` of the payload's `n` elements (checked by the callers:
+/// `out` whole elements, no longer than `n`, `base` as long as `out`).
+fn decode_first(
+    dtype: DType,
+    payload: &[u8],
+    base: Option<&[u8]>,
+    n: usize,
+    out: &mut [u8],
+) -> Result<(), LosslessError> {
     let w = dtype.plane_width();
-    let n = out.len() / w;
     let float = dtype.is_float();
     let &code = payload.first().ok_or(LosslessError::Truncated {
         needed: 1,
@@ -800,6 +847,7 @@ pub fn decode(
             &entries[..w],
             &bodies[..w],
             base,
+            n,
             scratch,
             &mut table,
             out,
@@ -809,8 +857,8 @@ pub fn decode(
     })
 }
 
-/// Decodes the planes of a checked payload (`entries` and `bodies` per plane) and joins
-/// them into `out`.
+/// Decodes the first `out.len() / W` elements of the planes of a checked payload of `n`
+/// elements (`entries` and `bodies` per plane) and joins them into `out`.
 #[allow(clippy::too_many_arguments)]
 fn decode_planes(
     cut: Cut,
@@ -818,18 +866,20 @@ fn decode_planes(
     entries: &[(u8, usize)],
     bodies: &[&[u8]],
     base: Option<&[u8]>,
+    n: usize,
     scratch: &mut scratch::Scratch,
     table: &mut Vec<u32>,
     out: &mut [u8],
 ) -> Result<(), LosslessError> {
     let w = dtype.plane_width();
-    let n = out.len() / w;
+    let m = out.len() / w;
     let float = dtype.is_float();
     let contexts = match base {
         Some(b) if entries.iter().any(|e| e.0 == 4 || e.0 == 5) => Some(exponent_bytes(dtype, b)),
         _ => None,
     };
     let mut dec = PlaneDecoder {
+        m,
         n,
         exps: contexts.as_deref(),
         map: None,
@@ -843,18 +893,19 @@ fn decode_planes(
         .filter(|&k| !(entries[k].0 == 2 || entries[k].0 == 0 && cut.bits(k, w) == 8))
         .count();
     let head_words = if cut == Cut::Head && entries[0].0 != 2 {
-        n
+        m
     } else {
         0
     };
-    let (bytes, words) = scratch.get(scratch_planes * n, head_words);
-    let mut parts = bytes.chunks_mut(n.max(1));
+    let (bytes, words) = scratch.get(scratch_planes * m, head_words);
+    let mut parts = bytes.chunks_mut(m.max(1));
     let mut planes: [Plane<'_>; 8] = [Plane::Constant(0); 8];
     for k in first_byte_plane..w {
         let (method, body) = (entries[k].0, bodies[k]);
         let bits = cut.bits(k, w);
         planes[k] = match method {
-            0 if bits == 8 => Plane::Bytes(body),
+            // The table check made a raw byte plane `n >= m` bytes.
+            0 if bits == 8 => Plane::Bytes(&body[..m]),
             2 => Plane::Constant(dec.constant(body, k, bits)? as u8),
             5 => {
                 let dst = parts.next().unwrap_or_default();
@@ -908,8 +959,9 @@ fn decode_planes(
     Ok(())
 }
 
-/// Decodes the planes of one payload.
+/// Decodes the first `m` elements of the planes of one payload of `n` elements.
 struct PlaneDecoder<'a> {
+    m: usize,
     n: usize,
     /// The base's exponent bytes, when some plane uses base contexts.
     exps: Option<&'a [u8]>,
@@ -943,19 +995,13 @@ impl PlaneDecoder<'_> {
         dst: &mut [u8],
     ) -> Result<(), LosslessError> {
         let (sign, mantissa) = (&marks.0, &marks.1);
-        let b = marked::parse(body, plane, sign, mantissa, self.n)?;
+        let b = marked::parse(body, plane, sign, mantissa, self.m, self.n)?;
         let mut sub = vec![0u8; b.marked.len()];
         match b.inner {
-            0 => sub.copy_from_slice(b.rest),
+            // `parse` checked that the raw bytes cover the marked elements.
+            0 => sub.copy_from_slice(&b.rest[..b.marked.len()]),
             2 => sub.fill(b.rest[0]),
-            3 => rans::decode(
-                b.rest,
-                plane,
-                rans::Contexts::Order0,
-                8,
-                &mut sub,
-                self.table,
-            )?,
+            3 => self.rans(b.rest, plane, rans::Contexts::Order0, 8, &mut sub)?,
             _ => {
                 let exps = self.exps.ok_or(LosslessError::Marked {
                     plane,
@@ -971,7 +1017,7 @@ impl PlaneDecoder<'_> {
                 let map = rans::ContextMap::new(marked::gather(&b.marked, all.2.ctx()));
                 self.map = Some(all);
                 let ctx = rans::Contexts::Given(&map);
-                rans::decode(&b.rest[1..], plane, ctx, 8, &mut sub, self.table)?;
+                self.rans(&b.rest[1..], plane, ctx, 8, &mut sub)?;
             }
         }
         b.scatter(&sub, dst);
@@ -989,11 +1035,20 @@ impl PlaneDecoder<'_> {
     ) -> Result<(), LosslessError> {
         match method {
             0 => {
-                if !planes::unpack(body, bits, dst) {
+                // The table check made the body `packed_len(n, bits)` bytes. The padding
+                // bits are checked only when the last element is read.
+                let src = &body[..planes::packed_len(self.m, bits)];
+                if !planes::unpack(src, bits, dst) && self.m == self.n {
                     return Err(LosslessError::SymbolRange { plane, bits });
                 }
             }
             1 => match S::as_bytes_mut(dst) {
+                Some(d) if self.m < self.n => {
+                    decode_zstd_prefix(body, plane, d)?;
+                    if d.iter().any(|&b| u32::from(b) >> bits != 0) {
+                        return Err(LosslessError::SymbolRange { plane, bits });
+                    }
+                }
                 Some(d) => {
                     decode_zstd(body, plane, &mut self.zstd, d, self.n)?;
                     if d.iter().any(|&b| u32::from(b) >> bits != 0) {
@@ -1002,7 +1057,7 @@ impl PlaneDecoder<'_> {
                 }
                 None => return Err(LosslessError::UnknownMethod { plane, method }),
             },
-            3 => rans::decode(body, plane, rans::Contexts::Order0, bits, dst, self.table)?,
+            3 => self.rans(body, plane, rans::Contexts::Order0, bits, dst)?,
             _ => {
                 // Method 4; the table check guarantees a base of a float.
                 let count = rans::stream_contexts(&body[1..], plane, rans::MAX_CONTEXTS)?;
@@ -1015,13 +1070,75 @@ impl PlaneDecoder<'_> {
                     }
                 };
                 let ctx = rans::Contexts::Given(&map.2);
-                let r = rans::decode(&body[1..], plane, ctx, bits, dst, self.table);
+                let r = rans_stream(
+                    self.table,
+                    self.m == self.n,
+                    &body[1..],
+                    plane,
+                    ctx,
+                    bits,
+                    dst,
+                );
                 self.map = Some(map);
                 r?;
             }
         }
         Ok(())
     }
+}
+
+impl PlaneDecoder<'_> {
+    /// Decodes a rANS stream of the plane into `dst`: whole, or its first `m` symbols.
+    fn rans<S: rans::Symbol>(
+        &mut self,
+        src: &[u8],
+        plane: usize,
+        ctx: rans::Contexts<'_>,
+        bits: u32,
+        dst: &mut [S],
+    ) -> Result<(), LosslessError> {
+        rans_stream(self.table, self.m == self.n, src, plane, ctx, bits, dst)
+    }
+}
+
+/// [`rans::decode`] when `whole`, else [`rans::decode_prefix`].
+fn rans_stream<S: rans::Symbol>(
+    table: &mut Vec<u32>,
+    whole: bool,
+    src: &[u8],
+    plane: usize,
+    ctx: rans::Contexts<'_>,
+    bits: u32,
+    dst: &mut [S],
+) -> Result<(), LosslessError> {
+    if whole {
+        rans::decode(src, plane, ctx, bits, dst, table)
+    } else {
+        rans::decode_prefix(src, plane, ctx, bits, dst, table)
+    }
+}
+
+/// Decodes the first `dst.len()` bytes of a zstd plane, streaming: the decoder stops when
+/// `dst` is full.
+fn decode_zstd_prefix(body: &[u8], plane: usize, dst: &mut [u8]) -> Result<(), LosslessError> {
+    use zstd::stream::raw::{Decoder, InBuffer, Operation, OutBuffer};
+    let err = |reason: String| LosslessError::Zstd { plane, reason };
+    let mut d = Decoder::new().map_err(|e| err(e.to_string()))?;
+    let mut input = InBuffer::around(body);
+    let mut output = OutBuffer::around(dst);
+    while output.pos() < output.capacity() {
+        let before = (input.pos(), output.pos());
+        d.run(&mut input, &mut output)
+            .map_err(|e| err(e.to_string()))?;
+        if (input.pos(), output.pos()) == before {
+            return Err(err(format!(
+                "the frame ends after {} bytes, before the {} asked for",
+                output.pos(),
+                output.capacity()
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn decode_zstd(

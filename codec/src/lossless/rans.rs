@@ -967,9 +967,31 @@ pub(crate) fn decode<S: Symbol>(
     out: &mut [S],
     table: &mut Vec<u32>,
 ) -> Result<(), LosslessError> {
-    decode_with(Kernel::detect(), src, plane, ctx, bits, out, table)
+    decode_with(Kernel::detect(), src, plane, ctx, bits, out, table, true)
 }
 
+/// Decodes the first `out.len()` symbols of a stream written by [`encode`] for a plane of
+/// at least that many, as [`decode`] does but for the checks that need the whole stream
+/// (no leftover words, final states back at the initial one). Symbol `i` is decoded by
+/// lane `i % lanes` at step `i / lanes` either way, so the prefix is exactly the first
+/// `out.len()` symbols of a whole decode.
+///
+/// # Errors
+/// As [`decode`], but for the two checks of a whole stream.
+pub(crate) fn decode_prefix<S: Symbol>(
+    src: &[u8],
+    plane: usize,
+    ctx: Contexts<'_>,
+    bits: u32,
+    out: &mut [S],
+    table: &mut Vec<u32>,
+) -> Result<(), LosslessError> {
+    decode_with(Kernel::detect(), src, plane, ctx, bits, out, table, false)
+}
+
+/// Decodes `out.len()` symbols; `whole`: they are the whole plane, so the stream must end
+/// with them.
+#[allow(clippy::too_many_arguments)]
 fn decode_with<S: Symbol>(
     kernel: Kernel,
     src: &[u8],
@@ -978,6 +1000,7 @@ fn decode_with<S: Symbol>(
     bits: u32,
     out: &mut [S],
     table: &mut Vec<u32>,
+    whole: bool,
 ) -> Result<(), LosslessError> {
     let bad = |reason: &'static str| LosslessError::Rans { plane, reason };
     let n_ctx = stream_contexts(src, plane, MAX_CONTEXTS)?;
@@ -1045,7 +1068,13 @@ fn decode_with<S: Symbol>(
         let t = &table[ctx.at(full + lane) << PROB_BITS..];
         *o = step_checked::<S>(t, &mut x[lane], &mut readers[lane / per]);
     }
-    if readers.iter().any(|r| r.overrun || r.words_left() != 0) {
+    if readers.iter().any(|r| r.overrun) {
+        return Err(bad("word stream length does not match the data"));
+    }
+    if !whole {
+        return Ok(());
+    }
+    if readers.iter().any(|r| r.words_left() != 0) {
         return Err(bad("word stream length does not match the data"));
     }
     if x.iter().any(|&s| s != RANS_L) {

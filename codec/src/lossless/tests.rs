@@ -16,9 +16,37 @@ fn round_trip(dtype: DType, data: &[u8], base: Option<&[u8]>) -> Vec<u8> {
         let mut out = vec![0xEEu8; data.len()];
         decode(dtype, &payload, base, &mut out).expect("decode");
         assert_eq!(out, data, "{dtype} round trip with {opts:?}");
+        check_prefixes(dtype, &payload, data, base);
         first.get_or_insert(payload);
     }
     first.unwrap_or_default()
+}
+
+/// Checks that [`decode_prefix`] writes the first elements of `data` exactly, for prefixes
+/// ending in every part of the planes: none, the first rANS step, mid-step, mid-plane,
+/// all but one, all.
+fn check_prefixes(dtype: DType, payload: &[u8], data: &[u8], base: Option<&[u8]>) {
+    let size = dtype.size();
+    let n = data.len() / size;
+    for m in [0, 1, 3, 31, 33, 100, n / 2, n.saturating_sub(1), n] {
+        let m = m.min(n);
+        let mut out = vec![0xEEu8; m * size];
+        let base = base.map(|b| &b[..m * size]);
+        decode_prefix(dtype, payload, base, data.len(), &mut out).expect("decode a prefix");
+        assert_eq!(
+            out,
+            data[..m * size],
+            "{dtype}: prefix of {m} of {n} elements"
+        );
+    }
+    let mut long = vec![0u8; data.len() + size];
+    assert_eq!(
+        decode_prefix(dtype, payload, None, data.len(), &mut long),
+        Err(LosslessError::Prefix {
+            prefix: long.len(),
+            len: data.len()
+        })
+    );
 }
 
 fn special_f32() -> impl Strategy<Value = u32> {

@@ -330,20 +330,7 @@ impl<'a> Segment<'a> {
         base: Option<&[u8]>,
         out: &mut [u8],
     ) -> Result<(), SegmentError> {
-        let enc = self.header.encoding;
-        if !enc.is_lossless() {
-            return Err(SegmentError::WrongKind {
-                encoding: enc,
-                wanted: "lossless",
-            });
-        }
-        let needed = enc == Encoding::Delta;
-        if needed != base.is_some() {
-            return Err(SegmentError::BaseArgument {
-                encoding: enc,
-                needed,
-            });
-        }
+        self.check_lossless(base.is_some())?;
         if let Some(b) = base {
             let actual = xxh3_64(b);
             if actual != self.header.base_hash {
@@ -355,6 +342,35 @@ impl<'a> Segment<'a> {
         }
         self.check_out_len(out.len())?;
         lossless::decode(self.header.dtype, self.payload, base, out)?;
+        Ok(())
+    }
+
+    /// Decodes the first `out.len()` bytes of a lossless segment's block into `out`; a
+    /// delta takes the same prefix of its base. The bytes are those
+    /// [`Segment::decode_lossless_into`] writes there ([`lossless::decode_prefix`]).
+    ///
+    /// The base cannot be checked against the hash of the whole base the segment was made
+    /// against: a reader that decodes prefixes follows the base named by checksummed
+    /// metadata, and a whole decode ([`Segment::decode_lossless_into`], `verify`) checks it.
+    ///
+    /// # Errors
+    /// [`SegmentError::WrongKind`], [`SegmentError::BaseArgument`],
+    /// [`SegmentError::OutputLength`] for a prefix longer than the block, or
+    /// [`SegmentError::Lossless`] for a bad payload.
+    pub fn decode_lossless_prefix_into(
+        &self,
+        base: Option<&[u8]>,
+        out: &mut [u8],
+    ) -> Result<(), SegmentError> {
+        self.check_lossless(base.is_some())?;
+        let expected = self.header.decoded_len()?;
+        if out.len() > expected {
+            return Err(SegmentError::OutputLength {
+                expected,
+                actual: out.len(),
+            });
+        }
+        lossless::decode_prefix(self.header.dtype, self.payload, base, expected, out)?;
         Ok(())
     }
 
@@ -420,6 +436,25 @@ impl<'a> Segment<'a> {
             return Err(SegmentError::OverLimit { len, limit });
         }
         Ok(len)
+    }
+
+    /// Checks that the segment is lossless and that a base is given exactly for a delta.
+    fn check_lossless(&self, has_base: bool) -> Result<(), SegmentError> {
+        let enc = self.header.encoding;
+        if !enc.is_lossless() {
+            return Err(SegmentError::WrongKind {
+                encoding: enc,
+                wanted: "lossless",
+            });
+        }
+        let needed = enc == Encoding::Delta;
+        if needed != has_base {
+            return Err(SegmentError::BaseArgument {
+                encoding: enc,
+                needed,
+            });
+        }
+        Ok(())
     }
 
     fn check_out_len(&self, actual: usize) -> Result<(), SegmentError> {

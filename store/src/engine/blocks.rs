@@ -48,6 +48,9 @@ pub(crate) struct Job {
     dtype: DType,
     /// Decoded bytes of the block.
     len: usize,
+    /// Bytes of the block to decode: `len`, or fewer when the reader needs only the block's
+    /// first elements (a lossless chain then decodes each link's prefix).
+    want: usize,
     /// Segments from the requested block down (lossless or aged); the last is a keyframe
     /// unless `base` is set.
     links: Vec<Link>,
@@ -122,12 +125,28 @@ impl<'a> Fetcher<'a> {
         rec: &VersionRecord,
         block: u64,
     ) -> Result<Job> {
+        self.fetch_prefix(name, step, rec, block, usize::MAX)
+    }
+
+    /// Gathers the segments that the first `want` bytes of a block need (the whole block
+    /// when `want` is at least its length). A lossless chain decodes only that prefix of
+    /// each link; a quantized, Tier 0 or aged block decodes whole.
+    pub(crate) fn fetch_prefix(
+        &mut self,
+        name: &Arc<str>,
+        step: u64,
+        rec: &VersionRecord,
+        block: u64,
+        want: usize,
+    ) -> Result<Job> {
+        let len = block_bytes(rec, block);
         let mut job = Job {
             name: name.clone(),
             step,
             block,
             dtype: rec.dtype,
-            len: block_bytes(rec, block),
+            len,
+            want: want.min(len),
             links: Vec::new(),
             base: None,
             form: Form::Lossless,
@@ -138,6 +157,7 @@ impl<'a> Fetcher<'a> {
         };
         let (mut cur_step, mut cur) = (step, block_record(name, step, rec, block)?);
         if !matches!(cur.form, Form::Lossless | Form::Aged) {
+            job.want = len;
             return self.fetch_tiered(job, cur);
         }
         if let Some(e) = rec.aged {
@@ -146,7 +166,16 @@ impl<'a> Fetcher<'a> {
             };
         }
         loop {
-            if let Some(hit) = self.cache.get(cur.address) {
+            if cur.form == Form::Aged && job.want < len {
+                // An aged blob decodes against its whole base: read the block whole.
+                return self.fetch(name, step, rec, block);
+            }
+            let prefix = (job.want < len).then(|| prefix_key(cur.address, job.want));
+            if let Some(hit) = self.cache.get(cur.address).or_else(|| {
+                prefix
+                    .and_then(|k| self.cache.get(k))
+                    .filter(|b| b.len() == job.want)
+            }) {
                 job.base = Some(hit);
                 return Ok(job);
             }
@@ -226,6 +255,15 @@ impl Fetcher<'_> {
         }
         Ok(job)
     }
+}
+
+/// The cache key of the first `want` bytes of a lossless block decoded alone (a prefix
+/// read): the segment's address mixed with the length, never equal to the key of the
+/// whole block.
+fn prefix_key(address: u128, want: usize) -> u128 {
+    address
+        ^ (want as u128 + 1).wrapping_mul(0xC2B2_AE3D_27D4_EB4F_1656_67B1_9E37_79F9)
+        ^ (1 << 127)
 }
 
 /// The cache key of a decoded block: its segment's address, or for a frame of a
@@ -401,27 +439,43 @@ impl Job {
                 });
         }
         let seg = self.parse_checked(link, |h| h.decoded_len().ok() == Some(self.len))?;
+        if out.len() < self.len {
+            // A prefix read: the base is a prefix too, or a whole block cut to one.
+            let base = base.map(|b| b.get(..out.len()).unwrap_or(b));
+            return seg
+                .decode_lossless_prefix_into(base, out)
+                .map_err(|e| self.segment_error(link, e));
+        }
         seg.decode_lossless_into(base, out)
             .map_err(|e| self.segment_error(link, e))
     }
 
+    /// The cache key of a block this job decodes from `address`.
+    fn key(&self, address: u128) -> u128 {
+        if self.want < self.len {
+            prefix_key(address, self.want)
+        } else {
+            address
+        }
+    }
+
     fn decode_chain(mut self, cache: &BlockCache) -> Result<Block> {
-        if !self.keep || !cache.wants(self.len) {
+        if !self.keep || !cache.wants(self.want) {
             return self.decode_chain_uncached();
         }
         let mut base = self.base.take();
         let links = std::mem::take(&mut self.links);
         for link in links.into_iter().rev() {
             // A buffer the cache evicted, when there is one: fresh pages fault one by one.
-            let mut out = POOL.take_filled(self.len);
+            let mut out = POOL.take_filled(self.want);
             self.decode_link(&link, base.as_deref().map(Vec::as_slice), &mut out)?;
             let block = Arc::new(out);
-            cache.insert(link.address, block.clone());
+            cache.insert(self.key(link.address), block.clone());
             base = Some(block);
             POOL.give(link.bytes);
         }
         match base {
-            Some(block) if block.len() == self.len => Ok(block),
+            Some(block) if block.len() == self.len || block.len() == self.want => Ok(block),
             other => Err(StoreError::Corrupt(Corruption::BlockMismatch {
                 tensor: self.name.to_string(),
                 step: self.step,
@@ -443,7 +497,7 @@ impl Job {
     fn decode_chain_uncached(mut self) -> Result<Block> {
         let cached = self.base.take();
         let mut prev: Option<Vec<u8>> = None;
-        let mut out = POOL.take_filled(self.len);
+        let mut out = POOL.take_filled(self.want);
         let links = std::mem::take(&mut self.links);
         let count = links.len();
         for (i, link) in links.into_iter().rev().enumerate() {
@@ -452,7 +506,7 @@ impl Job {
             POOL.give(link.bytes);
             let next = match prev.take() {
                 Some(buf) => buf,
-                None if i + 1 < count => POOL.take_filled(self.len),
+                None if i + 1 < count => POOL.take_filled(self.want),
                 None => Vec::new(),
             };
             prev = Some(std::mem::replace(&mut out, next));
@@ -460,7 +514,7 @@ impl Job {
         POOL.give(out);
         match (prev, cached) {
             (Some(block), _) => Ok(Arc::new(block)),
-            (None, Some(block)) if block.len() == self.len => Ok(block),
+            (None, Some(block)) if block.len() == self.len || block.len() == self.want => Ok(block),
             _ => Err(StoreError::Corrupt(Corruption::BlockMismatch {
                 tensor: self.name.to_string(),
                 step: self.step,
@@ -485,6 +539,9 @@ pub(crate) struct Span<'r> {
     pub(crate) step: u64,
     pub(crate) rec: &'r VersionRecord,
     pub(crate) blocks: std::ops::Range<u64>,
+    /// The end of the elements the reader needs, when it needs none past it: a lossless
+    /// block that ends later decodes only up to it.
+    pub(crate) upto: Option<u64>,
 }
 
 /// Reads the blocks of `spans` in order, fetching them a batch at a time (at most
@@ -520,7 +577,11 @@ pub(crate) fn read_blocks(
             .iter()
             .map(|&(si, b)| {
                 let s = &spans[si];
-                fetcher.fetch(&s.name, s.step, s.rec, b)
+                let want = s.upto.map_or(usize::MAX, |end| {
+                    let elems = end.saturating_sub(b * s.rec.block_elems);
+                    usize::try_from(elems * s.rec.dtype.size() as u64).unwrap_or(usize::MAX)
+                });
+                fetcher.fetch_prefix(&s.name, s.step, s.rec, b, want)
             })
             .collect::<Result<Vec<_>>>()?;
         let mut rebuilt = Vec::with_capacity(jobs.len());

@@ -33,7 +33,7 @@ fn round_trip_with<S: Symbol>(
     }
     for k in kernels() {
         let mut back = vec![S::from_index(5); plane.len()];
-        decode_with(k, &first, 0, ctx, S::BITS, &mut back, &mut Vec::new()).expect("decode");
+        decode_with(k, &first, 0, ctx, S::BITS, &mut back, &mut Vec::new(), true).expect("decode");
         assert!(back == plane, "{k:?} decodes differently");
     }
     first
@@ -228,7 +228,7 @@ fn wide_streams_fail_when_corrupt() {
     w.finish();
     for k in kernels() {
         let dec = |src: &[u8], back: &mut [u8]| {
-            decode_with(k, src, 0, Contexts::Order0, 8, back, &mut Vec::new())
+            decode_with(k, src, 0, Contexts::Order0, 8, back, &mut Vec::new(), true)
         };
         assert!(dec(&enc[..enc.len() - 2], &mut back).is_err());
         let mut long = enc.clone();
