@@ -24,7 +24,7 @@ use crate::tensor::Fidelity;
 /// loop in damaged metadata reaches it.
 pub(crate) const MAX_HOPS: usize = 256;
 /// Decoded bytes of one batch of [`read_blocks`]: bounds what a read holds at once.
-pub(crate) const BATCH_BYTES: usize = 64 << 20;
+pub(crate) const BATCH_BYTES: usize = 16 << 20;
 /// Blocks of one batch of [`read_blocks`], however small.
 const BATCH_JOBS: usize = 4096;
 
@@ -549,6 +549,12 @@ pub(crate) struct Span<'r> {
 /// parallel, so many small tensors decode together and a large one in bounded memory. Tier 0
 /// blocks go to `rebuild`; `sink` gets each block's bytes and fidelity (span index, block
 /// index) in order.
+///
+/// A streaming read (a [`Fetcher::streaming`], which adds nothing to the cache) decodes a
+/// batch in the thread pool while this thread hands the batch before it to `sink` and
+/// fetches the batch after it, so the pool's threads do not wait for fetches and writes.
+/// Other reads decode one batch after another: a batch's blocks, once cached, may be the
+/// bases of the next batch's.
 pub(crate) fn read_blocks(
     fetcher: &mut Fetcher<'_>,
     cache: &BlockCache,
@@ -561,7 +567,8 @@ pub(crate) fn read_blocks(
         .enumerate()
         .flat_map(|(si, s)| s.blocks.clone().map(move |b| (si, b)))
         .peekable();
-    while todo.peek().is_some() {
+    let pipelined = !fetcher.keep;
+    let mut fetch_next = || -> Result<Option<Fetched>> {
         let mut batch: Vec<(usize, u64)> = Vec::new();
         let mut bytes = 0usize;
         while let Some(&(si, b)) = todo.peek() {
@@ -573,53 +580,123 @@ pub(crate) fn read_blocks(
             batch.push((si, b));
             todo.next();
         }
-        let jobs = batch
-            .iter()
-            .map(|&(si, b)| {
-                let s = &spans[si];
-                let want = s.upto.map_or(usize::MAX, |end| {
-                    let elems = end.saturating_sub(b * s.rec.block_elems);
-                    usize::try_from(elems * s.rec.dtype.size() as u64).unwrap_or(usize::MAX)
-                });
-                fetcher.fetch_prefix(&s.name, s.step, s.rec, b, want)
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let mut rebuilt = Vec::with_capacity(jobs.len());
-        let mut decodable = Vec::with_capacity(jobs.len());
-        let mut fidelity = Vec::with_capacity(jobs.len());
-        for (job, &(si, _)) in jobs.into_iter().zip(&batch) {
-            fidelity.push(job.fidelity);
-            if job.is_absent() {
-                rebuilt.push(Some(rebuild(si, &job)?));
-            } else {
-                rebuilt.push(None);
-                decodable.push(job);
-            }
+        if batch.is_empty() {
+            return Ok(None);
         }
-        let mut decoded = decode_all(decodable, cache).into_iter();
-        for ((&(si, b), done), f) in batch.iter().zip(rebuilt).zip(fidelity) {
-            let block = match done {
-                Some((block, f)) => {
-                    sink(si, b, &block, f)?;
-                    block
-                }
-                None => {
-                    let block = decoded.next().ok_or_else(|| {
-                        StoreError::Corrupt(Corruption::BlockMismatch {
-                            tensor: spans[si].name.to_string(),
-                            step: spans[si].step,
-                            block: b,
-                            reason: "a block was not decoded".into(),
-                        })
-                    })??;
-                    sink(si, b, &block, f)?;
-                    block
-                }
-            };
-            // Not held by the cache: the buffer serves the next read.
-            if let Ok(buf) = Arc::try_unwrap(block) {
-                POOL.give(buf);
+        fetch_batch(fetcher, spans, batch, &mut rebuild).map(Some)
+    };
+    if !pipelined {
+        while let Some(f) = fetch_next()? {
+            let decoded = decode_all(f.jobs, cache);
+            deliver(spans, f.blocks, decoded, &mut sink)?;
+        }
+        return Ok(());
+    }
+    let mut current = fetch_next()?;
+    let mut decoded_before: Option<(Vec<FetchedBlock>, Vec<Result<Block>>)> = None;
+    while let Some(f) = current.take() {
+        let mut decoded = Vec::new();
+        let mut delivered = Ok(());
+        let mut next = Ok(None);
+        rayon::in_place_scope(|s| {
+            let jobs = f.jobs;
+            let decoded = &mut decoded;
+            s.spawn(move |_| *decoded = decode_all(jobs, cache));
+            if let Some((blocks, results)) = decoded_before.take() {
+                delivered = deliver(spans, blocks, results, &mut sink);
             }
+            if delivered.is_ok() {
+                next = fetch_next();
+            }
+        });
+        delivered?;
+        decoded_before = Some((f.blocks, decoded));
+        current = next?;
+    }
+    if let Some((blocks, results)) = decoded_before {
+        deliver(spans, blocks, results, &mut sink)?;
+    }
+    Ok(())
+}
+
+/// One block of a fetched batch: where it is, its fidelity, and its bytes if `rebuild`
+/// made them (Tier 0) instead of a decode.
+struct FetchedBlock {
+    span: usize,
+    block: u64,
+    fidelity: Fidelity,
+    rebuilt: Option<(Block, Fidelity)>,
+}
+
+/// A batch of [`read_blocks`] fetched: its blocks in order, and the jobs that decode those
+/// not rebuilt, in the same order.
+struct Fetched {
+    blocks: Vec<FetchedBlock>,
+    jobs: Vec<Job>,
+}
+
+/// Fetches the jobs of `batch` and rebuilds its Tier 0 blocks.
+fn fetch_batch(
+    fetcher: &mut Fetcher<'_>,
+    spans: &[Span<'_>],
+    batch: Vec<(usize, u64)>,
+    rebuild: &mut impl FnMut(usize, &Job) -> Result<(Block, Fidelity)>,
+) -> Result<Fetched> {
+    let mut blocks = Vec::with_capacity(batch.len());
+    let mut jobs = Vec::with_capacity(batch.len());
+    for (si, b) in batch {
+        let s = &spans[si];
+        let want = s.upto.map_or(usize::MAX, |end| {
+            let elems = end.saturating_sub(b * s.rec.block_elems);
+            usize::try_from(elems * s.rec.dtype.size() as u64).unwrap_or(usize::MAX)
+        });
+        let job = fetcher.fetch_prefix(&s.name, s.step, s.rec, b, want)?;
+        let rebuilt = if job.is_absent() {
+            Some(rebuild(si, &job)?)
+        } else {
+            None
+        };
+        blocks.push(FetchedBlock {
+            span: si,
+            block: b,
+            fidelity: job.fidelity,
+            rebuilt,
+        });
+        if blocks.last().is_some_and(|f| f.rebuilt.is_none()) {
+            jobs.push(job);
+        }
+    }
+    Ok(Fetched { blocks, jobs })
+}
+
+/// Hands a batch's blocks to `sink` in order (`decoded`: the results of its jobs), and
+/// their buffers back to the pool.
+fn deliver(
+    spans: &[Span<'_>],
+    blocks: Vec<FetchedBlock>,
+    decoded: Vec<Result<Block>>,
+    sink: &mut impl FnMut(usize, u64, &[u8], Fidelity) -> Result<()>,
+) -> Result<()> {
+    let mut decoded = decoded.into_iter();
+    for f in blocks {
+        let (block, fidelity) = match f.rebuilt {
+            Some(done) => done,
+            None => {
+                let block = decoded.next().ok_or_else(|| {
+                    StoreError::Corrupt(Corruption::BlockMismatch {
+                        tensor: spans[f.span].name.to_string(),
+                        step: spans[f.span].step,
+                        block: f.block,
+                        reason: "a block was not decoded".into(),
+                    })
+                })??;
+                (block, f.fidelity)
+            }
+        };
+        sink(f.span, f.block, &block, fidelity)?;
+        // Not held by the cache: the buffer serves the next read.
+        if let Ok(buf) = Arc::try_unwrap(block) {
+            POOL.give(buf);
         }
     }
     Ok(())
