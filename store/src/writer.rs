@@ -7,8 +7,9 @@
 //!
 //! 1. each version is planned ([`crate::engine::VersionPlan`]): checked, its predecessor and
 //!    tier policy resolved; a version it replaces is deleted (its dependents re-based);
-//! 2. its blocks are encoded a window at a time, in parallel, and their segments inserted
-//!    before the next window is read; small tensors are gathered into one window;
+//! 2. its blocks are encoded a window at a time, in parallel; a large tensor's windows are
+//!    pipelined (the pool encodes one while this thread inserts the segments of the one
+//!    before and reads the one after); small tensors are gathered into one window;
 //! 3. the version record (and tier rows) go in after its last block; the checkpoint record
 //!    last; one commit makes everything visible at once.
 //!
@@ -25,8 +26,9 @@ use redb::WriteTransaction;
 use strata_tiering::Precision;
 
 use crate::engine::{
-    check_shape, delete_version, encode_window, plan_version, put_row, store_residual, BlockWork,
-    CacheRoom, Encoded, TierChanges, VersionPlan, View, WriteTxn,
+    check_shape, delete_version, encode_tasks, encode_window, plan_version, prepare_window,
+    put_row, store_residual, BlockWork, CacheRoom, Encoded, TierChanges, VersionPlan, View,
+    WriteTxn,
 };
 use crate::error::{DbContext, InvalidInput, Result, StoreError};
 use crate::record::{CheckpointRecord, Rebuild, ResidualRef, TierRow};
@@ -239,11 +241,11 @@ impl<'s> Session<'s> {
         })
     }
 
-    /// Writes one version a window of blocks at a time.
-    fn write_item(&mut self, step: u64, mut item: Item<'_>) -> Result<()> {
+    /// Writes one version a window of blocks at a time, pipelined: while the thread pool
+    /// encodes window `k`, this thread inserts window `k - 1` and reads window `k + 1`.
+    fn write_item(&mut self, step: u64, item: Item<'_>) -> Result<()> {
         let store = self.store;
         let overwrite = self.step_overwrite;
-        let window = store.opts.window_bytes;
         let cache_room = self.cache_room.clone();
         self.with_tables(|wt| {
             let head = Pending {
@@ -253,43 +255,66 @@ impl<'s> Session<'s> {
                 bytes: Vec::new(),
             };
             let mut plan = start_version(store, wt, step, &head, overwrite)?;
-            let mut residuals = Vec::new();
-            let mut buf: Vec<u8> = Vec::new();
-            let mut b = 0;
-            while b < plan.blocks {
-                // The blocks of this window: at least one, at most `window` bytes.
-                let first = b;
-                let start = plan.block_range(first).start;
-                let mut end = plan.block_range(first).end;
-                b += 1;
-                while b < plan.blocks && plan.block_range(b).end - start <= window {
-                    end = plan.block_range(b).end;
-                    b += 1;
+            let windows = pipeline_windows(&plan, store.opts.window_bytes);
+            let (slice, mut reader) = match item.data {
+                Data::Slice(s) => (Some(s), None),
+                Data::Reader(read) => (None, Some(read)),
+            };
+            // Reads the window of bytes `at` into `buf` (a tensor in memory needs no copy).
+            let mut load = |at: &std::ops::Range<u64>, buf: &mut Vec<u8>| -> Result<()> {
+                if let Some(read) = reader.as_mut() {
+                    buf.clear();
+                    buf.resize((at.end - at.start) as usize, 0);
+                    read(at.start, buf)?;
                 }
-                let bytes: &[u8] = match &mut item.data {
-                    Data::Slice(s) => &s[start as usize..end as usize],
-                    Data::Reader(read) => {
-                        buf.clear();
-                        buf.resize((end - start) as usize, 0);
-                        read(start, &mut buf)?;
-                        &buf
-                    }
+                Ok(())
+            };
+            let (mut current, mut next) = (Vec::new(), Vec::new());
+            if let Some((_, at)) = windows.first() {
+                load(at, &mut current)?;
+            }
+            let mut residuals = Vec::new();
+            let mut encoded_before: Option<(u64, Vec<Encoded>)> = None;
+            for (k, (w, at)) in windows.iter().enumerate() {
+                let start = at.start;
+                let bytes: &[u8] = match slice {
+                    Some(s) => &s[at.start as usize..at.end as usize],
+                    None => &current,
                 };
-                let work: Vec<BlockWork<'_, '_>> = (first..b)
-                    .map(|i| {
-                        let r = plan.block_range(i);
+                let work: Vec<BlockWork<'_, '_>> = w
+                    .clone()
+                    .map(|b| {
+                        let r = plan.block_range(b);
                         BlockWork {
                             plan: &plan,
-                            block: i,
+                            block: b,
                             data: &bytes[(r.start - start) as usize..(r.end - start) as usize],
                         }
                     })
                     .collect();
-                let encoded = encode_window(wt, &store.cache, &cache_room, &store.opts, &work)?;
+                let tasks = prepare_window(wt, &store.cache, &store.opts, &work)?;
                 drop(work);
-                for (i, enc) in (first..b).zip(encoded) {
-                    insert_block(wt, &mut plan, i, enc, &mut residuals)?;
-                }
+                let mut encoded = Ok(Vec::new());
+                let mut done = Ok(());
+                rayon::in_place_scope(|scope| {
+                    let encoded = &mut encoded;
+                    let room = &cache_room;
+                    scope.spawn(move |_| {
+                        *encoded = encode_tasks(tasks, &store.cache, room, &store.opts);
+                    });
+                    if let Some((first, blocks)) = encoded_before.take() {
+                        done = insert_blocks(wt, &mut plan, first, blocks, &mut residuals);
+                    }
+                    if let (Ok(()), Some((_, at))) = (&done, windows.get(k + 1)) {
+                        done = load(at, &mut next);
+                    }
+                });
+                done?;
+                encoded_before = Some((w.start, encoded?));
+                std::mem::swap(&mut current, &mut next);
+            }
+            if let Some((first, blocks)) = encoded_before {
+                insert_blocks(wt, &mut plan, first, blocks, &mut residuals)?;
             }
             finish_version(store, wt, &plan, &residuals)
         })
@@ -364,6 +389,50 @@ fn start_version(
         delete_version(wt, &store.cache, &store.opts, &p.name, step, false)?;
     }
     Ok(plan)
+}
+
+/// Blocks per window of a pipelined write ([`Session::write_item`]): enough for every thread
+/// of the pool to have a few, few enough that reading and inserting one window overlaps the
+/// encoding of the next several times per tensor.
+fn pipeline_blocks() -> u64 {
+    4 * rayon::current_num_threads().max(2) as u64
+}
+
+/// The windows of a version's blocks for a pipelined write, and their bytes in the tensor: at
+/// least one block each, at most [`pipeline_blocks`] blocks and `window_bytes` bytes.
+fn pipeline_windows(
+    plan: &VersionPlan,
+    window_bytes: u64,
+) -> Vec<(std::ops::Range<u64>, std::ops::Range<u64>)> {
+    let mut windows = Vec::new();
+    let mut b = 0;
+    while b < plan.blocks {
+        let first = b;
+        let start = plan.block_range(first).start;
+        b += 1;
+        while b < plan.blocks
+            && b - first < pipeline_blocks()
+            && plan.block_range(b).end - start <= window_bytes
+        {
+            b += 1;
+        }
+        windows.push((first..b, start..plan.block_range(b - 1).end));
+    }
+    windows
+}
+
+/// Inserts the encoded blocks `first..` of a version, in order.
+fn insert_blocks(
+    wt: &mut WriteTxn<'_>,
+    plan: &mut VersionPlan,
+    first: u64,
+    blocks: Vec<Encoded>,
+    residuals: &mut Vec<Option<ResidualRef>>,
+) -> Result<()> {
+    for (b, enc) in (first..).zip(blocks) {
+        insert_block(wt, plan, b, enc, residuals)?;
+    }
+    Ok(())
 }
 
 /// Stores an encoded block's segment (or a reference to it) and residual; records the block.

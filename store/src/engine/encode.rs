@@ -172,12 +172,24 @@ pub(crate) fn encode_window(
     opts: &Options,
     work: &[BlockWork<'_, '_>],
 ) -> Result<Vec<Encoded>> {
+    let tasks = prepare_window(view, cache, opts, work)?;
+    encode_tasks(tasks, cache, room, opts)
+}
+
+/// The first half of [`encode_window`], which needs the tables: fetches the bases of a
+/// window's blocks through `view`, in order. The tasks borrow the blocks' bytes only.
+pub(crate) fn prepare_window<'d>(
+    view: &dyn View,
+    cache: &BlockCache,
+    opts: &Options,
+    work: &[BlockWork<'_, 'd>],
+) -> Result<Vec<Task<'d>>> {
     let mut fetcher = Fetcher::new(view, cache);
     let mut tasks = Vec::with_capacity(work.len());
     for w in work {
         let plan = w.plan;
         let mut task = Task {
-            name: &plan.name,
+            name: plan.name.clone(),
             step: plan.step,
             block: w.block,
             data: w.data,
@@ -202,7 +214,17 @@ pub(crate) fn encode_window(
         }
         tasks.push(task);
     }
-    drop(fetcher);
+    Ok(tasks)
+}
+
+/// The second half of [`encode_window`], which needs no tables: encodes the tasks in
+/// parallel; results in task order.
+pub(crate) fn encode_tasks(
+    tasks: Vec<Task<'_>>,
+    cache: &BlockCache,
+    room: &CacheRoom,
+    opts: &Options,
+) -> Result<Vec<Encoded>> {
     if tasks.len() <= 1 {
         return tasks
             .into_iter()
@@ -215,9 +237,9 @@ pub(crate) fn encode_window(
         .collect()
 }
 
-/// What one block of a new version will be compared and encoded against.
-struct Task<'d> {
-    name: &'d Arc<str>,
+/// One block of a new version, with what it will be compared and encoded against.
+pub(crate) struct Task<'d> {
+    name: Arc<str>,
     step: u64,
     block: u64,
     data: &'d [u8],
