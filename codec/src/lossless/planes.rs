@@ -421,9 +421,10 @@ pub(crate) fn pack<S: Symbol>(values: &[S], bits: u32, out: &mut Vec<u8>) {
     }
 }
 
-/// Bytes that [`pack`] writes for `n` values of `bits` bits.
+/// Bytes that [`pack`] writes for `n` values of `bits` bits (saturating: an element count
+/// read from a header, however large, gives a length no stored plane has).
 pub(crate) fn packed_len(n: usize, bits: u32) -> usize {
-    (n * bits as usize).div_ceil(8)
+    n.saturating_mul(bits as usize).div_ceil(8)
 }
 
 /// The inverse of [`pack`]: fills `out` from `src`, which must be exactly

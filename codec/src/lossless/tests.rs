@@ -39,6 +39,16 @@ fn check_prefixes(dtype: DType, payload: &[u8], data: &[u8], base: Option<&[u8]>
             "{dtype}: prefix of {m} of {n} elements"
         );
     }
+    // Any decoded length a header may declare is checked, never overflowed.
+    let mut first = vec![0u8; size.min(data.len())];
+    let base_first = base.map(|b| &b[..first.len()]);
+    let _ = decode_prefix(
+        dtype,
+        payload,
+        base_first,
+        usize::MAX / size * size,
+        &mut first,
+    );
     let mut long = vec![0u8; data.len() + size];
     assert_eq!(
         decode_prefix(dtype, payload, None, data.len(), &mut long),
