@@ -404,15 +404,14 @@ fn pipeline_windows(
     plan: &VersionPlan,
     window_bytes: u64,
 ) -> Vec<(std::ops::Range<u64>, std::ops::Range<u64>)> {
+    let most = pipeline_blocks();
     let mut windows = Vec::new();
     let mut b = 0;
     while b < plan.blocks {
         let first = b;
         let start = plan.block_range(first).start;
         b += 1;
-        while b < plan.blocks
-            && b - first < pipeline_blocks()
-            && plan.block_range(b).end - start <= window_bytes
+        while b < plan.blocks && b - first < most && plan.block_range(b).end - start <= window_bytes
         {
             b += 1;
         }

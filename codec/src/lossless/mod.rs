@@ -1001,7 +1001,15 @@ impl PlaneDecoder<'_> {
             // `parse` checked that the raw bytes cover the marked elements.
             0 => sub.copy_from_slice(&b.rest[..b.marked.len()]),
             2 => sub.fill(b.rest[0]),
-            3 => self.rans(b.rest, plane, rans::Contexts::Order0, 8, &mut sub)?,
+            3 => rans::decode(
+                b.rest,
+                plane,
+                rans::Contexts::Order0,
+                8,
+                &mut sub,
+                self.table,
+                self.m == self.n,
+            )?,
             _ => {
                 let exps = self.exps.ok_or(LosslessError::Marked {
                     plane,
@@ -1017,7 +1025,15 @@ impl PlaneDecoder<'_> {
                 let map = rans::ContextMap::new(marked::gather(&b.marked, all.2.ctx()));
                 self.map = Some(all);
                 let ctx = rans::Contexts::Given(&map);
-                self.rans(&b.rest[1..], plane, ctx, 8, &mut sub)?;
+                rans::decode(
+                    &b.rest[1..],
+                    plane,
+                    ctx,
+                    8,
+                    &mut sub,
+                    self.table,
+                    self.m == self.n,
+                )?;
             }
         }
         b.scatter(&sub, dst);
@@ -1057,7 +1073,15 @@ impl PlaneDecoder<'_> {
                 }
                 None => return Err(LosslessError::UnknownMethod { plane, method }),
             },
-            3 => self.rans(body, plane, rans::Contexts::Order0, bits, dst)?,
+            3 => rans::decode(
+                body,
+                plane,
+                rans::Contexts::Order0,
+                bits,
+                dst,
+                self.table,
+                self.m == self.n,
+            )?,
             _ => {
                 // Method 4; the table check guarantees a base of a float.
                 let count = rans::stream_contexts(&body[1..], plane, rans::MAX_CONTEXTS)?;
@@ -1070,51 +1094,20 @@ impl PlaneDecoder<'_> {
                     }
                 };
                 let ctx = rans::Contexts::Given(&map.2);
-                let r = rans_stream(
-                    self.table,
-                    self.m == self.n,
+                let r = rans::decode(
                     &body[1..],
                     plane,
                     ctx,
                     bits,
                     dst,
+                    self.table,
+                    self.m == self.n,
                 );
                 self.map = Some(map);
                 r?;
             }
         }
         Ok(())
-    }
-}
-
-impl PlaneDecoder<'_> {
-    /// Decodes a rANS stream of the plane into `dst`: whole, or its first `m` symbols.
-    fn rans<S: rans::Symbol>(
-        &mut self,
-        src: &[u8],
-        plane: usize,
-        ctx: rans::Contexts<'_>,
-        bits: u32,
-        dst: &mut [S],
-    ) -> Result<(), LosslessError> {
-        rans_stream(self.table, self.m == self.n, src, plane, ctx, bits, dst)
-    }
-}
-
-/// [`rans::decode`] when `whole`, else [`rans::decode_prefix`].
-fn rans_stream<S: rans::Symbol>(
-    table: &mut Vec<u32>,
-    whole: bool,
-    src: &[u8],
-    plane: usize,
-    ctx: rans::Contexts<'_>,
-    bits: u32,
-    dst: &mut [S],
-) -> Result<(), LosslessError> {
-    if whole {
-        rans::decode(src, plane, ctx, bits, dst, table)
-    } else {
-        rans::decode_prefix(src, plane, ctx, bits, dst, table)
     }
 }
 

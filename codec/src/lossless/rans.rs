@@ -953,12 +953,16 @@ impl Reader<'_> {
 
 /// Decodes a stream written by [`encode`] into `out` (`out.len()` symbols, each below
 /// `2^bits`, `bits <= S::BITS`); with [`Contexts::Given`], `ctx` must have `out.len()`
-/// entries.
+/// entries. With `whole`, `out` is the whole plane; without, its first `out.len()` symbols
+/// (symbol `i` is decoded by lane `i % lanes` at step `i / lanes` either way, so a prefix
+/// is exactly the start of a whole decode).
 ///
 /// # Errors
 /// [`LosslessError::Rans`] for a bad table (one with a symbol of `bits` bits or more
 /// included), an unknown layout, a symbol in an unused or missing context, a truncated
-/// stream, leftover words, or final states that do not return to the initial state.
+/// stream, and with `whole`, leftover words or final states that do not return to the
+/// initial state.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn decode<S: Symbol>(
     src: &[u8],
     plane: usize,
@@ -966,31 +970,12 @@ pub(crate) fn decode<S: Symbol>(
     bits: u32,
     out: &mut [S],
     table: &mut Vec<u32>,
+    whole: bool,
 ) -> Result<(), LosslessError> {
-    decode_with(Kernel::detect(), src, plane, ctx, bits, out, table, true)
+    decode_with(Kernel::detect(), src, plane, ctx, bits, out, table, whole)
 }
 
-/// Decodes the first `out.len()` symbols of a stream written by [`encode`] for a plane of
-/// at least that many, as [`decode`] does but for the checks that need the whole stream
-/// (no leftover words, final states back at the initial one). Symbol `i` is decoded by
-/// lane `i % lanes` at step `i / lanes` either way, so the prefix is exactly the first
-/// `out.len()` symbols of a whole decode.
-///
-/// # Errors
-/// As [`decode`], but for the two checks of a whole stream.
-pub(crate) fn decode_prefix<S: Symbol>(
-    src: &[u8],
-    plane: usize,
-    ctx: Contexts<'_>,
-    bits: u32,
-    out: &mut [S],
-    table: &mut Vec<u32>,
-) -> Result<(), LosslessError> {
-    decode_with(Kernel::detect(), src, plane, ctx, bits, out, table, false)
-}
-
-/// Decodes `out.len()` symbols; `whole`: they are the whole plane, so the stream must end
-/// with them.
+/// [`decode`] with the kernel given.
 #[allow(clippy::too_many_arguments)]
 fn decode_with<S: Symbol>(
     kernel: Kernel,

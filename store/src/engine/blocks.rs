@@ -170,7 +170,8 @@ impl<'a> Fetcher<'a> {
                 // An aged blob decodes against its whole base: read the block whole.
                 return self.fetch(name, step, rec, block);
             }
-            let prefix = (job.want < len).then(|| prefix_key(cur.address, job.want));
+            // A whole block serves any prefix; a prefix block, a read of the same prefix.
+            let prefix = Some(job.key(cur.address)).filter(|_| job.want < len);
             if let Some(hit) = self.cache.get(cur.address).or_else(|| {
                 prefix
                     .and_then(|k| self.cache.get(k))
@@ -651,20 +652,19 @@ fn fetch_batch(
             usize::try_from(elems * s.rec.dtype.size() as u64).unwrap_or(usize::MAX)
         });
         let job = fetcher.fetch_prefix(&s.name, s.step, s.rec, b, want)?;
+        let fidelity = job.fidelity;
         let rebuilt = if job.is_absent() {
             Some(rebuild(si, &job)?)
         } else {
+            jobs.push(job);
             None
         };
         blocks.push(FetchedBlock {
             span: si,
             block: b,
-            fidelity: job.fidelity,
+            fidelity,
             rebuilt,
         });
-        if blocks.last().is_some_and(|f| f.rebuilt.is_none()) {
-            jobs.push(job);
-        }
     }
     Ok(Fetched { blocks, jobs })
 }

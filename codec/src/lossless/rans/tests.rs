@@ -196,18 +196,18 @@ fn unused_contexts_and_out_of_range_are_errors() {
     let t = &mut Vec::new();
     let mut back = vec![0u8; plane.len()];
     assert!(
-        decode(&out, 0, Contexts::Given(&wrong), 8, &mut back, t).is_err(),
+        decode(&out, 0, Contexts::Given(&wrong), 8, &mut back, t, true).is_err(),
         "context 0 is unused"
     );
     assert!(
-        decode(&out, 0, Contexts::Given(&beyond), 8, &mut back, t).is_err(),
+        decode(&out, 0, Contexts::Given(&beyond), 8, &mut back, t, true).is_err(),
         "context 3 does not exist"
     );
     assert!(
-        decode(&out, 0, Contexts::Given(&map), 1, &mut back, t).is_err(),
+        decode(&out, 0, Contexts::Given(&map), 1, &mut back, t, true).is_err(),
         "symbol 2 is too wide for a 1-bit plane"
     );
-    decode(&out, 0, Contexts::Given(&map), 2, &mut back, t).unwrap();
+    decode(&out, 0, Contexts::Given(&map), 2, &mut back, t, true).unwrap();
     assert_eq!(back, plane);
 }
 
@@ -255,8 +255,9 @@ fn corrupt_streams_fail() {
     let mut enc = Vec::new();
     encode(&plane, Contexts::Order0, &m, &mut enc);
     let mut back = vec![0u8; plane.len()];
-    let dec =
-        |src: &[u8], back: &mut [u8]| decode(src, 0, Contexts::Order0, 8, back, &mut Vec::new());
+    let dec = |src: &[u8], back: &mut [u8]| {
+        decode(src, 0, Contexts::Order0, 8, back, &mut Vec::new(), true)
+    };
     assert!(dec(&enc[..enc.len() - 4], &mut back).is_err());
     let mut long = enc.clone();
     long.extend_from_slice(&[0; 4]);
