@@ -16,7 +16,9 @@
 //! redb keeps at most half its page cache of dirty pages in memory and writes the rest to
 //! free pages of the file before the commit; an abandoned transaction (a writer dropped
 //! without `commit`, or a crash) leaves those pages unreferenced, and redb frees them when
-//! it aborts or, after a crash, when it repairs the file on the next open.
+//! it aborts or, after a crash, when it repairs the file on the next open. Once a write has
+//! given more than that half, a [`Writeback`] thread syncs the file as it goes, so that the
+//! commit does not wait for the disk to take the whole write at once.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -28,7 +30,7 @@ use strata_tiering::Precision;
 use crate::engine::{
     check_shape, delete_version, encode_tasks, encode_window, plan_version, prepare_window,
     put_row, store_residual, BlockWork, CacheRoom, Encoded, TierChanges, VersionPlan, View,
-    WriteTxn,
+    WriteTxn, Writeback,
 };
 use crate::error::{DbContext, InvalidInput, Result, StoreError};
 use crate::record::{CheckpointRecord, Rebuild, ResidualRef, TierRow};
@@ -79,6 +81,10 @@ pub(crate) struct Session<'s> {
     poisoned: bool,
     /// What this write may still add to the block cache.
     cache_room: Arc<CacheRoom>,
+    /// Raw bytes given so far.
+    written: u64,
+    /// Started once `written` passes what redb holds in memory.
+    writeback: Option<Writeback>,
 }
 
 impl<'s> Session<'s> {
@@ -97,7 +103,18 @@ impl<'s> Session<'s> {
             pending_bytes: 0,
             poisoned: false,
             cache_room: Arc::new(CacheRoom::new(store.cache.capacity())),
+            written: 0,
+            writeback: None,
         })
+    }
+
+    /// Counts `bytes` more given to the write; past the dirty pages redb holds in memory (half
+    /// its cache), the file gets a [`Writeback`] thread.
+    fn wrote(&mut self, bytes: u64) {
+        self.written = self.written.saturating_add(bytes);
+        if self.writeback.is_none() && self.written > self.store.opts.db_cache_bytes as u64 / 2 {
+            self.writeback = Writeback::start(&self.store.path);
+        }
     }
 
     /// Runs `f` on the transaction's tables, keeping the tier changes it records.
@@ -141,6 +158,7 @@ impl<'s> Session<'s> {
             return Ok(());
         }
         self.flush(step)?;
+        self.wrote(t.bytes.len() as u64);
         self.write_item(
             step,
             Item {
@@ -179,6 +197,7 @@ impl<'s> Session<'s> {
             return Ok(());
         }
         self.flush(step)?;
+        self.wrote(len);
         self.write_item(
             step,
             Item {
@@ -206,6 +225,7 @@ impl<'s> Session<'s> {
             return Ok(());
         }
         let pending = std::mem::take(&mut self.pending);
+        self.wrote(self.pending_bytes);
         self.pending_bytes = 0;
         let store = self.store;
         let overwrite = self.step_overwrite;

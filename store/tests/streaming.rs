@@ -11,11 +11,14 @@ use strata_store::{
     DType, InvalidInput, NotFound, Options, Store, StoreError, TensorRef, TierPolicy,
 };
 
-/// A store whose windows are small, so that every path crosses window boundaries.
+/// A store whose windows are small, so that every path crosses window boundaries, and
+/// whose redb cache is small, so that writes past 128 KiB write pages to the file before their
+/// commit, with the background writeback syncing them (commits, drops and errors alike).
 fn small_windows(path: &std::path::Path) -> Store {
     let opts = Options {
         block_bytes: 4096,
         window_bytes: 64 << 10,
+        db_cache_bytes: 256 << 10,
         ..Options::default()
     };
     Store::open_with(path, opts).unwrap()

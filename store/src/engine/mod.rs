@@ -17,6 +17,7 @@
 //! | `quantized` | float blocks to and from quantized segments and residuals |
 //! | `tier_rows` | writing tier rows and the blobs they hold |
 //! | `cache`, `buffers` | decoded blocks kept for reads; reused read buffers |
+//! | `writeback` | syncing a large write's pages in the background ([`Writeback`]) |
 
 mod aging;
 mod blocks;
@@ -31,6 +32,7 @@ mod tables;
 mod tier_rows;
 mod txn;
 mod versions;
+mod writeback;
 
 pub(crate) use aging::{age_versions, AgeTally};
 pub(crate) use blocks::{decode_all, read_blocks, Fetcher, Job, Span};
@@ -52,6 +54,7 @@ pub(crate) use tables::{
 pub(crate) use tier_rows::{put_row, remove_rows, row_blobs, store_residual};
 pub(crate) use txn::{ReadTxn, TierChanges, VersionId, View, WriteTxn};
 pub(crate) use versions::{check_name, checkpoint_steps, tag_list, tensor_names};
+pub(crate) use writeback::Writeback;
 
 /// Quantized blocks and residuals (the `quantized` module), for tiers and frame streams.
 pub(crate) mod lossy {
