@@ -316,29 +316,44 @@ pub(crate) fn histogram<S: Symbol>(plane: &[S]) -> Vec<u32> {
 
 /// One histogram per context (`ctx[i] < n` for every element).
 pub(crate) fn histograms<S: Symbol>(plane: &[S], ctx: &[u8], n: usize) -> Vec<Vec<u32>> {
-    // One flat table, the context in the high bits of the index; two of them, for
-    // alternate elements, so that repeated (context, symbol) pairs do not wait on each
-    // other's stores.
+    // One flat table, the context in the high bits of the index; four of them, for
+    // elements in turn, so that repeated (context, symbol) pairs (the zero bytes of a
+    // delta, mostly) do not wait on each other's stores.
     let a = alphabet::<S>();
     let size = n.next_power_of_two() * a;
-    let mut flat = vec![0u32; 2 * size];
-    let (h0, h1) = flat.split_at_mut(size);
+    let mut flat = vec![0u32; 4 * size];
+    let (h0, rest) = flat.split_at_mut(size);
+    let (h1, rest) = rest.split_at_mut(size);
+    let (h2, h3) = rest.split_at_mut(size);
     // Contexts are below `n`, so the mask never folds two together; it only spares the
     // bounds checks.
     let mask = size - 1;
+    let at = |c: u8, s: S| (usize::from(c) << S::BITS | s.index()) & mask;
     let len = plane.len().min(ctx.len());
     let (plane, ctx) = (&plane[..len], &ctx[..len]);
-    for (s, c) in plane.chunks_exact(2).zip(ctx.chunks_exact(2)) {
-        h0[(usize::from(c[0]) << S::BITS | s[0].index()) & mask] += 1;
-        h1[(usize::from(c[1]) << S::BITS | s[1].index()) & mask] += 1;
+    let full = len / 4 * 4;
+    for (s, c) in plane[..full]
+        .chunks_exact(4)
+        .zip(ctx[..full].chunks_exact(4))
+    {
+        h0[at(c[0], s[0])] += 1;
+        h1[at(c[1], s[1])] += 1;
+        h2[at(c[2], s[2])] += 1;
+        h3[at(c[3], s[3])] += 1;
     }
-    if len % 2 == 1 {
-        h0[(usize::from(ctx[len - 1]) << S::BITS | plane[len - 1].index()) & mask] += 1;
+    for (&s, &c) in plane[full..].iter().zip(&ctx[full..]) {
+        h0[at(c, s)] += 1;
     }
     (0..n)
         .map(|k| {
-            let (a0, a1) = (&h0[k * a..(k + 1) * a], &h1[k * a..(k + 1) * a]);
-            a0.iter().zip(a1).map(|(x, y)| x + y).collect()
+            let r = k * a..(k + 1) * a;
+            let (a0, a1, a2, a3) = (&h0[r.clone()], &h1[r.clone()], &h2[r.clone()], &h3[r]);
+            a0.iter()
+                .zip(a1)
+                .zip(a2)
+                .zip(a3)
+                .map(|(((w, x), y), z)| w + x + y + z)
+                .collect()
         })
         .collect()
 }
