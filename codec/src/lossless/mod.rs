@@ -1001,15 +1001,7 @@ impl PlaneDecoder<'_> {
             // `parse` checked that the raw bytes cover the marked elements.
             0 => sub.copy_from_slice(&b.rest[..b.marked.len()]),
             2 => sub.fill(b.rest[0]),
-            3 => rans::decode(
-                b.rest,
-                plane,
-                rans::Contexts::Order0,
-                8,
-                &mut sub,
-                self.table,
-                self.m == self.n,
-            )?,
+            3 => self.rans(b.rest, plane, rans::Contexts::Order0, 8, &mut sub)?,
             _ => {
                 let exps = self.exps.ok_or(LosslessError::Marked {
                     plane,
@@ -1025,19 +1017,24 @@ impl PlaneDecoder<'_> {
                 let map = rans::ContextMap::new(marked::gather(&b.marked, all.2.ctx()));
                 self.map = Some(all);
                 let ctx = rans::Contexts::Given(&map);
-                rans::decode(
-                    &b.rest[1..],
-                    plane,
-                    ctx,
-                    8,
-                    &mut sub,
-                    self.table,
-                    self.m == self.n,
-                )?;
+                self.rans(&b.rest[1..], plane, ctx, 8, &mut sub)?;
             }
         }
         b.scatter(&sub, dst);
         Ok(())
+    }
+
+    /// Decodes a rANS stream of the plane into `dst`: its first `m` symbols, checked to the
+    /// stream's end when they are all `n`.
+    fn rans<S: rans::Symbol>(
+        &mut self,
+        src: &[u8],
+        plane: usize,
+        ctx: rans::Contexts<'_>,
+        bits: u32,
+        dst: &mut [S],
+    ) -> Result<(), LosslessError> {
+        rans::decode(src, plane, ctx, bits, dst, self.table, self.m == self.n)
     }
 
     /// Decodes plane `plane` (method 0, 1, 3 or 4; the table entry was checked) into `dst`.
@@ -1073,15 +1070,7 @@ impl PlaneDecoder<'_> {
                 }
                 None => return Err(LosslessError::UnknownMethod { plane, method }),
             },
-            3 => rans::decode(
-                body,
-                plane,
-                rans::Contexts::Order0,
-                bits,
-                dst,
-                self.table,
-                self.m == self.n,
-            )?,
+            3 => self.rans(body, plane, rans::Contexts::Order0, bits, dst)?,
             _ => {
                 // Method 4; the table check guarantees a base of a float.
                 let count = rans::stream_contexts(&body[1..], plane, rans::MAX_CONTEXTS)?;
@@ -1094,15 +1083,7 @@ impl PlaneDecoder<'_> {
                     }
                 };
                 let ctx = rans::Contexts::Given(&map.2);
-                let r = rans::decode(
-                    &body[1..],
-                    plane,
-                    ctx,
-                    bits,
-                    dst,
-                    self.table,
-                    self.m == self.n,
-                );
+                let r = self.rans(&body[1..], plane, ctx, bits, dst);
                 self.map = Some(map);
                 r?;
             }
