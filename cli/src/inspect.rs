@@ -196,6 +196,7 @@ pub(crate) fn stats(store: &Path, json: bool) -> CliResult {
             "segment_bytes": s.segment_bytes,
             "metadata_bytes": s.metadata_bytes,
             "file_bytes": s.file_bytes,
+            "disk_bytes": s.disk_bytes,
             "allocated_bytes": s.allocated_bytes,
             "ratio": s.file_ratio(),
             "stored_ratio": s.stored_ratio(),
@@ -228,13 +229,14 @@ pub(crate) fn stats(store: &Path, json: bool) -> CliResult {
     }
     say!(
         "total: {} versions, {} checkpoints, raw {} bytes, stored {} bytes (ratio {:.3}), \
-         file {} bytes on disk (ratio raw / file {:.3})",
+         file {} bytes, {} on disk (ratio raw / file {:.3})",
         s.versions,
         s.checkpoints,
         s.raw_bytes,
         s.stored_bytes,
         s.stored_ratio(),
         s.file_bytes,
+        s.disk_bytes,
         s.file_ratio()
     );
     Ok(())

@@ -61,7 +61,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Import safetensors files, one checkpoint per file, then compact the store.
+    /// Import safetensors files, one checkpoint per file; compact the store after if its file
+    /// holds more than an eighth of free pages on disk.
     Import {
         /// The store file (created if missing).
         store: PathBuf,
@@ -74,7 +75,7 @@ enum Command {
         /// Skip files whose step already has a checkpoint (resume an interrupted import).
         #[arg(long)]
         skip_existing: bool,
-        /// Do not compact the store at the end.
+        /// Never compact the store at the end.
         #[arg(long)]
         no_compact: bool,
     },
@@ -147,6 +148,12 @@ enum Command {
     },
     /// Read every block back and audit the store; exit 1 if anything is corrupt.
     Verify {
+        /// The store file.
+        store: PathBuf,
+    },
+    /// Move the file's pages to its front and trim the free space after them (imports leave
+    /// the room redb reserved for growth, a hole that takes no disk until written).
+    Compact {
         /// The store file.
         store: PathBuf,
     },
@@ -403,6 +410,7 @@ fn main() -> ExitCode {
         Command::Log { store, tensor } => inspect::log(&store, tensor.as_deref()),
         Command::Stats { store, json } => inspect::stats(&store, json),
         Command::Verify { store } => maintain::verify(&out, &store),
+        Command::Compact { store } => maintain::compact(&out, &store),
         Command::Retain {
             store,
             keep_last,

@@ -1,4 +1,4 @@
-//! `strata verify`, `strata retain`, `strata tag`.
+//! `strata verify`, `strata compact`, `strata retain`, `strata tag`.
 
 use std::path::Path;
 use std::time::Instant;
@@ -69,6 +69,24 @@ pub(crate) fn verify(out: &Output, store: &Path) -> CliResult {
         say!("{}", describe(issue));
     }
     Err(CliError::Corrupt(report.issues.len()))
+}
+
+/// `strata compact`.
+pub(crate) fn compact(out: &Output, store: &Path) -> CliResult {
+    let mut store = Store::open(store)?;
+    let (before, disk_before) = (store.file_bytes()?, store.disk_bytes()?);
+    let spinner = out.spinner("compacting");
+    let t = Instant::now();
+    store.compact()?;
+    let dt = t.elapsed();
+    spinner.finish_and_clear();
+    say!(
+        "file {before} -> {} bytes ({disk_before} -> {} on disk) in {}",
+        store.file_bytes()?,
+        store.disk_bytes()?,
+        ms(dt)
+    );
+    Ok(())
 }
 
 /// `strata retain`.

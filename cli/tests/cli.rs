@@ -192,6 +192,45 @@ fn cli_round_trip_on_dev_ft_bf16() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("bad.safetensors"));
 }
 
+/// The number in `text` that follows `before` (e.g. "file " in "file 10 bytes").
+fn number_after(text: &str, before: &str) -> u64 {
+    text.find(before)
+        .and_then(|at| {
+            text[at + before.len()..]
+                .split(|c: char| !c.is_ascii_digit())
+                .next()
+        })
+        .and_then(|n| n.parse().ok())
+        .expect("a number after the label")
+}
+
+#[test]
+fn import_leaves_growth_room_that_compact_trims() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = dir.path().join("ft.strata");
+    let src = series_root().join("dev_ft/bf16");
+    let out = ok(&["import", p(&store), p(&src)]);
+    assert!(out.contains("on disk), ratio"), "{out}");
+    let stats: serde_json::Value =
+        serde_json::from_str(&ok(&["stats", p(&store), "--json"])).expect("stats json");
+    let number = |key: &str| stats[key].as_u64().expect("a size in stats");
+    let (file, disk, stored) = (
+        number("file_bytes"),
+        number("disk_bytes"),
+        number("stored_bytes"),
+    );
+    // What is on disk holds what is stored, and the room redb reserved past it is a hole: a
+    // fresh import leaves no free pages worth compacting for.
+    assert!(disk >= stored && disk < file, "{stats}");
+
+    let out = ok(&["compact", p(&store)]);
+    assert_eq!(number_after(&out, "file "), file, "{out}");
+    let after = number_after(&out, "-> ");
+    assert!(after <= file && after >= stored, "{out}");
+    assert_eq!(std::fs::metadata(&store).expect("store").len(), after);
+    ok(&["verify", p(&store)]);
+}
+
 #[test]
 fn verify_exits_1_on_a_corrupt_segment() {
     let dir = tempfile::tempdir().expect("temp dir");

@@ -734,6 +734,7 @@ impl PyStore {
         d.set_item("raw_bytes", s.raw_bytes)?;
         d.set_item("stored_bytes", s.stored_bytes)?;
         d.set_item("file_bytes", s.file_bytes)?;
+        d.set_item("disk_bytes", s.disk_bytes)?;
         d.set_item("segments", s.segments)?;
         d.set_item("versions", s.versions)?;
         d.set_item("checkpoints", s.checkpoints)?;

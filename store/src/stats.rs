@@ -34,8 +34,11 @@ pub struct StoreStats {
     pub segment_bytes: u64,
     /// Keys and values of every record (versions, segment index, checkpoints, tags, meta).
     pub metadata_bytes: u64,
-    /// Size of the file on disk.
+    /// Length of the file.
     pub file_bytes: u64,
+    /// Bytes the file takes on disk ([`Store::disk_bytes`]): less than `file_bytes` while
+    /// the space redb reserved for growth is still unwritten.
+    pub disk_bytes: u64,
     /// Bytes of the pages redb has allocated (the rest of the file is free space); `None` on a
     /// read-only handle, since redb reports page use to its writer only.
     pub allocated_bytes: Option<u64>,
@@ -157,6 +160,7 @@ impl Store {
         let segments = r.segments.len().ctx("reading the segment index")?;
         drop(r);
         let file_bytes = self.file_bytes()?;
+        let disk_bytes = self.disk_bytes()?;
         let allocated_bytes = if self.is_read_only() {
             None
         } else {
@@ -173,6 +177,7 @@ impl Store {
             segment_bytes,
             metadata_bytes,
             file_bytes,
+            disk_bytes,
             allocated_bytes,
             segments,
             versions,

@@ -403,6 +403,33 @@ impl Store {
         Ok(out)
     }
 
+    /// Bytes the file takes on disk: its allocated blocks. redb grows the file ahead of its
+    /// pages (doubling it while it is small) with `set_len`, which leaves the unwritten part a
+    /// hole on file systems with sparse files, so a freshly written store can be much shorter
+    /// on disk than [`Store::file_bytes`]. Where block counts are unknown (not Unix, or a
+    /// custom backend), the file's length.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`] if the size cannot be read.
+    pub fn disk_bytes(&self) -> Result<u64> {
+        if self.backend.is_some() {
+            return self.file_bytes();
+        }
+        let m = std::fs::metadata(&self.path).map_err(|source| StoreError::Io {
+            path: self.path.clone(),
+            source,
+        })?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt;
+            Ok(m.blocks() * 512)
+        }
+        #[cfg(not(unix))]
+        {
+            Ok(m.len())
+        }
+    }
+
     /// Size of the file on disk (or of the backend's storage).
     ///
     /// # Errors

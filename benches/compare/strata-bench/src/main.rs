@@ -22,6 +22,7 @@
 //! - **write**: every `step_N.safetensors` of DIR is read into memory first; each timed
 //!   repetition opens a new store (deleting the previous repetition's), imports each file as a checkpoint
 //!   ([`Store::import_safetensors_bytes`], what `strata import` does), compacts the file
+//!   (as `strata compact` does; `strata import` itself skips it on a fresh store, ADR 0023)
 //!   and closes it (`compact_seconds`: the compaction and close alone). Sizes come from
 //!   [`Store::stats`] afterwards.
 //! - **read**: each repetition opens the store, then reads one tensor at one step; the
