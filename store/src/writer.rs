@@ -29,8 +29,8 @@ use strata_tiering::Precision;
 
 use crate::engine::{
     check_shape, delete_version, encode_tasks, encode_window, plan_version, prepare_window,
-    put_row, store_residual, BlockWork, CacheRoom, Encoded, TierChanges, VersionPlan, View,
-    WriteTxn, Writeback,
+    put_row, store_residual, BlockBytes, BlockWork, CacheRoom, Encoded, Task, TierChanges,
+    VersionPlan, View, WriteTxn, Writeback,
 };
 use crate::error::{DbContext, InvalidInput, Result, StoreError};
 use crate::record::{CheckpointRecord, Rebuild, ResidualRef, TierRow};
@@ -242,7 +242,7 @@ impl<'s> Session<'s> {
                     work.push(BlockWork {
                         plan,
                         block: b,
-                        data: &p.bytes[r.start as usize..r.end as usize],
+                        data: BlockBytes::Borrowed(&p.bytes[r.start as usize..r.end as usize]),
                     });
                 }
             }
@@ -262,7 +262,8 @@ impl<'s> Session<'s> {
     }
 
     /// Writes one version a window of blocks at a time, pipelined: while the thread pool
-    /// encodes window `k`, this thread inserts window `k - 1` and reads window `k + 1`.
+    /// encodes window `k`, this thread inserts window `k - 1`, then reads window `k + 1` and
+    /// fetches its bases, so the pool finds the next window ready when it is done.
     fn write_item(&mut self, step: u64, item: Item<'_>) -> Result<()> {
         let store = self.store;
         let overwrite = self.step_overwrite;
@@ -276,44 +277,15 @@ impl<'s> Session<'s> {
             };
             let mut plan = start_version(store, wt, step, &head, overwrite)?;
             let windows = pipeline_windows(&plan, store.opts.window_bytes);
-            let (slice, mut reader) = match item.data {
-                Data::Slice(s) => (Some(s), None),
-                Data::Reader(read) => (None, Some(read)),
+            let mut source = WindowSource::new(item.data);
+            let mut next = match windows.first() {
+                Some(w) => Some(source.prepare(wt, store, &plan, w)?),
+                None => None,
             };
-            // Reads the window of bytes `at` into `buf` (a tensor in memory needs no copy).
-            let mut load = |at: &std::ops::Range<u64>, buf: &mut Vec<u8>| -> Result<()> {
-                if let Some(read) = reader.as_mut() {
-                    buf.clear();
-                    buf.resize((at.end - at.start) as usize, 0);
-                    read(at.start, buf)?;
-                }
-                Ok(())
-            };
-            let (mut current, mut next) = (Vec::new(), Vec::new());
-            if let Some((_, at)) = windows.first() {
-                load(at, &mut current)?;
-            }
             let mut residuals = Vec::new();
             let mut encoded_before: Option<(u64, Vec<Encoded>)> = None;
-            for (k, (w, at)) in windows.iter().enumerate() {
-                let start = at.start;
-                let bytes: &[u8] = match slice {
-                    Some(s) => &s[at.start as usize..at.end as usize],
-                    None => &current,
-                };
-                let work: Vec<BlockWork<'_, '_>> = w
-                    .clone()
-                    .map(|b| {
-                        let r = plan.block_range(b);
-                        BlockWork {
-                            plan: &plan,
-                            block: b,
-                            data: &bytes[(r.start - start) as usize..(r.end - start) as usize],
-                        }
-                    })
-                    .collect();
-                let tasks = prepare_window(wt, &store.cache, &store.opts, &work)?;
-                drop(work);
+            for (k, (w, _)) in windows.iter().enumerate() {
+                let tasks = next.take().ok_or_else(|| missing_block(&plan, w.start))?;
                 let mut encoded = Ok(Vec::new());
                 let mut done = Ok(());
                 rayon::in_place_scope(|scope| {
@@ -325,13 +297,16 @@ impl<'s> Session<'s> {
                     if let Some((first, blocks)) = encoded_before.take() {
                         done = insert_blocks(wt, &mut plan, first, blocks, &mut residuals);
                     }
-                    if let (Ok(()), Some((_, at))) = (&done, windows.get(k + 1)) {
-                        done = load(at, &mut next);
+                    if let (Ok(()), Some(after)) = (&done, windows.get(k + 1)) {
+                        match source.prepare(wt, store, &plan, after) {
+                            Ok(tasks) => next = Some(tasks),
+                            Err(e) => done = Err(e),
+                        }
                     }
                 });
                 done?;
                 encoded_before = Some((w.start, encoded?));
-                std::mem::swap(&mut current, &mut next);
+                source.recycle();
             }
             if let Some((first, blocks)) = encoded_before {
                 insert_blocks(wt, &mut plan, first, blocks, &mut residuals)?;
@@ -438,6 +413,92 @@ fn pipeline_windows(
         windows.push((first..b, start..plan.block_range(b - 1).end));
     }
     windows
+}
+
+/// Where the windows of a pipelined write come from: slices of a tensor in memory, or
+/// buffers filled by a reader (a file being imported), each shared by its window's blocks
+/// until the pool has encoded them, then reused for a later window.
+struct WindowSource<'a> {
+    data: Data<'a>,
+    /// Buffers whose window may still be encoding.
+    lent: Vec<Arc<Vec<u8>>>,
+    /// Buffers free to read the next window into.
+    spare: Vec<Vec<u8>>,
+}
+
+impl<'a> WindowSource<'a> {
+    fn new(data: Data<'a>) -> Self {
+        WindowSource {
+            data,
+            lent: Vec::new(),
+            spare: Vec::new(),
+        }
+    }
+
+    /// Reads window `(blocks, at)` of `plan`'s tensor (`at`: its bytes in the tensor) and
+    /// fetches the bases of its blocks through `view`: the window's encode tasks.
+    fn prepare(
+        &mut self,
+        view: &dyn View,
+        store: &Store,
+        plan: &VersionPlan,
+        (blocks, at): &(std::ops::Range<u64>, std::ops::Range<u64>),
+    ) -> Result<Vec<Task<'a>>> {
+        let len = (at.end - at.start) as usize;
+        let shared = match &mut self.data {
+            Data::Slice(s) => {
+                let s: &'a [u8] = s;
+                return prepare_blocks(view, store, plan, blocks, at.start, |r| {
+                    BlockBytes::Borrowed(&s[at.start as usize + r.start..at.start as usize + r.end])
+                });
+            }
+            Data::Reader(read) => {
+                let mut buf = self.spare.pop().unwrap_or_default();
+                // A reused buffer keeps its length: only what it grows by is zeroed.
+                buf.resize(len, 0);
+                read(at.start, &mut buf)?;
+                Arc::new(buf)
+            }
+        };
+        self.lent.push(shared.clone());
+        prepare_blocks(view, store, plan, blocks, at.start, |r| {
+            BlockBytes::Shared(shared.clone(), r)
+        })
+    }
+
+    /// Takes back the buffers whose window's tasks are all done.
+    fn recycle(&mut self) {
+        for buf in std::mem::take(&mut self.lent) {
+            match Arc::try_unwrap(buf) {
+                Ok(buf) => self.spare.push(buf),
+                Err(buf) => self.lent.push(buf),
+            }
+        }
+    }
+}
+
+/// The encode tasks of `blocks` of `plan`'s version, whose bytes from offset `start` of the
+/// tensor `bytes` gives (ranges relative to `start`), with their bases fetched through `view`.
+fn prepare_blocks<'d>(
+    view: &dyn View,
+    store: &Store,
+    plan: &VersionPlan,
+    blocks: &std::ops::Range<u64>,
+    start: u64,
+    bytes: impl Fn(std::ops::Range<usize>) -> BlockBytes<'d>,
+) -> Result<Vec<Task<'d>>> {
+    let work: Vec<BlockWork<'_, 'd>> = blocks
+        .clone()
+        .map(|b| {
+            let r = plan.block_range(b);
+            BlockWork {
+                plan,
+                block: b,
+                data: bytes((r.start - start) as usize..(r.end - start) as usize),
+            }
+        })
+        .collect();
+    prepare_window(view, &store.cache, &store.opts, &work)
 }
 
 /// Inserts the encoded blocks `first..` of a version, in order.

@@ -349,7 +349,13 @@ fn tiered_tensors_stream_through_the_writer() {
 
 /// A safetensors file of one f32 tensor of `n` values.
 fn safetensors_file(n: usize) -> Vec<u8> {
-    let data = tensor(&noise(n, 5));
+    safetensors_of(&noise(n, 5))
+}
+
+/// A safetensors file of one f32 tensor `x` holding `values`.
+fn safetensors_of(values: &[f32]) -> Vec<u8> {
+    let n = values.len();
+    let data = tensor(values);
     let header = format!(
         r#"{{"x":{{"dtype":"F32","shape":[{n}],"data_offsets":[0,{}]}}}}"#,
         data.len()
@@ -398,5 +404,32 @@ fn imports_stream_from_files_and_bad_files_leave_nothing() {
     std::fs::write(&bad, b"1234").unwrap();
     assert!(store.import_safetensors(&bad, 8).is_err());
     assert_eq!(store.checkpoints().unwrap(), vec![7]);
+    assert!(store.verify().unwrap().is_ok());
+
+    // A fine-tuned successor: deltas whose bases are fetched for the next window while the
+    // pool encodes the one before, from window buffers reused across windows (the last one
+    // shorter), exported byte for byte.
+    let mut values = noise(100_000, 5);
+    for (i, v) in values.iter_mut().enumerate() {
+        if i % 3 == 0 {
+            *v += 1e-3 * (i % 7) as f32;
+        }
+    }
+    let next = safetensors_of(&values);
+    let successor = dir.path().join("next.safetensors");
+    std::fs::write(&successor, &next).unwrap();
+    store.import_safetensors(&successor, 9).unwrap();
+    let versions = store.versions("x").unwrap();
+    let at_9 = versions.iter().find(|v| v.step == 9).expect("version 9");
+    assert!(
+        at_9.encodings.len() > 16 && at_9.encodings.iter().all(|e| e.base == Some(7)),
+        "step 9 is stored as deltas against step 7, in many windows"
+    );
+    store.export_safetensors(9, &out).unwrap();
+    assert_eq!(
+        std::fs::read(&out).unwrap(),
+        next,
+        "delta export is byte-identical"
+    );
     assert!(store.verify().unwrap().is_ok());
 }

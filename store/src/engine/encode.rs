@@ -149,7 +149,29 @@ pub(crate) fn plan_version(
 pub(crate) struct BlockWork<'p, 'd> {
     pub(crate) plan: &'p VersionPlan,
     pub(crate) block: u64,
-    pub(crate) data: &'d [u8],
+    pub(crate) data: BlockBytes<'d>,
+}
+
+/// The bytes of a block to encode: borrowed from a tensor in memory, or a range of a window
+/// buffer read from a file, shared by the window's blocks until they are encoded (the writer
+/// reads and prepares the next window meanwhile, so a block cannot borrow its buffer).
+#[derive(Debug, Clone)]
+pub(crate) enum BlockBytes<'d> {
+    /// Part of the caller's memory.
+    Borrowed(&'d [u8]),
+    /// `range` of a shared window buffer.
+    Shared(Arc<Vec<u8>>, std::ops::Range<usize>),
+}
+
+impl std::ops::Deref for BlockBytes<'_> {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            BlockBytes::Borrowed(b) => b,
+            BlockBytes::Shared(buf, range) => &buf[range.clone()],
+        }
+    }
 }
 
 /// An encoded block, ready to insert.
@@ -192,7 +214,7 @@ pub(crate) fn prepare_window<'d>(
             name: plan.name.clone(),
             step: plan.step,
             block: w.block,
-            data: w.data,
+            data: w.data.clone(),
             dtype: plan.record.dtype,
             pred: None,
             base: None,
@@ -242,7 +264,7 @@ pub(crate) struct Task<'d> {
     name: Arc<str>,
     step: u64,
     block: u64,
-    data: &'d [u8],
+    data: BlockBytes<'d>,
     dtype: strata_codec::DType,
     /// The previous version's block: a reference when the data equals it.
     pred: Option<(BlockRecord, Job)>,
@@ -371,7 +393,7 @@ fn encode_task(
     let mut pred_bytes = None;
     if let Some((p, job)) = task.pred {
         let bytes = job.decode(cache)?;
-        if bytes.as_slice() == task.data {
+        if bytes.as_slice() == &*task.data {
             return Ok(reference(p));
         }
         pred_bytes = Some(bytes);
@@ -391,15 +413,15 @@ fn encode_task(
                     }))
                 }
             };
-            if base_bytes.as_slice() == task.data {
+            if base_bytes.as_slice() == &*task.data {
                 return Ok(reference(base_rec));
             }
-            let seg = segment::encode_delta(task.dtype, task.data, &base_bytes, &opts.lossless)
+            let seg = segment::encode_delta(task.dtype, &task.data, &base_bytes, &opts.lossless)
                 .map_err(encode_err)?;
             if task.anchor && !chain::keep_anchor(seg.len(), base_rec.segment_len as usize) {
                 // No smaller than the keyframe itself (the size a new one would have):
                 // the tensor has drifted far; start a new lineage.
-                let key = segment::encode_keyframe(task.dtype, task.data, &opts.lossless)
+                let key = segment::encode_keyframe(task.dtype, &task.data, &opts.lossless)
                     .map_err(encode_err)?;
                 (key, None)
             } else {
@@ -407,7 +429,7 @@ fn encode_task(
             }
         }
         None => (
-            segment::encode_keyframe(task.dtype, task.data, &opts.lossless).map_err(encode_err)?,
+            segment::encode_keyframe(task.dtype, &task.data, &opts.lossless).map_err(encode_err)?,
             None,
         ),
     };
@@ -415,7 +437,7 @@ fn encode_task(
     if cache.wants(task.data.len()) && room.take(task.data.len()) {
         // The next version of this tensor will read this block as its base.
         let mut copy = POOL.take(task.data.len());
-        copy.extend_from_slice(task.data);
+        copy.extend_from_slice(&task.data);
         cache.insert(address, Arc::new(copy));
     }
     Ok(Encoded {
@@ -442,13 +464,13 @@ fn encode_lossy(
 ) -> std::result::Result<Encoded, Box<dyn std::error::Error + Send + Sync>> {
     let not_float = strata_codec::segment::SegmentError::NotFloat { dtype: task.dtype };
     let bits = tier.quant_bits().ok_or(not_float.clone())?;
-    let values = quantized::to_f32(task.dtype, task.data).ok_or(not_float)?;
+    let values = quantized::to_f32(task.dtype, &task.data).ok_or(not_float)?;
     let block = quantized::encode(
         task.dtype,
         &values,
         bits,
         opts.tiering.config.group_size,
-        Some(task.data),
+        Some(&task.data),
         residual,
         &opts.lossless,
     )?;
