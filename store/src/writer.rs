@@ -444,18 +444,18 @@ impl<'a> WindowSource<'a> {
         plan: &VersionPlan,
         (blocks, at): &(std::ops::Range<u64>, std::ops::Range<u64>),
     ) -> Result<Vec<Task<'a>>> {
-        let len = (at.end - at.start) as usize;
         let shared = match &mut self.data {
             Data::Slice(s) => {
-                let s: &'a [u8] = s;
+                let tensor: &'a [u8] = s;
+                let window = &tensor[at.start as usize..at.end as usize];
                 return prepare_blocks(view, store, plan, blocks, at.start, |r| {
-                    BlockBytes::Borrowed(&s[at.start as usize + r.start..at.start as usize + r.end])
+                    BlockBytes::Borrowed(&window[r])
                 });
             }
             Data::Reader(read) => {
                 let mut buf = self.spare.pop().unwrap_or_default();
                 // A reused buffer keeps its length: only what it grows by is zeroed.
-                buf.resize(len, 0);
+                buf.resize((at.end - at.start) as usize, 0);
                 read(at.start, &mut buf)?;
                 Arc::new(buf)
             }
@@ -477,8 +477,9 @@ impl<'a> WindowSource<'a> {
     }
 }
 
-/// The encode tasks of `blocks` of `plan`'s version, whose bytes from offset `start` of the
-/// tensor `bytes` gives (ranges relative to `start`), with their bases fetched through `view`.
+/// The encode tasks of `blocks` of `plan`'s version, a window starting at byte `start` of the
+/// tensor whose bytes `bytes` gives (ranges relative to `start`), their bases fetched through
+/// `view`.
 fn prepare_blocks<'d>(
     view: &dyn View,
     store: &Store,
