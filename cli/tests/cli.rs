@@ -232,6 +232,39 @@ fn import_leaves_growth_room_that_compact_trims() {
 }
 
 #[test]
+fn import_compacts_a_file_whose_free_pages_take_disk() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = dir.path().join("freed.strata");
+    {
+        // Pages written, then freed below pages still in use: 8 MiB of noise saved, a small
+        // checkpoint after it, and the first deleted.
+        let s = Store::open(&store).expect("open");
+        for (step, n) in [(1, 1 << 21), (2, 1024)] {
+            let bytes = f32_bytes(&noise(n, step));
+            let t = TensorRef {
+                dtype: DType::F32,
+                shape: &[n as u64],
+                bytes: &bytes,
+            };
+            s.save_checkpoint(step, &[("w", t)], "").expect("save");
+        }
+        s.delete_checkpoint(1).expect("delete");
+    }
+    let before = std::fs::metadata(&store).expect("store").len();
+    let src = dir.path().join("small.safetensors");
+    common::write_noise_safetensors(&src, 2, 1024);
+    ok(&["import", p(&store), p(&src), "--step", "3"]);
+    let stats: serde_json::Value =
+        serde_json::from_str(&ok(&["stats", p(&store), "--json"])).expect("stats json");
+    let file = stats["file_bytes"].as_u64().expect("file bytes");
+    assert!(
+        file * 4 < before,
+        "the import compacted the freed pages away: {before} -> {file} bytes"
+    );
+    ok(&["verify", p(&store)]);
+}
+
+#[test]
 fn verify_exits_1_on_a_corrupt_segment() {
     let dir = tempfile::tempdir().expect("temp dir");
     let store = dir.path().join("ft.strata");

@@ -37,7 +37,7 @@ impl Store {
 
     /// Writes every tensor of a checkpoint at `step` in one transaction: after a crash
     /// either all of them are there or none. `metadata` is stored as given (JSON or any text).
-    /// Memory stays bounded by [`crate::Options::write_window_bytes`] beyond the caller's
+    /// Memory stays bounded by [`crate::Options::window_bytes`] beyond the caller's
     /// tensors (it is [`Store::begin_checkpoint`], a `put` per tensor, and `commit`).
     ///
     /// # Errors
