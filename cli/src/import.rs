@@ -154,7 +154,7 @@ pub(crate) fn import_files(
 /// Whether the file holds more than an eighth of free pages on disk (pages of versions the
 /// import replaced, or left by earlier deletes), so that compacting it is worth a pass over
 /// every page. The room redb reserves at the end as the file grows is a hole until written:
-/// it is not on disk, and trimming it would cost as much as a third of a fresh import (ADR
+/// it is not on disk, and trimming it cost up to a third of a fresh import's time (ADR
 /// 0023).
 fn holds_free_pages(s: &StoreStats) -> bool {
     s.allocated_bytes
