@@ -93,6 +93,7 @@ fn cli_round_trip_on_dev_ft_bf16() {
         "raw_bytes",
         "stored_bytes",
         "file_bytes",
+        "disk_bytes",
         "ratio",
         "tensors",
     ] {
@@ -100,7 +101,10 @@ fn cli_round_trip_on_dev_ft_bf16() {
     }
     let raw: u64 = series.iter().map(|c| c.raw_bytes()).sum();
     assert_eq!(json["raw_bytes"].as_u64(), Some(raw));
-    assert!(json["ratio"].as_f64().expect("ratio") > 3.0, "{json}");
+    // Raw bytes over what the store takes on disk (an import leaves redb's growth room, a
+    // hole, in the file's length: ADR 0023).
+    let disk = json["disk_bytes"].as_u64().expect("disk bytes");
+    assert!(raw as f64 / disk as f64 > 3.0, "{json}");
     assert_eq!(
         json["tensors"].as_array().expect("tensors").len(),
         series[0].tensors.len()
