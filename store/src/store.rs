@@ -415,10 +415,7 @@ impl Store {
         if self.backend.is_some() {
             return self.file_bytes();
         }
-        let m = std::fs::metadata(&self.path).map_err(|source| StoreError::Io {
-            path: self.path.clone(),
-            source,
-        })?;
+        let m = self.file_metadata()?;
         #[cfg(unix)]
         {
             use std::os::unix::fs::MetadataExt;
@@ -430,7 +427,8 @@ impl Store {
         }
     }
 
-    /// Size of the file on disk (or of the backend's storage).
+    /// Length of the file (or of the backend's storage); [`Store::disk_bytes`] is what it
+    /// takes on disk.
     ///
     /// # Errors
     /// [`StoreError::Io`] if the size cannot be read.
@@ -441,12 +439,15 @@ impl Store {
                 source,
             });
         }
-        std::fs::metadata(&self.path)
-            .map(|m| m.len())
-            .map_err(|source| StoreError::Io {
-                path: self.path.clone(),
-                source,
-            })
+        Ok(self.file_metadata()?.len())
+    }
+
+    /// The store file's metadata, its error naming the file.
+    fn file_metadata(&self) -> Result<std::fs::Metadata> {
+        std::fs::metadata(&self.path).map_err(|source| StoreError::Io {
+            path: self.path.clone(),
+            source,
+        })
     }
 }
 
