@@ -13,7 +13,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
 use safetensors::SafeTensors;
-use strata::store::{DType, Store, TensorRef, METADATA_KEY};
+use strata::store::{Corruption, DType, Store, StoreError, TensorRef, METADATA_KEY};
 
 fn regressions(target: &str) -> Vec<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -136,6 +136,33 @@ fn damaged_store_files_give_errors_not_panics() {
         }
     }
     assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// Found by `store_open` (`fuzz/regressions/store_open/versions-range-returns-an-earlier-key`):
+/// in a damaged file, redb's range read past the last version of `w.norm` returns a version of
+/// `w.norm` again. Listing tensors skips from one tensor to the next with such range reads, and
+/// looped forever, growing its list by one name a round (6 GB in the fuzzer; `strata log` hung).
+/// Now the list ends with `Corruption::KeyOrder`.
+#[test]
+fn listing_tensors_of_a_versions_table_out_of_order_is_an_error() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("s.strata");
+    let input = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fuzz/regressions/store_open/versions-range-returns-an-earlier-key");
+    std::fs::copy(input, &path).expect("copy the regression input");
+    let store = Store::open(&path).expect("the damage is past what open reads");
+    let err = store.tensors().expect_err("a damaged versions table");
+    assert!(
+        matches!(
+            err,
+            StoreError::Corrupt(Corruption::KeyOrder {
+                table: "versions",
+                ..
+            })
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("w.norm"), "{err}");
 }
 
 /// Found by `store_api_model` (`fuzz/regressions/store_api_model/delete-removes-empty-checkpoint`,

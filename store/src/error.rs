@@ -453,6 +453,17 @@ pub enum Corruption {
         #[source]
         source: Box<strata_codec::residual::ResidualError>,
     },
+    /// A table's keys came back out of order: a range read past a key returned one that does
+    /// not sort after it. redb does not checksum every page, so a damaged tree can do that.
+    #[error("{table} table: reading past {after}, found {found}, which does not sort after it")]
+    KeyOrder {
+        /// Which table.
+        table: &'static str,
+        /// Where the read started (exclusive).
+        after: String,
+        /// The key it returned.
+        found: String,
+    },
     /// A metadata record failed to decode.
     #[error("{what}: {source}")]
     Record {

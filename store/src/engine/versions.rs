@@ -134,9 +134,20 @@ pub(crate) fn tensor_names(versions: &impl BytesTable) -> Result<Vec<String>> {
             .ctx("listing tensors")?;
         let Some(entry) = iter.next() else { break };
         let (k, _) = entry.ctx("listing tensors")?;
-        let Some((name, _)) = decode_version_key(k.value()) else {
+        let Some((name, step)) = decode_version_key(k.value()) else {
             return Err(bad_version_key("?", k.value()));
         };
+        // Each round must move forward, or a damaged tree that hands back an earlier key would
+        // make this loop forever (found by the store_open fuzz target).
+        if k.value() <= from.as_slice() {
+            return Err(StoreError::Corrupt(Corruption::KeyOrder {
+                table: "versions",
+                after: names
+                    .last()
+                    .map_or_else(String::new, |n| format!("the versions of tensor {n:?}")),
+                found: format!("tensor {name:?} step {step}"),
+            }));
+        }
         names.push(name.to_string());
         from = version_key(name, u64::MAX);
     }
