@@ -142,9 +142,10 @@ pub(crate) fn tensor_names(versions: &impl BytesTable) -> Result<Vec<String>> {
         if k.value() <= from.as_slice() {
             return Err(StoreError::Corrupt(Corruption::KeyOrder {
                 table: "versions",
-                after: names
-                    .last()
-                    .map_or_else(String::new, |n| format!("the versions of tensor {n:?}")),
+                after: names.last().map_or_else(
+                    || "the start".into(),
+                    |n| format!("the versions of tensor {n:?}"),
+                ),
                 found: format!("tensor {name:?} step {step}"),
             }));
         }
