@@ -4,7 +4,10 @@
 //! if it opens, every read runs on it through [`strata_codec_fuzz::store_util::exercise`]
 //! (`verify`, the tensor and version lists, budgeted `get`s, checkpoints and their loads,
 //! tags, policies, `stats`, one export). Errors are fine; a panic, a hang or an unbounded
-//! allocation (libFuzzer's `-timeout` and `-rss_limit_mb`) is not.
+//! allocation (libFuzzer's `-timeout` and `-rss_limit_mb`) is not. Run it with
+//! `-malloc_limit_mb=4097 -rss_limit_mb=6144`, as CI does: redb allocates up to 4 GiB for a
+//! damaged page pointer before it reads the page, which Strata cannot prevent (fuzz/README.md,
+//! "Findings").
 //!
 //! redb does not checksum its pages, so a mutated file gets past redb more often than one
 //! would think; but Strata seals each record with a checksum of its key and value, so a
