@@ -15,10 +15,15 @@ use std::path::{Path, PathBuf};
 use safetensors::SafeTensors;
 use strata::store::{Corruption, DType, Store, StoreError, TensorRef, METADATA_KEY};
 
-fn regressions(target: &str) -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+/// Where the inputs `target` found are kept.
+fn regressions_dir(target: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("fuzz/regressions")
-        .join(target);
+        .join(target)
+}
+
+fn regressions(target: &str) -> Vec<PathBuf> {
+    let dir = regressions_dir(target);
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
         .unwrap_or_default();
@@ -147,8 +152,7 @@ fn damaged_store_files_give_errors_not_panics() {
 fn listing_tensors_of_a_versions_table_out_of_order_is_an_error() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("s.strata");
-    let input = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fuzz/regressions/store_open/versions-range-returns-an-earlier-key");
+    let input = regressions_dir("store_open").join("versions-range-returns-an-earlier-key");
     std::fs::copy(input, &path).expect("copy the regression input");
     let store = Store::open(&path).expect("the damage is past what open reads");
     let err = store.tensors().expect_err("a damaged versions table");
