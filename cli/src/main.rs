@@ -320,6 +320,10 @@ enum RemoteCommand {
         /// The grace period in hours (at least 1).
         #[arg(long, default_value_t = 24.0)]
         grace_hours: f64,
+        /// For tests: judge segments' ages as if the clock were this many hours ahead, so
+        /// that a race with pushes can be run without waiting for segments to grow old.
+        #[arg(long, hide = true, default_value_t = 0.0)]
+        segments_ahead_hours: f64,
     },
     /// Join the parts pushed for a step into one checkpoint, visible whole.
     Commit {
@@ -487,7 +491,11 @@ fn main() -> ExitCode {
                     keep_tagged: !no_keep_tagged,
                 },
             ),
-            RemoteCommand::Gc { url, grace_hours } => remote::gc(&url, grace_hours),
+            RemoteCommand::Gc {
+                url,
+                grace_hours,
+                segments_ahead_hours,
+            } => remote::gc(&url, grace_hours, segments_ahead_hours),
             RemoteCommand::Commit {
                 url,
                 step,

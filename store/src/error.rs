@@ -632,6 +632,18 @@ pub enum RemoteError {
         #[source]
         source: Box<object_store::Error>,
     },
+    /// A request, its retries included, took longer than the remote's bound
+    /// ([`crate::remote::Remote::timeout`]: 60 s unless `STRATA_REMOTE_TIMEOUT` says otherwise):
+    /// a stalled server or a network that drops packets.
+    #[error("remote {op} of {object} timed out after {} s (a stalled server or network; STRATA_REMOTE_TIMEOUT sets the bound)", after.as_secs_f64())]
+    TimedOut {
+        /// The operation (`get`, `head`, `put`, `list`, `delete`).
+        op: &'static str,
+        /// The object's path in the bucket or folder.
+        object: String,
+        /// The bound that passed.
+        after: std::time::Duration,
+    },
     /// A checkpoint already in the remote at this step holds different content.
     #[error("the remote already holds a different checkpoint at step {step} ({object}); refusing to replace it")]
     Conflict {

@@ -8,7 +8,8 @@ use bytes::Bytes;
 use super::manifest::of_checkpoint;
 use super::object::Remote;
 use super::sync::{
-    create_manifest, fetch_manifest, push_steps, send_segments, Progress, PushReport, RemoteState,
+    create_manifest, fetch_manifest, push_steps, upload_segments, Intent, Progress, PushReport,
+    RemoteState,
 };
 use crate::engine::{checkpoint_steps, tag_list};
 use crate::error::{InvalidInput, RemoteError, StoreError};
@@ -36,8 +37,7 @@ pub fn push(
         remote.check_format(true).await?;
         let mut state = RemoteState::default();
         state.refresh(remote).await?;
-        state.list_segments(remote).await?;
-        push_steps(remote, &r, &mut state, &steps, &tags, progress).await
+        push_steps(remote, &r, &mut state, &steps, &tags, progress, true).await
     })
 }
 
@@ -63,11 +63,19 @@ pub fn push_part(
     let m = of_checkpoint(&r, step, Kind::Part)?;
     remote.block_on(async {
         remote.check_format(true).await?;
+        let intent = Intent::declare(remote, &m).await?;
         let mut state = RemoteState::default();
-        state.refresh(remote).await?;
         state.list_segments(remote).await?;
         let mut report = PushReport::default();
-        send_segments(remote, &r, &state, &m.segments(), None, &mut report).await?;
+        let mut send = Vec::new();
+        for (a, l) in m.segments() {
+            if state.has(a) {
+                report.segments_present += 1;
+            } else {
+                send.push((a, l));
+            }
+        }
+        upload_segments(remote, &r, send, None, &mut report).await?;
         let p = remote.part_path(step, part);
         let bytes = Bytes::from(m.encode());
         if !remote.create(&p, bytes).await? {
@@ -81,6 +89,7 @@ pub fn push_part(
                 });
             }
         }
+        intent.withdraw(remote).await?;
         report.steps_sent.push(step);
         Ok(report)
     })
