@@ -126,6 +126,7 @@ mod options;
 mod read;
 mod reader;
 mod record;
+mod repair;
 #[cfg(feature = "remote")]
 pub mod remote;
 mod retain;
@@ -143,6 +144,7 @@ pub use error::{Corruption, InvalidInput, NotFound, OpenError, Result, StoreErro
 pub use options::{DeltaPolicy, FrameOptions, Options, PutOptions, TierOptions};
 pub use reader::{BlockRead, CheckpointReader};
 pub use record::{decode_manifest, ManifestError, RecordError};
+pub use repair::REPAIR_WAIT;
 /// The redb crate, whose [`redb::StorageBackend`] [`Store::open_with_backend`] takes.
 pub use redb;
 pub use retain::{RetainPolicy, RetainReport};

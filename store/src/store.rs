@@ -17,6 +17,7 @@ use crate::engine::{
 use crate::error::{Corruption, DbContext, OpenError, Result, StoreError};
 use crate::options::Options;
 use crate::record::{FormatRecord, Rule};
+use crate::repair::{open_beside_repairs, RepairMarker, REPAIR_WAIT};
 use crate::tiers::rules::RuleSet;
 use crate::tiers::runtime::{tiering_reconstruct, Runtime};
 
@@ -84,7 +85,9 @@ impl Store {
         if !exists {
             create_file(&path, &opts)?;
         }
-        let db = guarded_open(&path, || builder(&opts).create(&path))?;
+        let db = open_beside_repairs(&path, REPAIR_WAIT, || {
+            guarded_open(&path, || builder(&opts).create(&path))
+        })?;
         Store::from_handle(path, Handle::Writer(db), opts)
     }
 
@@ -98,7 +101,9 @@ impl Store {
     ///
     /// A store whose last writer crashed needs the repair the next writer's open does, which a
     /// reader cannot do: if no writer holds it, this open recovers it first as a writer would
-    /// (the only case where it writes to the file).
+    /// (the only case where it writes to the file), holding a lock on a marker file beside it
+    /// (`<store>.repair`, deleted after) so that a writer opening meanwhile waits for the repair
+    /// instead of failing with `InUse` (at most [`crate::REPAIR_WAIT`]).
     ///
     /// # Errors
     /// Those of [`Store::open`] but `InUse` (a writer that opened the store with a Strata before
@@ -129,23 +134,32 @@ impl Store {
             }
             Err(source) => return Err(StoreError::Io { path, source }),
         }
-        let mut tries = 0;
+        let start = std::time::Instant::now();
         let db = loop {
             let opened = catch_unwind(AssertUnwindSafe(|| builder(&opts).open_read_only(&path)));
-            if !matches!(opened, Ok(Err(DatabaseError::RepairAborted))) || tries == 3 {
+            if !matches!(opened, Ok(Err(DatabaseError::RepairAborted)))
+                || start.elapsed() > REPAIR_WAIT
+            {
                 break guarded(&path, opened)?;
             }
             // The last writer crashed and no writer has opened the store since: a reader
             // cannot repair it. Recover it as the next writer would (this open writes), then
-            // read. A writer that holds it meanwhile (InUse) recovered it when it opened.
-            tries += 1;
-            match Store::open_with(&path, opts.clone()) {
+            // read. A writer that holds it meanwhile (InUse) is repairing it as it opens:
+            // wait for that, as long as a repair may take.
+            let marker = RepairMarker::hold(&path)?;
+            let repaired = guarded_open(&path, || builder(&opts).create(&path));
+            match repaired {
+                // The writer's handle closes before the marker does: a writer that waits
+                // for the marker then finds the file free.
                 Ok(writer) => drop(writer),
                 Err(StoreError::Open(OpenError::InUse { .. })) => {
+                    drop(marker);
                     std::thread::sleep(std::time::Duration::from_millis(20));
+                    continue;
                 }
                 Err(e) => return Err(e),
             }
+            drop(marker);
         };
         Store::from_handle(path, Handle::Reader(db), opts)
     }
