@@ -71,7 +71,9 @@ fn writer_process() {
         return;
     };
     let store = Store::open(&path).unwrap_or_else(|e| panic!("writer open: {e}"));
-    let mut step = store.checkpoints().map_or(0, |c| c.last().copied().unwrap_or(0));
+    let mut step = store
+        .checkpoints()
+        .map_or(0, |c| c.last().copied().unwrap_or(0));
     loop {
         step += 1;
         save(&store, step);
@@ -90,7 +92,10 @@ fn crash_a_writer(path: &Path, commits: usize) -> Vec<u64> {
             .collect::<Vec<u64>>()
     };
     while committed(&child).len() < commits {
-        assert!(t.elapsed() < Duration::from_secs(120), "the writer did not commit");
+        assert!(
+            t.elapsed() < Duration::from_secs(120),
+            "the writer did not commit"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
     let ended = child.kill();
@@ -136,11 +141,19 @@ fn a_writer_restarting_beside_a_repairing_reader_is_not_refused() {
             Ok(store) => {
                 let held = store.checkpoints().expect("checkpoints");
                 for s in &reported {
-                    assert!(held.contains(s), "round {round}: step {s} reported committed is gone");
+                    assert!(
+                        held.contains(s),
+                        "round {round}: step {s} reported committed is gone"
+                    );
                 }
                 let last = *reported.last().expect("a commit");
-                let t = store.get("layer.1.weight", last).expect("read the last step");
-                assert!(t.data == tensors(last)[1], "round {round}: step {last} differs");
+                let t = store
+                    .get("layer.1.weight", last)
+                    .expect("read the last step");
+                assert!(
+                    t.data == tensors(last)[1],
+                    "round {round}: step {last} differs"
+                );
             }
             Err(e) => refused.push(format!("round {round}: {e}")),
         }

@@ -371,6 +371,7 @@ enum CliError {
 type CliResult<T = ()> = Result<T, CliError>;
 
 fn main() -> ExitCode {
+    quiet_contained_panics();
     let cli = Cli::parse();
     let out = progress::Output::new(cli.quiet);
     let result = match cli.command {
@@ -523,4 +524,20 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// redb trusts its pages and can panic on a damaged file; the store contains those panics and
+/// returns `Corruption::Engine` naming the file, which this tool prints as any error. The
+/// default hook would print each such panic first, as if the tool had crashed: this one stays
+/// quiet for panics raised in redb's code (`STRATA_DEBUG` set prints them), and prints every
+/// other panic as before.
+fn quiet_contained_panics() {
+    let default = std::panic::take_hook();
+    let debug = std::env::var_os("STRATA_DEBUG").is_some();
+    std::panic::set_hook(Box::new(move |info| {
+        let in_redb = info.location().is_some_and(|l| l.file().contains("/redb-"));
+        if !in_redb || debug {
+            default(info);
+        }
+    }));
 }

@@ -10,7 +10,7 @@ use wildmatch::WildMatch;
 use crate::engine::{age_versions, AgeTally, View};
 use crate::error::{InvalidInput, NotFound, Result, StoreError};
 use crate::retain::RetainPolicy;
-use crate::store::Store;
+use crate::store::{contain, Store};
 
 /// Deepest chain of aged versions a read decodes by default: aged versions are old
 /// history, read rarely, and each aged link is a cheap decode (an entropy-coded delta
@@ -163,100 +163,103 @@ impl Store {
     /// no checkpoint (nothing changed then); read and encode errors of the versions
     /// (nothing changed); [`StoreError::Compaction`].
     pub fn age(&mut self, policy: &AgePolicy) -> Result<AgeReport> {
-        policy.validate()?;
-        let rules: Vec<(WildMatch, Option<f64>)> = policy
-            .rules
-            .iter()
-            .map(|r| (WildMatch::new(&r.pattern), r.budget))
-            .collect();
-        let file_bytes_before = self.file_bytes()?;
-        let stored_bytes_before = self.stats()?.stored_bytes;
-        let (targets, kept) = self.age_targets(policy)?;
-        // Compacted first as well: on a store reopened with the growth slack of its imports
-        // still in the file, compacting only after the pass left the file 1.6x its stored
-        // bytes (MiniLM, 20 checkpoints); compacting before, 1.02x.
-        self.compact_if_idle()?;
-        let tally = {
-            let _writer = self.writer.lock();
-            let pins = self.rules.read();
-            let tally = self.write(|wt| {
-                // Per tensor, the steps to age: each tensor's chain is walked once.
-                let mut by_tensor: BTreeMap<String, BTreeSet<u64>> = BTreeMap::new();
-                let mut tally = AgeTally::default();
-                for &step in &targets {
-                    let Some(cp) = wt.checkpoint(step)? else {
-                        continue;
-                    };
-                    for name in cp.tensors {
-                        by_tensor.entry(name).or_default().insert(step);
-                    }
-                }
-                for (name, steps) in &by_tensor {
-                    let mut ageable = BTreeSet::new();
-                    let mut budget = None;
-                    for &s in steps {
-                        let Some(rec) = wt.version(name, s)? else {
+        let path = self.path.clone();
+        contain(&path, "aging", || {
+            policy.validate()?;
+            let rules: Vec<(WildMatch, Option<f64>)> = policy
+                .rules
+                .iter()
+                .map(|r| (WildMatch::new(&r.pattern), r.budget))
+                .collect();
+            let file_bytes_before = self.file_bytes()?;
+            let stored_bytes_before = self.stats()?.stored_bytes;
+            let (targets, kept) = self.age_targets(policy)?;
+            // Compacted first as well: on a store reopened with the growth slack of its imports
+            // still in the file, compacting only after the pass left the file 1.6x its stored
+            // bytes (MiniLM, 20 checkpoints); compacting before, 1.02x.
+            self.compact_if_idle()?;
+            let tally = {
+                let _writer = self.writer.lock();
+                let pins = self.rules.read();
+                let tally = self.write(|wt| {
+                    // Per tensor, the steps to age: each tensor's chain is walked once.
+                    let mut by_tensor: BTreeMap<String, BTreeSet<u64>> = BTreeMap::new();
+                    let mut tally = AgeTally::default();
+                    for &step in &targets {
+                        let Some(cp) = wt.checkpoint(step)? else {
                             continue;
                         };
-                        let b = policy.budget_of(&rules, name, rec.shape.len());
-                        let lossless = rec
-                            .blocks
-                            .iter()
-                            .all(|b| matches!(b.form, crate::record::Form::Lossless));
-                        if rec.aged.is_some() {
-                            continue;
+                        for name in cp.tensors {
+                            by_tensor.entry(name).or_default().insert(step);
                         }
-                        if b.is_none()
-                            || pins.is_pinned(name)
-                            || !aged::supports(rec.dtype)
-                            || !lossless
-                        {
-                            tally.versions_exact += 1;
-                            continue;
-                        }
-                        budget = b;
-                        ageable.insert(s);
                     }
-                    let Some(budget) = budget else {
-                        continue;
-                    };
-                    let budget = aged::Budget {
-                        of_norm: budget,
-                        of_delta: policy.update_budget,
-                    };
-                    let t = age_versions(
-                        wt,
-                        &self.cache,
-                        &self.opts,
-                        name,
-                        &ageable,
-                        budget,
-                        policy.max_chain,
-                    )?;
-                    tally.versions_aged += t.versions_aged;
-                    tally.versions_exact += t.versions_exact;
-                    tally.blocks_unmet += t.blocks_unmet;
-                    tally.max_rel_error = tally.max_rel_error.max(t.max_rel_error);
-                }
-                Ok(tally)
-            })?;
-            tally
-        };
-        let (aged, kept): (Vec<u64>, Vec<u64>) =
-            (targets.into_iter().collect(), kept.into_iter().collect());
-        let compacted = self.compact_if_idle()?;
-        Ok(AgeReport {
-            aged,
-            kept,
-            versions_aged: tally.versions_aged,
-            versions_exact: tally.versions_exact,
-            blocks_unmet: tally.blocks_unmet,
-            max_rel_error: tally.max_rel_error,
-            stored_bytes_before,
-            stored_bytes_after: self.stats()?.stored_bytes,
-            file_bytes_before,
-            file_bytes_after: self.file_bytes()?,
-            compacted,
+                    for (name, steps) in &by_tensor {
+                        let mut ageable = BTreeSet::new();
+                        let mut budget = None;
+                        for &s in steps {
+                            let Some(rec) = wt.version(name, s)? else {
+                                continue;
+                            };
+                            let b = policy.budget_of(&rules, name, rec.shape.len());
+                            let lossless = rec
+                                .blocks
+                                .iter()
+                                .all(|b| matches!(b.form, crate::record::Form::Lossless));
+                            if rec.aged.is_some() {
+                                continue;
+                            }
+                            if b.is_none()
+                                || pins.is_pinned(name)
+                                || !aged::supports(rec.dtype)
+                                || !lossless
+                            {
+                                tally.versions_exact += 1;
+                                continue;
+                            }
+                            budget = b;
+                            ageable.insert(s);
+                        }
+                        let Some(budget) = budget else {
+                            continue;
+                        };
+                        let budget = aged::Budget {
+                            of_norm: budget,
+                            of_delta: policy.update_budget,
+                        };
+                        let t = age_versions(
+                            wt,
+                            &self.cache,
+                            &self.opts,
+                            name,
+                            &ageable,
+                            budget,
+                            policy.max_chain,
+                        )?;
+                        tally.versions_aged += t.versions_aged;
+                        tally.versions_exact += t.versions_exact;
+                        tally.blocks_unmet += t.blocks_unmet;
+                        tally.max_rel_error = tally.max_rel_error.max(t.max_rel_error);
+                    }
+                    Ok(tally)
+                })?;
+                tally
+            };
+            let (aged, kept): (Vec<u64>, Vec<u64>) =
+                (targets.into_iter().collect(), kept.into_iter().collect());
+            let compacted = self.compact_if_idle()?;
+            Ok(AgeReport {
+                aged,
+                kept,
+                versions_aged: tally.versions_aged,
+                versions_exact: tally.versions_exact,
+                blocks_unmet: tally.blocks_unmet,
+                max_rel_error: tally.max_rel_error,
+                stored_bytes_before,
+                stored_bytes_after: self.stats()?.stored_bytes,
+                file_bytes_before,
+                file_bytes_after: self.file_bytes()?,
+                compacted,
+            })
         })
     }
 

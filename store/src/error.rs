@@ -473,6 +473,20 @@ pub enum Corruption {
         #[source]
         source: RecordError,
     },
+    /// The database engine failed while it read the file's pages: redb does not checksum
+    /// its pages and trusts them, so a damaged page can make it panic (an index out of
+    /// range, a length past a page); the store turns that panic into this error at its
+    /// boundary. The file is damaged at the database level: restore it from a copy or a
+    /// remote.
+    #[error("store {path}: the database engine failed while {op} ({message}): the file's pages are damaged")]
+    Engine {
+        /// The store file.
+        path: std::path::PathBuf,
+        /// What the store was doing.
+        op: &'static str,
+        /// What the engine reported.
+        message: String,
+    },
 }
 
 /// A tiered read or operation that cannot give what was asked (Tier 0 without a policy, a rebuild that fails, data that is no longer exact, a frame stream).

@@ -126,9 +126,9 @@ mod options;
 mod read;
 mod reader;
 mod record;
-mod repair;
 #[cfg(feature = "remote")]
 pub mod remote;
+mod repair;
 mod retain;
 mod safetensors_io;
 mod stats;
@@ -144,9 +144,9 @@ pub use error::{Corruption, InvalidInput, NotFound, OpenError, Result, StoreErro
 pub use options::{DeltaPolicy, FrameOptions, Options, PutOptions, TierOptions};
 pub use reader::{BlockRead, CheckpointReader};
 pub use record::{decode_manifest, ManifestError, RecordError};
-pub use repair::REPAIR_WAIT;
 /// The redb crate, whose [`redb::StorageBackend`] [`Store::open_with_backend`] takes.
 pub use redb;
+pub use repair::REPAIR_WAIT;
 pub use retain::{RetainPolicy, RetainReport};
 /// The safetensors crate, whose types appear in [`StoreError::SafeTensors`] and
 /// [`dtype_from_safetensors`].

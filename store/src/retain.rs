@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::engine::{delete_versions, View};
 use crate::error::{InvalidInput, Result, StoreError};
-use crate::store::Store;
+use crate::store::{contain, Store};
 
 /// Which checkpoints [`Store::retain`] keeps: the union of its rules.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,47 +91,50 @@ impl Store {
     /// [`Store::delete`] (nothing is deleted then); [`StoreError::Compaction`] (but not for a
     /// read in progress in another process: see [`RetainReport::compacted`]).
     pub fn retain(&mut self, policy: &RetainPolicy) -> Result<RetainReport> {
-        policy.validate()?;
-        let file_bytes_before = self.file_bytes()?;
-        let (kept, removed, versions_removed) = {
-            let _writer = self.writer.lock();
-            let steps = self.checkpoints()?;
-            let tagged: BTreeSet<u64> = self.tags()?.into_iter().map(|(_, s)| s).collect();
-            let kept = policy.kept(&steps, &tagged);
-            let removed: Vec<u64> = steps
-                .iter()
-                .copied()
-                .filter(|s| !kept.contains(s))
-                .collect();
-            let versions_removed = self.write(|wt| {
-                // Per tensor, the steps to delete: each tensor's versions are read once.
-                let mut by_tensor: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-                for &step in &removed {
-                    let Some(cp) = wt.checkpoint(step)? else {
-                        continue;
-                    };
-                    for name in cp.tensors {
-                        by_tensor.entry(name).or_default().push(step);
+        let path = self.path.clone();
+        contain(&path, "applying retention", || {
+            policy.validate()?;
+            let file_bytes_before = self.file_bytes()?;
+            let (kept, removed, versions_removed) = {
+                let _writer = self.writer.lock();
+                let steps = self.checkpoints()?;
+                let tagged: BTreeSet<u64> = self.tags()?.into_iter().map(|(_, s)| s).collect();
+                let kept = policy.kept(&steps, &tagged);
+                let removed: Vec<u64> = steps
+                    .iter()
+                    .copied()
+                    .filter(|s| !kept.contains(s))
+                    .collect();
+                let versions_removed = self.write(|wt| {
+                    // Per tensor, the steps to delete: each tensor's versions are read once.
+                    let mut by_tensor: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+                    for &step in &removed {
+                        let Some(cp) = wt.checkpoint(step)? else {
+                            continue;
+                        };
+                        for name in cp.tensors {
+                            by_tensor.entry(name).or_default().push(step);
+                        }
+                        wt.remove_checkpoint(step)?;
                     }
-                    wt.remove_checkpoint(step)?;
-                }
-                let mut n = 0u64;
-                for (name, steps) in &by_tensor {
-                    delete_versions(wt, &self.cache, &self.opts, name, steps)?;
-                    n += steps.len() as u64;
-                }
-                Ok(n)
-            })?;
-            (kept.into_iter().collect(), removed, versions_removed)
-        };
-        let compacted = self.compact_if_idle()?;
-        Ok(RetainReport {
-            compacted,
-            kept,
-            removed,
-            versions_removed,
-            file_bytes_before,
-            file_bytes_after: self.file_bytes()?,
+                    let mut n = 0u64;
+                    for (name, steps) in &by_tensor {
+                        delete_versions(wt, &self.cache, &self.opts, name, steps)?;
+                        n += steps.len() as u64;
+                    }
+                    Ok(n)
+                })?;
+                (kept.into_iter().collect(), removed, versions_removed)
+            };
+            let compacted = self.compact_if_idle()?;
+            Ok(RetainReport {
+                compacted,
+                kept,
+                removed,
+                versions_removed,
+                file_bytes_before,
+                file_bytes_after: self.file_bytes()?,
+            })
         })
     }
 }

@@ -1,6 +1,6 @@
 //! The [`Store`] handle: opening a file, checking its format, transactions, compaction.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -38,6 +38,7 @@ use crate::tiers::runtime::{tiering_reconstruct, Runtime};
 #[derive(Debug)]
 pub struct Store {
     pub(crate) path: PathBuf,
+    /// The database; closed in [`Store`]'s `Drop`, where a panic of redb's is contained.
     pub(crate) db: Handle,
     pub(crate) opts: Options,
     pub(crate) cache: BlockCache,
@@ -287,18 +288,21 @@ impl Store {
     /// # Errors
     /// [`StoreError::Compaction`] if redb cannot compact (e.g. a read is in progress).
     pub fn compact(&mut self) -> Result<bool> {
-        // An upload holds a read snapshot, which compaction cannot move pages under.
-        #[cfg(feature = "remote")]
-        if let Some(u) = &self.uploader {
-            let _ = u.flush();
-        }
         let path = self.path.clone();
-        self.db
-            .writer_mut(&path, "compaction")?
-            .compact()
-            .map_err(|e| StoreError::Compaction {
-                source: Box::new(e),
-            })
+        contain(&path, "compacting", || {
+            // An upload holds a read snapshot, which compaction cannot move pages under.
+            #[cfg(feature = "remote")]
+            if let Some(u) = &self.uploader {
+                let _ = u.flush();
+            }
+            let path = self.path.clone();
+            self.db
+                .writer_mut(&path, "compaction")?
+                .compact()
+                .map_err(|e| StoreError::Compaction {
+                    source: Box::new(e),
+                })
+        })
     }
 
     /// [`Store::compact`] after a pass that rewrote many versions (retention and aging do it
@@ -310,7 +314,8 @@ impl Store {
     /// # Errors
     /// [`StoreError::Compaction`] for any other reason redb cannot compact.
     pub fn compact_if_idle(&mut self) -> Result<bool> {
-        match self.compact() {
+        let path = self.path.clone();
+        contain(&path, "compacting", || match self.compact() {
             Ok(_) => Ok(true),
             Err(StoreError::Compaction { source })
                 if matches!(*source, redb::CompactionError::TransactionInProgress) =>
@@ -318,7 +323,7 @@ impl Store {
                 Ok(false)
             }
             Err(e) => Err(e),
-        }
+        })
     }
 
     fn check_format(&self) -> Result<()> {
@@ -426,19 +431,21 @@ impl Store {
     /// # Errors
     /// [`StoreError::Io`] if the size cannot be read.
     pub fn disk_bytes(&self) -> Result<u64> {
-        if self.backend.is_some() {
-            return self.file_bytes();
-        }
-        let m = self.file_metadata()?;
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::MetadataExt;
-            Ok(m.blocks() * 512)
-        }
-        #[cfg(not(unix))]
-        {
-            Ok(m.len())
-        }
+        contain(&self.path, "measuring the file", || {
+            if self.backend.is_some() {
+                return self.file_bytes();
+            }
+            let m = self.file_metadata()?;
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::MetadataExt;
+                Ok(m.blocks() * 512)
+            }
+            #[cfg(not(unix))]
+            {
+                Ok(m.len())
+            }
+        })
     }
 
     /// Length of the file (or of the backend's storage); [`Store::disk_bytes`] is what it
@@ -566,6 +573,44 @@ fn builder(opts: &Options) -> redb::Builder {
 
 /// Runs redb's open of `path`, turning its errors, and a panic on a damaged file (redb trusts
 /// its own file), into [`StoreError`]s.
+/// A panic raised in a caller's code (a callback of [`Store::get_blocks`]) on its way through
+/// [`contain`], which hands it on instead of reporting damage.
+pub(crate) struct CallerPanic(pub(crate) Box<dyn std::any::Any + Send>);
+
+/// Runs `f`, a public operation `op` of the store at `path`, turning a panic inside it into
+/// [`Corruption::Engine`]. redb trusts its own pages: a damaged one can make it panic (an
+/// index out of range in its B-tree code) wherever it reads, past the open, in a listing, a
+/// lookup or the commit as the database closes. Every public method of [`Store`] and of the
+/// readers and writers it hands out runs inside this, so a damaged file gives an error that
+/// names it, never a panic (issue 26; the store_open fuzz target fails on any panic that
+/// escapes). A panic of the caller's own code ([`CallerPanic`]) goes on unwinding.
+pub(crate) fn contain<T>(
+    path: &Path,
+    op: &'static str,
+    f: impl FnOnce() -> Result<T>,
+) -> Result<T> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(panic) => match panic.downcast::<CallerPanic>() {
+            Ok(caller) => resume_unwind(caller.0),
+            Err(panic) => Err(StoreError::Corrupt(Corruption::Engine {
+                path: path.to_path_buf(),
+                op,
+                message: panic_message(&panic),
+            })),
+        },
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        let db = std::mem::replace(&mut self.db, Handle::Closed);
+        // redb commits as a writer's database closes, and can panic there on a damaged
+        // file; a panic in a drop would abort a process that is already unwinding.
+        let _ = catch_unwind(AssertUnwindSafe(move || drop(db)));
+    }
+}
+
 fn guarded_open<D>(
     path: &Path,
     open: impl FnOnce() -> std::result::Result<D, DatabaseError>,
