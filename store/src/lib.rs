@@ -139,7 +139,10 @@ mod write;
 mod writer;
 
 pub use age::{AgePolicy, AgeReport, AgeRule, DEFAULT_AGE_CHAIN, DEFAULT_UPDATE_BUDGET};
-pub use error::{Corruption, InvalidInput, NotFound, OpenError, Result, StoreError, TierFailure};
+pub use error::{
+    Corruption, InvalidInput, NotFound, OpenError, Result, SafeTensorsProblem, StoreError,
+    TierFailure,
+};
 pub use options::{DeltaPolicy, FrameOptions, Options, PutOptions, TierOptions};
 pub use reader::{BlockRead, CheckpointReader};
 pub use record::{decode_manifest, ManifestError, RecordError};
@@ -150,8 +153,9 @@ pub use retain::{RetainPolicy, RetainReport};
 /// [`dtype_from_safetensors`].
 pub use safetensors;
 pub use safetensors_io::{
-    dtype_from_safetensors, dtype_to_safetensors, metadata_from_text, metadata_to_text,
-    shape_from_safetensors, shape_to_safetensors, ExportReport, ImportReport, METADATA_KEY,
+    check_safetensors, dtype_from_safetensors, dtype_to_safetensors, metadata_from_text,
+    metadata_to_text, shape_from_safetensors, shape_to_safetensors, ExportReport, ImportReport,
+    SafeTensorsSummary, METADATA_KEY,
 };
 pub use stats::{StoreStats, TensorStats};
 pub use store::Store;
