@@ -119,6 +119,7 @@
 #![forbid(unsafe_code)]
 
 mod age;
+mod compaction;
 mod engine;
 mod error;
 mod history;
