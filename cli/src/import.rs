@@ -176,7 +176,7 @@ pub(crate) fn import_files(
                 step: *step,
                 committed: totals.files,
                 left: files.len() - i - 1,
-                source,
+                source: Box::new(source),
             }
         })?;
         let dt = t.elapsed();

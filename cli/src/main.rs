@@ -387,8 +387,8 @@ enum CliError {
         committed: usize,
         /// Files after it, not tried.
         left: usize,
-        /// Why it failed.
-        source: StoreError,
+        /// Why it failed (boxed: errors stay small).
+        source: Box<StoreError>,
     },
     /// `verify` found problems (they are printed already).
     #[error("{0} problem(s) found")]

@@ -314,8 +314,9 @@ pub enum InvalidInput {
     SafeTensorsFile {
         /// The file.
         path: PathBuf,
-        /// What is wrong with it.
-        problem: SafeTensorsProblem,
+        /// What is wrong with it (boxed: it names tensors and offsets, and errors stay
+        /// small).
+        problem: Box<SafeTensorsProblem>,
     },
     /// A frame appended at a step before the tensor's latest version.
     #[error("tensor {tensor:?}: frame step {step} is not after the latest version {latest}")]

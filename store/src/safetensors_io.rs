@@ -260,7 +260,7 @@ fn io_error(path: &Path) -> impl Fn(std::io::Error) -> StoreError + '_ {
 fn refuse(path: &Path, problem: SafeTensorsProblem) -> StoreError {
     StoreError::Invalid(InvalidInput::SafeTensorsFile {
         path: path.to_path_buf(),
-        problem,
+        problem: Box::new(problem),
     })
 }
 
