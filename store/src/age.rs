@@ -196,7 +196,9 @@ impl Store {
     /// in a write transaction that is then rolled back, so the checkpoints it names, the
     /// versions it would age, their errors and the stored bytes after are those `age` would
     /// give now (`file_bytes_after` is the file's size, unchanged, and nothing is
-    /// compacted). Nothing is written to the file; it takes the writer's handle for the
+    /// compacted). Nothing is committed, so no reader sees a change; the pages a large pass
+    /// spills to the file before the rollback are free again after it (on the dev series the
+    /// file kept its length and its space on disk). It holds the writer's lock for the
     /// length of the pass, as `age` does.
     ///
     /// # Errors
