@@ -364,7 +364,12 @@ enum CliError {
         source: std::io::Error,
     },
     /// Files an import refused before writing anything, one line per problem.
-    #[error("nothing was imported; fix these and run it again:\n  {}", problems.join("\n  "))]
+    #[error(
+        "nothing was imported: {} problem(s) in the {files} file(s) checked; fix them and run it \
+         again:\n  {}",
+        problems.len(),
+        problems.join("\n  ")
+    )]
     Refused {
         /// Each problem, naming its file.
         problems: Vec<String>,

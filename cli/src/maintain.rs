@@ -292,8 +292,8 @@ fn print_age_report(r: &AgeReport, budget: f64, defaulted: bool, dry_run: bool) 
     let saved = r.stored_bytes_before.saturating_sub(r.stored_bytes_after);
     if dry_run {
         say!(
-            "stored {} -> {} bytes: aging would save {saved} bytes ({:.1} %); the file is {} \
-             bytes now and shrinks by about as much once compacted",
+            "stored {} -> {} bytes: aging would save {saved} bytes ({:.1} %); the file, {} \
+             bytes now, is compacted after the pass to a little over its stored bytes",
             r.stored_bytes_before,
             r.stored_bytes_after,
             100.0 * saved as f64 / r.stored_bytes_before.max(1) as f64,
