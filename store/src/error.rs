@@ -406,6 +406,24 @@ pub enum SafeTensorsProblem {
         /// serde_json's error.
         error: serde_json::Error,
     },
+    /// A tensor name Strata does not accept.
+    #[error("tensor {tensor:?}: its name is {reason}")]
+    Name {
+        /// The name (its first 64 characters).
+        tensor: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// A tensor of more dimensions than Strata stores.
+    #[error("tensor {tensor:?}: shape {shape:?} has {} dimensions, more than {limit}", shape.len())]
+    Dimensions {
+        /// Tensor name.
+        tensor: String,
+        /// The shape in the file.
+        shape: Vec<u64>,
+        /// The most dimensions a version record holds.
+        limit: usize,
+    },
     /// A tensor whose element or byte count overflows.
     #[error("tensor {tensor:?}: shape {shape:?} of {dtype} is too large to count its bytes")]
     ShapeOverflow {

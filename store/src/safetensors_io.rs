@@ -33,8 +33,9 @@ use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::engine::{read_blocks, Fetcher, Span, View};
+use crate::engine::{check_name, read_blocks, Fetcher, Span, View};
 use crate::error::{InvalidInput, NotFound, Result, SafeTensorsProblem, StoreError};
+use crate::record::MAX_DIMS;
 use crate::store::Store;
 use crate::tensor::TensorRef;
 use crate::DType;
@@ -412,9 +413,31 @@ fn parse_header(head: &[u8], file_len: u64, path: &Path) -> Result<Header> {
     })
 }
 
-/// Checks one tensor's entry: a dtype Strata knows, a shape it can hold, offsets that span
-/// exactly the bytes the shape and dtype need.
+/// Checks one tensor's entry: a name and a dtype Strata takes, a shape it can hold, offsets
+/// that span exactly the bytes the shape and dtype need.
 fn check_entry(name: String, raw: RawEntry, path: &Path) -> Result<Entry> {
+    if let Err(e) = check_name(&name) {
+        return Err(match e {
+            StoreError::Invalid(InvalidInput::Name { name, reason }) => refuse(
+                path,
+                SafeTensorsProblem::Name {
+                    tensor: name,
+                    reason,
+                },
+            ),
+            other => other,
+        });
+    }
+    if raw.shape.len() > MAX_DIMS {
+        return Err(refuse(
+            path,
+            SafeTensorsProblem::Dimensions {
+                tensor: name,
+                shape: raw.shape,
+                limit: MAX_DIMS,
+            },
+        ));
+    }
     let unsupported = |name: String, reason: String| {
         StoreError::Invalid(InvalidInput::UnsupportedDType {
             path: path.to_path_buf(),

@@ -519,6 +519,23 @@ fn every_refusal_names_the_file_the_tensor_and_the_numbers() {
             vec!["__metadata__", "string"],
         ),
         (
+            "empty_name.safetensors",
+            r#"{"":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#.into(),
+            8,
+            |p| matches!(p, SafeTensorsProblem::Name { .. }),
+            vec![r#"tensor """#, "empty"],
+        ),
+        (
+            "dimensions.safetensors",
+            format!(
+                r#"{{"a":{{"dtype":"U8","shape":[{}],"data_offsets":[0,1]}}}}"#,
+                vec!["1"; 33].join(",")
+            ),
+            1,
+            |p| matches!(p, SafeTensorsProblem::Dimensions { .. }),
+            vec![r#"tensor "a""#, "33 dimensions, more than 32"],
+        ),
+        (
             "not_json.safetensors",
             "{not json".into(),
             0,
