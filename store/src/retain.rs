@@ -77,6 +77,9 @@ pub struct RetainReport {
     /// ([`Store::open_read_only`]) has a read in progress: the freed pages are then reused by
     /// later writes instead, and a later `retain` or [`Store::compact`] shrinks the file.
     pub compacted: bool,
+    /// Why the file was not compacted, when it was not: a read in progress, or the error of
+    /// the compaction. The deletions are committed either way.
+    pub compaction_deferred: Option<String>,
 }
 
 impl Store {
@@ -88,8 +91,8 @@ impl Store {
     /// # Errors
     /// [`crate::InvalidInput::Options`] for a policy with neither `keep_last` nor `keep_every`
     /// (it would delete everything untagged) or with `keep_every` 0; the errors of
-    /// [`Store::delete`] (nothing is deleted then); [`StoreError::Compaction`] (but not for a
-    /// read in progress in another process: see [`RetainReport::compacted`]).
+    /// [`Store::delete`] (nothing is deleted then). Once the deletions are committed nothing
+    /// fails: a compaction that cannot run is [`RetainReport::compaction_deferred`].
     pub fn retain(&mut self, policy: &RetainPolicy) -> Result<RetainReport> {
         let path = self.path.clone();
         contain(&path, "applying retention", || {
@@ -126,9 +129,10 @@ impl Store {
                 })?;
                 (kept.into_iter().collect(), removed, versions_removed)
             };
-            let compacted = self.compact_if_idle()?;
+            let compaction_deferred = self.compact_after_commit();
             Ok(RetainReport {
-                compacted,
+                compacted: compaction_deferred.is_none(),
+                compaction_deferred,
                 kept,
                 removed,
                 versions_removed,

@@ -214,7 +214,7 @@ impl Store {
             store.load_tiers()
         })) {
             Ok(Ok(())) => return store.start_upload(),
-            Ok(Err(e)) => e,
+            Ok(Err(e)) => first_read_error(e, &path),
             Err(panic) => StoreError::Open(OpenError::Damaged {
                 path,
                 reason: format!("redb failed reading it: {}", panic_message(&panic)),
@@ -590,7 +590,7 @@ pub(crate) fn contain<T>(
     f: impl FnOnce() -> Result<T>,
 ) -> Result<T> {
     match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(r) => r,
+        Ok(r) => r.map_err(|e| e.on_file(path)),
         Err(panic) => match panic.downcast::<CallerPanic>() {
             Ok(caller) => resume_unwind(caller.0),
             Err(panic) => Err(StoreError::Corrupt(Corruption::Engine {
@@ -657,6 +657,24 @@ fn open_error(path: &Path, e: DatabaseError) -> StoreError {
             path,
             reason: other.to_string(),
         }),
+    }
+}
+
+/// An error of the first reads of a file just opened (its format record, its tier rows),
+/// naming the file: a read past its end means the file is shorter than the pages its header
+/// points to, a truncated store ([`OpenError::Damaged`]); redb checks that when a writer
+/// opens the file, not when a reader does.
+fn first_read_error(e: StoreError, path: &Path) -> StoreError {
+    match e.on_file(path) {
+        StoreError::Io { path, source } if source.kind() == std::io::ErrorKind::UnexpectedEof => {
+            StoreError::Open(OpenError::Damaged {
+                path,
+                reason: format!(
+                    "the file ends before the pages its header points to (truncated?): {source}"
+                ),
+            })
+        }
+        other => other,
     }
 }
 
