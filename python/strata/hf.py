@@ -191,9 +191,8 @@ class StrataCallback(TrainerCallback):
 
 def _check_without_folders(args: Any, state: Any) -> None:
     """Refuses what needs the Trainer's checkpoint folders, with what to change."""
-    if getattr(args, "load_best_model_at_end", False) or str(args.save_strategy) in (
-        "best", "SaveStrategy.BEST"
-    ):
+    strategy = getattr(args.save_strategy, "value", args.save_strategy)
+    if getattr(args, "load_best_model_at_end", False) or strategy == "best":
         raise ValueError(
             "StrataCallback(trainer_folders=False) cannot serve load_best_model_at_end or "
             "save_strategy='best' (the Trainer loads the best model from its folders): "

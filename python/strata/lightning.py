@@ -17,8 +17,8 @@ How a Lightning checkpoint (a nested dict) is stored:
   holding that rest and, in place of the tensors, a call that reads them from the store
   (``strata.lightning.load_pointer``). ``torch.load`` on it therefore gives the whole
   checkpoint dict, so Lightning's own loaders work with it: ``ckpt_path=`` of ``fit``,
-  ``validate``, ``test`` and ``predict`` (with or without this plugin),
-  ``LightningModule.load_from_checkpoint``, ``LightningDataModule.load_from_checkpoint``.
+  ``validate``, ``test`` and ``predict`` (with or without this plugin) and
+  ``LightningModule.load_from_checkpoint``.
   ``weights_only=True`` loads (torch's default) need ``import strata.lightning`` first, which
   allows ``load_pointer`` and the tensor placeholder among torch's safe globals; the rest is
   unpickled under the caller's ``weights_only`` rules as any checkpoint is.
@@ -79,8 +79,10 @@ class _Pointer:
         return (load_pointer, self.args)
 
 
-# A pointer file loads under torch.load(weights_only=True) once this module is imported.
-torch.serialization.add_safe_globals([load_pointer, Slot])
+# A pointer file loads under torch.load(weights_only=True) once this module is imported (torch
+# before 2.4 has no safe globals, and loads with weights_only=False by default).
+if hasattr(torch.serialization, "add_safe_globals"):
+    torch.serialization.add_safe_globals([load_pointer, Slot])
 
 
 class StrataCheckpointIO(CheckpointIO):
