@@ -313,12 +313,13 @@ pub(crate) fn fidelity_to_py(py: Python<'_>, f: Fidelity) -> PyResult<Bound<'_, 
 impl PyStore {
     /// Opens (or creates) the store file at `path`; options left `None` keep the store's
     /// defaults ([`strata_store::Options`]).
-    #[new]
-    // Python's keyword options, one argument each (PyO3 maps them by name).
-    #[allow(clippy::too_many_arguments)]
+    ///
     /// With `read_only`, opens an existing store to read beside its writer
     /// ([`Store::open_read_only_with`]): each read sees the writer's latest commit, and writes
     /// raise `InvalidInput`.
+    #[new]
+    // Python's keyword options, one argument each (PyO3 maps them by name).
+    #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (path, *, block_bytes=None, max_chain=None, cache_bytes=None,
         db_cache_bytes=None, window_bytes=None, upload=None, read_only=false))]
     fn new(
@@ -427,15 +428,15 @@ impl PyStore {
         sources: Vec<(std::path::PathBuf, u64)>,
         metadata: &str,
     ) -> PyResult<usize> {
+        let read_once = Options {
+            cache_bytes: 0,
+            ..Options::default()
+        };
         self.with(py, |s| {
             let mut w = s.begin_checkpoint(step, metadata)?;
             let mut copied = 0;
             for (path, source_step) in &sources {
-                let once = Options {
-                    cache_bytes: 0,
-                    ..Options::default()
-                };
-                let source = Store::open_read_only_with(path, once)?;
+                let source = Store::open_read_only_with(path, read_once.clone())?;
                 for item in source.read_checkpoint(*source_step)? {
                     let (name, tensor) = item?;
                     w.put(&name, &tensor.as_ref())?;

@@ -118,12 +118,16 @@ class StrataCheckpointIO(CheckpointIO):
         if not self._begun:
             self.run.begin(st, self._start)
             self._begun = True
-        tensors, skeleton = flatten(checkpoint)
         if self.run.written(step) is None:
+            tensors, skeleton = flatten(checkpoint)
             self.run.claim(st)
             blob = base64.b64encode(pickle.dumps(skeleton, protocol=4)).decode("ascii")
             meta = {SKELETON_KEY: blob, **self.run.stamp(step)}
             st.save_checkpoint(step, tensors, metadata=meta)
+        else:
+            # A second save at the step (last.ckpt) points to the checkpoint written first,
+            # with the skeleton that names its tensors.
+            skeleton = pickle.loads(base64.b64decode(st.metadata(step)[SKELETON_KEY]))
         st.tag(self._tag(path), step)
         path = os.fspath(path)
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
