@@ -636,12 +636,15 @@ impl PyStore {
         d.set_item("versions_removed", report.versions_removed)?;
         d.set_item("file_bytes_before", report.file_bytes_before)?;
         d.set_item("file_bytes_after", report.file_bytes_after)?;
+        d.set_item("compacted", report.compacted)?;
+        d.set_item("compaction_deferred", report.compaction_deferred)?;
         Ok(d)
     }
 
-    /// Ages old checkpoints ([`Store::age`]): `rules` are (pattern, budget or None for
+    /// Ages old checkpoints ([`Store::age`]), or with `dry_run` measures what it would do
+    /// and rolls it back ([`Store::age_dry_run`]): `rules` are (pattern, budget or None for
     /// exact), first match first.
-    #[pyo3(signature = (keep_exact_last, keep_exact_every, keep_tagged, budget, update_budget, rules, steps))]
+    #[pyo3(signature = (keep_exact_last, keep_exact_every, keep_tagged, budget, update_budget, rules, steps, dry_run))]
     #[allow(clippy::too_many_arguments)]
     fn age<'py>(
         &self,
@@ -653,6 +656,7 @@ impl PyStore {
         update_budget: Option<f64>,
         rules: Vec<(String, Option<f64>)>,
         steps: Option<Vec<u64>>,
+        dry_run: bool,
     ) -> PyResult<Bound<'py, PyDict>> {
         let policy = AgePolicy {
             keep_exact_last,
@@ -670,7 +674,11 @@ impl PyStore {
         let r = py.detach(|| {
             let mut guard = self.inner.write();
             let store = guard.as_mut().ok_or_else(closed)?;
-            store.age(&policy).map_err(to_py)
+            if dry_run {
+                store.age_dry_run(&policy).map_err(to_py)
+            } else {
+                store.age(&policy).map_err(to_py)
+            }
         })?;
         let d = PyDict::new(py);
         d.set_item("aged", r.aged)?;
@@ -684,6 +692,8 @@ impl PyStore {
         d.set_item("file_bytes_before", r.file_bytes_before)?;
         d.set_item("file_bytes_after", r.file_bytes_after)?;
         d.set_item("compacted", r.compacted)?;
+        d.set_item("compaction_deferred", r.compaction_deferred)?;
+        d.set_item("dry_run", dry_run)?;
         Ok(d)
     }
 
@@ -759,13 +769,16 @@ impl PyStore {
             let now = now_ms.unwrap_or_else(|| s.options().tiering.clock.now());
             s.maintain(now)
         })?;
-        // Re-encoded blocks leave their old pages free: give them back (exclusive).
+        // Re-encoded blocks leave their old pages free: give them back (exclusive). The pass
+        // is committed: a compaction that cannot run is reported, not raised (ADR 0024).
+        let mut compaction_deferred = None;
         if r.bytes_written > 0 {
-            py.detach(|| {
+            let compacted = py.detach(|| {
                 let mut guard = self.inner.write();
                 let s = guard.as_mut().ok_or_else(closed)?;
-                s.compact_if_idle().map_err(to_py)
+                Ok::<_, PyErr>(s.compact_if_idle().map_err(|e| e.to_string()))
             })?;
+            compaction_deferred = compacted.err();
         }
         let after = self.with(py, |s| s.file_bytes())?;
         let d = PyDict::new(py);
@@ -778,6 +791,7 @@ impl PyStore {
         d.set_item("deferred", r.deferred)?;
         d.set_item("file_bytes_before", before)?;
         d.set_item("file_bytes_after", after)?;
+        d.set_item("compaction_deferred", compaction_deferred)?;
         Ok(d)
     }
 

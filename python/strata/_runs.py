@@ -1,4 +1,4 @@
-"""Training runs in one store (ADR 0024).
+"""Training runs in one store (ADR 0026).
 
 A store holds one line of checkpoints: step ``k`` is one checkpoint. The trainer drop-ins
 (``strata.hf``, ``strata.lightning``, ``strata.dcp``) mark every checkpoint they write with the

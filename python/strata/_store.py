@@ -439,11 +439,14 @@ class Store(_File):
         keep_exact_last: int = 2,
         keep_exact_every: int | None = None,
         keep_tagged: bool = True,
-        budget: float = 1e-3,
+        budget: float | None = None,
         update_budget: float | None = 0.5,
         exact: Iterable[str] | None = None,
         budgets: Mapping[str, float] | None = None,
         steps: Iterable[int] | None = None,
+        *,
+        yes: bool = False,
+        dry_run: bool = False,
     ) -> dict[str, Any]:
         """Re-encodes old checkpoints lossy (quantized deltas, ADR 0020): the
         ``keep_exact_last`` latest, every ``keep_exact_every``-th and (``keep_tagged``) the
@@ -456,7 +459,22 @@ class Store(_File):
         those checkpoints (:class:`strata.InvalidInput` if the rules keep one exact). Reads of an aged
         version give ``{"kind": "aged", "rel_error": e}`` as fidelity. Compacts the file and
         returns a report: ``aged``, ``kept``, ``versions_aged``, ``versions_exact``,
-        ``blocks_unmet``, ``max_rel_error``, stored and file bytes before and after."""
+        ``blocks_unmet``, ``max_rel_error``, stored and file bytes before and after,
+        ``compaction_deferred`` (why the file was not compacted after the committed pass, or
+        None).
+
+        Aging cannot be undone: ``budget`` must be given (or ``yes=True`` for the default,
+        1e-3), else :class:`strata.InvalidInput`. ``dry_run=True`` runs the same pass and
+        rolls it back: the report says what would be aged and the stored bytes after, and
+        nothing changes (ADR 0024)."""
+        if budget is None:
+            if not yes:
+                raise _native.InvalidInput(
+                    "age needs an explicit budget= (a relative error per block, e.g. 1e-3), or "
+                    "yes=True for the default 1e-3: aging rewrites old checkpoints lossily and "
+                    "cannot be undone; dry_run=True shows what it would do"
+                )
+            budget = 1e-3
         rules: list[tuple[str, float | None]] = [(str(p), None) for p in exact or ()]
         rules += [(str(p), float(e)) for p, e in (budgets or {}).items()]
         return self._s.age(
@@ -467,6 +485,7 @@ class Store(_File):
             None if update_budget is None else float(update_budget),
             rules,
             None if steps is None else [check_step(s) for s in steps],
+            bool(dry_run),
         )
 
     def compact(self) -> bool:

@@ -13,7 +13,7 @@ A store has one writer process at a time, so ranks do not write it directly:
   atomically, with DCP's ``Metadata`` pickled into the checkpoint metadata (key
   ``strata.dcp.metadata``, base64), and deletes the staging files. A crash before ``finish``
   commits leaves the store as it was (and staging files, removed by the next save of that step).
-- **runs** (ADR 0024): a save at ``step`` into a store that holds checkpoints at ``step`` or
+- **runs** (ADR 0026): a save at ``step`` into a store that holds checkpoints at ``step`` or
   later is refused by the coordinator before any rank writes (:class:`strata.CheckpointExists`,
   raised by ``dcp.save`` on every rank), unless ``overwrite=True``, which deletes them when the
   new checkpoint is committed. The checkpoint's metadata names its run (``run_id``).

@@ -16,7 +16,7 @@
 
 Runs: every checkpoint carries the id of the run that wrote it; a run that finds checkpoints
 in the store it did not write, after the step it starts from, refuses to train unless
-``overwrite=True`` (ADR 0024, ``strata._runs``).
+``overwrite=True`` (ADR 0026, ``strata._runs``).
 
 Tied weights (e.g. ``lm_head.weight`` and the input embedding) appear under both names in a
 ``state_dict`` and are stored under both names.

@@ -30,7 +30,7 @@ How a Lightning checkpoint (a nested dict) is stored:
 - A second save at a step this run already wrote (``last.ckpt`` beside ``step=N.ckpt``) only
   adds a pointer. Checkpoints in the store that this run did not write, after the step it
   resumed from (all, for a fresh run), make the first save raise
-  :class:`strata.CheckpointExists`, unless ``overwrite=True`` (which deletes them; ADR 0024).
+  :class:`strata.CheckpointExists`, unless ``overwrite=True`` (which deletes them; ADR 0026).
 
 What does not follow the pointer: ``torch.load(path, map_location=...)`` by hand loads the
 tensors on the CPU (the plugin's ``load_checkpoint`` does apply ``map_location``); a pointer
