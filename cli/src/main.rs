@@ -200,9 +200,10 @@ enum Command {
         #[arg(long)]
         dry_run: bool,
         /// Largest error of a block relative to its distance from the newer version it is a
-        /// delta against (below 1: an old checkpoint never turns into a newer one).
-        #[arg(long, default_value_t = strata_store::DEFAULT_UPDATE_BUDGET, conflicts_with = "no_update_budget")]
-        update_budget: f64,
+        /// delta against (below 1: an old checkpoint never turns into a newer one; default
+        /// 0.5, 0.8 with --training-state).
+        #[arg(long, conflicts_with = "no_update_budget")]
+        update_budget: Option<f64>,
         /// No bound relative to the distance from the newer version: --budget alone.
         #[arg(long)]
         no_update_budget: bool,
@@ -221,6 +222,30 @@ enum Command {
         /// against an exact one).
         #[arg(long, default_value_t = strata_store::DEFAULT_AGE_CHAIN)]
         max_chain: u8,
+        /// Largest relative Frobenius error of a block of an optimizer's first moment
+        /// (Adam's exp_avg; ADR 0027; 1: may read back as zeros; default 1e-2, 1 with
+        /// --training-state).
+        #[arg(long)]
+        first_moment_budget: Option<f64>,
+        /// Largest relative error of each element of an optimizer's second moment (Adam's
+        /// exp_avg_sq), aged in the log-relative mode: never below zero (default 1e-2, 0.5
+        /// with --training-state).
+        #[arg(long)]
+        second_moment_budget: Option<f64>,
+        /// Full training-state checkpoints (weights and optimizer state): the budgets
+        /// measured to keep training resumed from every aged checkpoint within 1 % of the
+        /// exact one (weights 5e-2 and update budget 0.8, first moments 1, second moments
+        /// 0.5; ADR 0027). Explicit flags beat it; it counts as a budget (no --yes needed).
+        #[arg(long)]
+        training_state: bool,
+        /// Keep optimizer moments exact (weights still age).
+        #[arg(long)]
+        exact_moments: bool,
+        /// The role of tensors matching a pattern, as PATTERN=ROLE (weight, first-moment,
+        /// second-moment, counter, state; repeatable, first match first): where the names do
+        /// not say (roles are read from the names trainers give optimizer state).
+        #[arg(long, value_name = "PATTERN=ROLE")]
+        role: Vec<String>,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
@@ -478,6 +503,11 @@ fn main() -> ExitCode {
             budget_for,
             steps,
             max_chain,
+            first_moment_budget,
+            second_moment_budget,
+            exact_moments,
+            training_state,
+            role,
             json,
         } => maintain::age(
             &store,
@@ -488,11 +518,17 @@ fn main() -> ExitCode {
                 budget,
                 yes,
                 dry_run,
-                update_budget: (!no_update_budget).then_some(update_budget),
+                update_budget,
+                no_update_budget,
                 exact,
                 budget_for,
                 steps,
                 max_chain,
+                first_moment_budget,
+                second_moment_budget,
+                exact_moments,
+                training_state,
+                roles: role,
             },
             json,
         ),

@@ -24,8 +24,8 @@ use pyo3::types::PyDict;
 mod remote;
 
 use strata_store::{
-    AgePolicy, AgeRule, DType, Fidelity, OpenError, Options, Residual, RetainPolicy, Store,
-    StoreError, Tensor, TensorRef, Tier, TierPolicy,
+    AgePolicy, AgeRule, DType, Fidelity, OpenError, Options, Residual, RetainPolicy, Role,
+    RoleRule, Store, StoreError, Tensor, TensorRef, Tier, TierPolicy,
 };
 
 create_exception!(
@@ -644,7 +644,7 @@ impl PyStore {
     /// Ages old checkpoints ([`Store::age`]), or with `dry_run` measures what it would do
     /// and rolls it back ([`Store::age_dry_run`]): `rules` are (pattern, budget or None for
     /// exact), first match first.
-    #[pyo3(signature = (keep_exact_last, keep_exact_every, keep_tagged, budget, update_budget, rules, steps, dry_run))]
+    #[pyo3(signature = (keep_exact_last, keep_exact_every, keep_tagged, budget, update_budget, rules, steps, dry_run, first_moment_budget, second_moment_budget, roles))]
     #[allow(clippy::too_many_arguments)]
     fn age<'py>(
         &self,
@@ -657,7 +657,20 @@ impl PyStore {
         rules: Vec<(String, Option<f64>)>,
         steps: Option<Vec<u64>>,
         dry_run: bool,
+        first_moment_budget: Option<f64>,
+        second_moment_budget: Option<f64>,
+        roles: Vec<(String, String)>,
     ) -> PyResult<Bound<'py, PyDict>> {
+        let roles = roles
+            .into_iter()
+            .map(|(pattern, role)| {
+                Role::parse(&role).map(|role| RoleRule { pattern, role }).ok_or_else(|| {
+                    PyValueError::new_err(format!(
+                        "unknown role {role:?}: one of weight, first-moment, second-moment, counter, state"
+                    ))
+                })
+            })
+            .collect::<PyResult<Vec<_>>>()?;
         let policy = AgePolicy {
             keep_exact_last,
             keep_exact_every,
@@ -669,6 +682,9 @@ impl PyStore {
                 .map(|(pattern, budget)| AgeRule { pattern, budget })
                 .collect(),
             steps,
+            first_moment_budget,
+            second_moment_budget,
+            roles,
             ..AgePolicy::default()
         };
         let r = py.detach(|| {
