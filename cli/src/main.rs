@@ -63,7 +63,8 @@ struct Cli {
 enum Command {
     /// Import safetensors files, one checkpoint per file (every file is checked before the
     /// first is imported); compact the store after if its file holds more than an eighth of
-    /// free pages on disk (a warning, not an error, if it cannot).
+    /// free pages on disk, or is longer than its bytes on disk by more than a tenth (a
+    /// warning, not an error, if it cannot).
     Import {
         /// The store file (created if missing).
         store: PathBuf,
@@ -76,7 +77,7 @@ enum Command {
         /// Skip files whose step already has a checkpoint (resume an interrupted import).
         #[arg(long)]
         skip_existing: bool,
-        /// Never compact the store at the end.
+        /// Never compact the store at the end (its close does not trim it either).
         #[arg(long)]
         no_compact: bool,
     },
