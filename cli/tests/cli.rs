@@ -258,7 +258,10 @@ fn import_trims_the_growth_room_unless_told_not_to() {
     let (file, disk, stored) = sizes(&store);
     assert!(disk >= stored && file * 10 <= disk * 11, "{out}");
     let printed = number_after(&out, "file ");
-    assert_eq!(printed, file, "the import printed the size before its trim: {out}");
+    assert_eq!(
+        printed, file,
+        "the import printed the size before its trim: {out}"
+    );
 
     // --no-compact keeps the room redb reserved past the pages in use, a hole (ADR 0023).
     let store = dir.path().join("room.strata");

@@ -55,12 +55,12 @@ impl Store {
 }
 
 impl StoreStats {
-    /// Whether compacting the file is worth it to make its length tell its size: what closing
-    /// a writer's handle does ([`worth_trimming`]). `false` on a read-only handle's stats.
+    /// Whether compacting the file is worth it to make its length tell its size, as closing a
+    /// writer's handle judges it: its length exceeds both its bytes on disk and redb's
+    /// allocated pages by more than a tenth. `false` on a read-only handle's stats.
     pub fn worth_trimming(&self) -> bool {
-        self.allocated_bytes.is_some_and(|allocated| {
-            worth_trimming(self.file_bytes, self.disk_bytes, allocated)
-        })
+        self.allocated_bytes
+            .is_some_and(|allocated| worth_trimming(self.file_bytes, self.disk_bytes, allocated))
     }
 }
 

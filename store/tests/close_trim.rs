@@ -35,7 +35,9 @@ struct Model {
 impl Model {
     fn new() -> Model {
         Model {
-            tensors: (0..12).map(|i| noise(65536 * (1 + i % 4), i as u64)).collect(),
+            tensors: (0..12)
+                .map(|i| noise(65536 * (1 + i % 4), i as u64))
+                .collect(),
             step: 0,
         }
     }
