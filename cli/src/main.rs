@@ -140,7 +140,8 @@ enum Command {
         /// A tensor name: list its versions.
         tensor: Option<String>,
     },
-    /// Raw, stored and on-disk sizes, per tensor and in total.
+    /// Raw, stored, file and on-disk sizes, per tensor and in total, and the store's ratio
+    /// (raw bytes / bytes on disk).
     Stats {
         /// The store file.
         store: PathBuf,
@@ -153,8 +154,9 @@ enum Command {
         /// The store file.
         store: PathBuf,
     },
-    /// Move the file's pages to its front and trim the free space after them (imports leave
-    /// the room redb reserved for growth, a hole that takes no disk until written).
+    /// Move the file's pages to its front and trim the free space after them (free pages,
+    /// and the room redb reserves for growth, which a writer's close trims only when it is
+    /// over a tenth of the bytes on disk; `import --no-compact` keeps it).
     Compact {
         /// The store file.
         store: PathBuf,

@@ -35,6 +35,10 @@ use crate::tiers::runtime::{tiering_reconstruct, Runtime};
 ///
 /// One process at a time opens a store to write ([`Store::open`]); any number of other
 /// processes may open it meanwhile with [`Store::open_read_only`] and follow its commits.
+///
+/// Dropping a writer's handle closes the file, trimming the room redb reserved for growth when
+/// the file's length exceeds its bytes on disk by more than a tenth
+/// ([`Options::trim_on_close`], ADR 0028).
 #[derive(Debug)]
 pub struct Store {
     pub(crate) path: PathBuf,
