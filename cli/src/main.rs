@@ -63,7 +63,8 @@ struct Cli {
 enum Command {
     /// Import safetensors files, one checkpoint per file (every file is checked before the
     /// first is imported); compact the store after if its file holds more than an eighth of
-    /// free pages on disk (a warning, not an error, if it cannot).
+    /// free pages on disk, or is longer than its bytes on disk by more than a tenth (a
+    /// warning, not an error, if it cannot).
     Import {
         /// The store file (created if missing).
         store: PathBuf,
@@ -76,7 +77,7 @@ enum Command {
         /// Skip files whose step already has a checkpoint (resume an interrupted import).
         #[arg(long)]
         skip_existing: bool,
-        /// Never compact the store at the end.
+        /// Never compact the store at the end (its close does not trim it either).
         #[arg(long)]
         no_compact: bool,
     },
@@ -139,7 +140,8 @@ enum Command {
         /// A tensor name: list its versions.
         tensor: Option<String>,
     },
-    /// Raw, stored and on-disk sizes, per tensor and in total.
+    /// Raw, stored, file and on-disk sizes, per tensor and in total, and the store's ratio
+    /// (raw bytes / bytes on disk).
     Stats {
         /// The store file.
         store: PathBuf,
@@ -152,8 +154,9 @@ enum Command {
         /// The store file.
         store: PathBuf,
     },
-    /// Move the file's pages to its front and trim the free space after them (imports leave
-    /// the room redb reserved for growth, a hole that takes no disk until written).
+    /// Move the file's pages to its front and trim the free space after them (free pages,
+    /// and the room redb reserves for growth, which a writer's close trims only when it is
+    /// over a tenth of the bytes on disk; `import --no-compact` keeps it).
     Compact {
         /// The store file.
         store: PathBuf,

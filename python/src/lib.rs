@@ -825,7 +825,8 @@ impl PyStore {
         Ok(d)
     }
 
-    /// Raw, stored and file bytes, counts and the ratio, as a dict.
+    /// Raw, stored, file and on-disk bytes, counts and the ratio (raw bytes / bytes on
+    /// disk, as `strata stats` says it), as a dict.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let s = self.with(py, |s| s.stats())?;
         let d = PyDict::new(py);
@@ -837,8 +838,7 @@ impl PyStore {
         d.set_item("versions", s.versions)?;
         d.set_item("checkpoints", s.checkpoints)?;
         d.set_item("tensors", s.tensors.len())?;
-        d.set_item("file_ratio", s.file_ratio())?;
-        d.set_item("stored_ratio", s.stored_ratio())?;
+        d.set_item("ratio", s.ratio())?;
         d.set_item("tier_bytes", s.tier_bytes)?;
         Ok(d)
     }

@@ -217,7 +217,11 @@ class _File(_Reads):
         return self._s.verify()
 
     def stats(self) -> dict[str, Any]:
-        """Raw, stored and file bytes, counts and ratios."""
+        """Sizes and counts, as ``strata stats`` gives them: ``raw_bytes`` (every version,
+        uncompressed), ``stored_bytes`` (segments and records), ``file_bytes`` (the file's
+        length), ``disk_bytes`` (what it takes on disk), ``ratio`` (``raw_bytes / disk_bytes``,
+        the store's one compression ratio), ``segments``, ``versions``, ``checkpoints``,
+        ``tensors`` and ``tier_bytes``."""
         return self._s.stats()
 
 
@@ -328,7 +332,12 @@ class Store(_File):
     # -- lifecycle -------------------------------------------------------------------------
     def close(self) -> None:
         """Waits for pending async saves and uploads, then closes the file. An upload that
-        failed is raised (as by :meth:`flush`) after the file is closed."""
+        failed is raised (as by :meth:`flush`) after the file is closed.
+
+        Closing trims the room the file keeps for growth when its length exceeds what it takes
+        on disk by more than a tenth, so that ``ls -l`` tells its size; a reader in another
+        process in the middle of a read defers that to a later close, and the close still
+        succeeds (ADR 0028). A handle that is garbage collected does the same."""
         ex = self._executor
         if ex is not None:
             ex.shutdown(wait=True)
