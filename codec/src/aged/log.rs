@@ -116,7 +116,8 @@ pub(super) fn quantize(
 }
 
 /// Codes every element at step `2^-k`; an element whose code would read back beyond
-/// `max_rel` (or not finite) is escaped.
+/// `max_rel` (or not finite) is escaped. Works a chunk at a time: codes, values, the rounding
+/// to the dtype and back as a read does, then the checks.
 fn code(dtype: DType, t: &[f32], b: &[f32], k: u32, max_rel: f64) -> LogFound {
     let size = dtype.size();
     let table = pow2_table(k);
@@ -124,41 +125,55 @@ fn code(dtype: DType, t: &[f32], b: &[f32], k: u32, max_rel: f64) -> LogFound {
     let mut words = Vec::with_capacity(t.len());
     let mut escapes = Vec::new();
     let (mut err2, mut norm2, mut max_abs, mut max_rel_seen) = (0f64, 0f64, 0f32, 0f32);
-    let (mut vals, mut bytes, mut back) = ([0f32; 1], [0u8; 8], [0f32; 1]);
-    for (&x, &bv) in t.iter().zip(b) {
-        norm2 += f64::from(x) * f64::from(x);
-        if x == 0.0 {
-            words.push(0);
-            continue;
+    let (mut qb, mut vals, mut back) = ([0i64; CHUNK], [0f32; CHUNK], [0f32; CHUNK]);
+    let mut bytes = vec![0u8; CHUNK * size];
+    for (tc, bc) in t.chunks(CHUNK).zip(b.chunks(CHUNK)) {
+        let n = tc.len();
+        for j in 0..n {
+            let (x, bv) = (tc[j], bc[j]);
+            // Coded only over a finite base above zero; the ratio's log2 in f64 (any code
+            // would do: what it reads back is measured below).
+            qb[j] = if x > 0.0 && bv > 0.0 && bv.is_finite() {
+                let l = (f64::from(x) / f64::from(bv)).log2() * scale;
+                // Half away from zero by a truncating cast (`f64::round` is a libm call on
+                // baseline x86-64); the cast saturates.
+                ((l + 0.5f64.copysign(l)) as i64).clamp(-MAX_Q, MAX_Q)
+            } else {
+                i64::MIN
+            };
+            vals[j] = if qb[j] == i64::MIN {
+                0.0
+            } else {
+                value(bv, qb[j], k, &table)
+            };
         }
-        let mut coded = None;
-        if bv > 0.0 && bv.is_finite() {
-            let l = (f64::from(x).log2() - f64::from(bv).log2()) * scale;
-            let q = (l.round() as i64).clamp(-MAX_Q, MAX_Q);
-            vals[0] = value(bv, q, k, &table);
-            // Round to the dtype and back, as a read does.
-            let _ = from_f32_into(dtype, &vals, &mut bytes[..size]);
-            let _ = to_f32_into(dtype, &bytes[..size], &mut back);
-            let r = back[0];
-            let rel = f64::from((r - x).abs()) / f64::from(x);
-            if r.is_finite() && r >= 0.0 && rel <= max_rel {
-                coded = Some((q, r));
+        let _ = from_f32_into(dtype, &vals[..n], &mut bytes[..n * size]);
+        let _ = to_f32_into(dtype, &bytes[..n * size], &mut back[..n]);
+        for j in 0..n {
+            let x = tc[j];
+            norm2 += f64::from(x) * f64::from(x);
+            if x == 0.0 {
+                words.push(0);
+                continue;
             }
-        }
-        match coded {
-            Some((q, r)) => {
-                let z = ((q << 1) ^ (q >> 63)) as u32;
-                words.push(2 + z);
+            let r = back[j];
+            let ok = qb[j] != i64::MIN
+                && r.is_finite()
+                && r >= 0.0
+                && f64::from((r - x).abs()) / f64::from(x) <= max_rel;
+            if ok {
+                let q = qb[j];
+                words.push(2 + ((q << 1) ^ (q >> 63)) as u32);
                 let e = r - x;
                 err2 += f64::from(e) * f64::from(e);
                 max_abs = max_abs.max(e.abs());
                 max_rel_seen = max_rel_seen.max(e.abs() / x);
-            }
-            None => {
+            } else {
                 words.push(1);
                 vals[0] = x;
-                let _ = from_f32_into(dtype, &vals, &mut bytes[..size]);
-                escapes.extend_from_slice(&bytes[..size]);
+                let mut raw = [0u8; 8];
+                let _ = from_f32_into(dtype, &vals[..1], &mut raw[..size]);
+                escapes.extend_from_slice(&raw[..size]);
             }
         }
     }
