@@ -349,8 +349,9 @@ fn tier_zero_reconstruct_policies_on(src: &Series) {
     store
         .put("delta", 1, &tensor_ref(&shape, &w1))
         .expect("put");
-    // Low rank: 2 x 3 times 3 x 2.
-    let l: Vec<u8> = [1f32, 2., 3., 4., 5., 6.]
+    // Low rank: 2 x 3 times 3 x 2. Signed values that are not all whole numbers: a block of
+    // integers or of non-negative values never goes to a Tier 0 rebuild (ADR 0027).
+    let l: Vec<u8> = [1.5f32, -2., -3., 4., -5., 6.25]
         .iter()
         .flat_map(|v| v.to_le_bytes())
         .collect();
@@ -371,7 +372,7 @@ fn tier_zero_reconstruct_policies_on(src: &Series) {
             }),
         )
         .expect("policy");
-    let prod: Vec<u8> = [4f32, 5., 10., 11.]
+    let prod: Vec<u8> = [-1.5f32, -5., 10.25, 1.25]
         .iter()
         .flat_map(|v| v.to_le_bytes())
         .collect();
@@ -389,7 +390,7 @@ fn tier_zero_reconstruct_policies_on(src: &Series) {
             }),
         )
         .expect("policy");
-    let scaled: Vec<u8> = [8f32, 10., 12., 2., 4., 6.]
+    let scaled: Vec<u8> = [8f32, -10., 12.5, 3., -4., -6.]
         .iter()
         .flat_map(|v| v.to_le_bytes())
         .collect();
@@ -428,8 +429,9 @@ fn reconstruction_chains_are_bounded() {
         ..TierConfig::default()
     });
     let store = f.open();
+    // Signed (a block of non-negative values never goes to a Tier 0 rebuild: ADR 0027).
     let x: Vec<u8> = (0..256u32)
-        .flat_map(|i| (i as f32 * 0.01).to_le_bytes())
+        .flat_map(|i| ((i as f32 - 128.0) * 0.01).to_le_bytes())
         .collect();
     store.put("t0", 1, &tensor_ref(&[256], &x)).expect("put");
     // t1 rebuilds from t0, t2 from t1, ... t4 from t3: reading t4 needs 4 rebuilds.
