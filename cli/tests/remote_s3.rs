@@ -83,6 +83,21 @@ fn series_store(dir: &Path, name: &str) -> PathBuf {
     store
 }
 
+/// The committed bf16 series' files, then the f32 series', each in step order.
+fn committed_files() -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = Vec::new();
+    for series in ["dev_ft/bf16", "dev_ft"] {
+        let mut f: Vec<PathBuf> = std::fs::read_dir(common::committed_root().join(series))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
+            .collect();
+        f.sort();
+        files.extend(f);
+    }
+    files
+}
+
 /// The number in `text` right before `what` (e.g. "25 segments").
 fn number_before(text: &str, what: &str) -> u64 {
     let i = text
@@ -217,16 +232,7 @@ fn eight_pushers_race_for_one_remote() {
     let dir = tempfile::tempdir().unwrap();
     // Eight stores, one checkpoint each at its own step, from eight different files; and a
     // ninth holding other content at step 1.
-    let mut files: Vec<PathBuf> = Vec::new();
-    for series in ["dev_ft/bf16", "dev_ft"] {
-        let mut f: Vec<PathBuf> = std::fs::read_dir(common::committed_root().join(series))
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
-            .collect();
-        f.sort();
-        files.extend(f);
-    }
+    let files = committed_files();
     assert!(files.len() >= 9);
     let stores: Vec<PathBuf> = (1..=9)
         .map(|k| {
@@ -529,16 +535,7 @@ fn gc_racing_push_retain_and_pull_never_loses_a_listed_checkpoint() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(12);
     let dir = tempfile::tempdir().unwrap();
-    let mut files: Vec<PathBuf> = Vec::new();
-    for series in ["dev_ft/bf16", "dev_ft"] {
-        let mut f: Vec<PathBuf> = std::fs::read_dir(common::committed_root().join(series))
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
-            .collect();
-        f.sort();
-        files.extend(f);
-    }
+    let files = committed_files();
     // One store per step, and the bytes an export of each must give.
     let n = files.len().min(8);
     let stores: Vec<PathBuf> = (0..n)

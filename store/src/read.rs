@@ -180,12 +180,7 @@ impl Store {
         contain(&self.path, "reading a version record", || {
             let r = self.read()?;
             let rec = self.version_record(&r, name, step)?;
-            let rows = r.tier_rows_by_block(name, step, rec.blocks.len())?;
-            let tiers: Vec<Tier> = rows
-                .iter()
-                .map(|row| row.as_ref().map_or(Tier::Exact, |row| row.tier))
-                .collect();
-            Ok(version_info(step, &rec, &tiers))
+            info_with_tiers(&r, name, step, &rec)
         })
     }
 
@@ -203,14 +198,7 @@ impl Store {
                 }));
             }
             all.into_iter()
-                .map(|(step, rec)| {
-                    let rows = r.tier_rows_by_block(name, step, rec.blocks.len())?;
-                    let tiers: Vec<Tier> = rows
-                        .iter()
-                        .map(|row| row.as_ref().map_or(Tier::Exact, |row| row.tier))
-                        .collect();
-                    Ok(version_info(step, &rec, &tiers))
-                })
+                .map(|(step, rec)| info_with_tiers(&r, name, step, &rec))
                 .collect::<Result<Vec<_>>>()
         })
     }
@@ -406,4 +394,15 @@ pub(crate) fn version_info(step: u64, rec: &VersionRecord, tiers: &[Tier]) -> Ve
         encodings,
         aged: rec.aged.map(f64::from),
     }
+}
+
+/// What [`Store::version_info`] says of version `step` of `name`: its record and the tier of
+/// each block (exact where no tier row is held).
+fn info_with_tiers(r: &ReadTxn, name: &str, step: u64, rec: &VersionRecord) -> Result<VersionInfo> {
+    let rows = r.tier_rows_by_block(name, step, rec.blocks.len())?;
+    let tiers: Vec<Tier> = rows
+        .iter()
+        .map(|row| row.as_ref().map_or(Tier::Exact, |row| row.tier))
+        .collect();
+    Ok(version_info(step, rec, &tiers))
 }

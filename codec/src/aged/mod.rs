@@ -213,67 +213,26 @@ pub fn encode_within(
     budget: &Budget,
     opts: &LosslessOptions,
 ) -> Result<Option<AgedBlock>, AgedError> {
-    if !supports(dtype) {
-        return Err(AgedError::Dtype { dtype });
-    }
-    let size = dtype.size();
-    if !data.len().is_multiple_of(size) || base.is_some_and(|b| b.len() != data.len()) {
-        return Err(AgedError::Mismatch {
-            reason: format!(
-                "{} bytes of {dtype} with a base of {:?} bytes",
-                data.len(),
-                base.map(<[u8]>::len)
-            ),
-        });
-    }
+    check_block(dtype, data, base)?;
     for b in std::iter::once(budget.of_norm).chain(budget.of_delta) {
-        if !(b.is_finite() && b > 0.0) {
-            return Err(AgedError::Mismatch {
-                reason: format!("budget {b} is not a positive number"),
-            });
-        }
+        check_budget(b)?;
     }
     let Some(found) = search::quantize(dtype, data, base, budget) else {
         return Ok(None);
     };
-    let n = data.len() / size;
-    let width: usize = if found.max_zigzag <= u32::from(u8::MAX) {
-        1
-    } else if found.max_zigzag <= u32::from(u16::MAX) {
-        2
-    } else {
-        4
+    let words = found.q.iter().map(|&q| zigzag(q));
+    let head = Head {
+        dtype,
+        flags: if base.is_some() { FLAG_BASE } else { 0 },
+        elements: data.len() / dtype.size(),
+        step: found.step,
+        rel_error: found.rel_error,
+        max_abs_error: found.max_abs_error,
+        base,
     };
-    let mut words = Vec::with_capacity(n * width);
-    for &q in &found.q {
-        let z = zigzag(q);
-        match width {
-            1 => words.push(z as u8),
-            2 => words.extend_from_slice(&(z as u16).to_le_bytes()),
-            _ => words.extend_from_slice(&z.to_le_bytes()),
-        }
-    }
-    let word_dtype = word_dtype(width);
-    let mut out = Vec::with_capacity(HEADER_LEN + words.len() / 4 + 64);
-    out.extend_from_slice(MAGIC);
-    out.push(VERSION);
-    out.push(dtype.code());
-    out.push(if base.is_some() { FLAG_BASE } else { 0 });
-    out.push(width as u8);
-    out.extend_from_slice(&(n as u64).to_le_bytes());
-    out.extend_from_slice(&found.step.to_le_bytes());
-    out.extend_from_slice(&found.rel_error.to_le_bytes());
-    out.extend_from_slice(&found.max_abs_error.to_le_bytes());
-    out.extend_from_slice(&base.map_or(0, xxh3_64).to_le_bytes());
-    out.extend_from_slice(&[0; 4]);
-    lossless::encode(word_dtype, &words, None, opts, &mut out)
-        .map_err(|source| AgedError::Payload { source })?;
-    let payload = (out.len() - HEADER_LEN) as u32;
-    out[36..40].copy_from_slice(&payload.to_le_bytes());
-    let sum = xxh3_64(&out);
-    out.extend_from_slice(&sum.to_le_bytes());
+    let bytes = head.write(words, found.max_zigzag, None, opts)?;
     Ok(Some(AgedBlock {
-        bytes: out,
+        bytes,
         rel_error: found.rel_error,
         max_abs_error: found.max_abs_error,
         all_zero: found.max_zigzag == 0,
@@ -295,11 +254,37 @@ pub fn encode_log(
     max_rel: f64,
     opts: &LosslessOptions,
 ) -> Result<Option<AgedBlock>, AgedError> {
+    check_block(dtype, data, base)?;
+    check_budget(max_rel)?;
+    let Some(found) = log::quantize(dtype, data, base, max_rel) else {
+        return Ok(None);
+    };
+    let head = Head {
+        dtype,
+        flags: FLAG_LOG | if base.is_some() { FLAG_BASE } else { 0 },
+        elements: data.len() / dtype.size(),
+        step: 1.0 / (1u32 << found.k) as f32,
+        rel_error: found.rel_error,
+        max_abs_error: found.max_abs_error,
+        base,
+    };
+    let max_word = found.words.iter().copied().max().unwrap_or(0);
+    let words = found.words.iter().copied();
+    let bytes = head.write(words, max_word, Some(&found.escapes), opts)?;
+    Ok(Some(AgedBlock {
+        bytes,
+        rel_error: found.rel_error,
+        max_abs_error: found.max_abs_error,
+        all_zero: base.is_some() && found.escapes.is_empty() && found.words.iter().all(|&w| w == 2),
+    }))
+}
+
+/// The dtype and lengths an encoder accepts.
+fn check_block(dtype: DType, data: &[u8], base: Option<&[u8]>) -> Result<(), AgedError> {
     if !supports(dtype) {
         return Err(AgedError::Dtype { dtype });
     }
-    let size = dtype.size();
-    if !data.len().is_multiple_of(size) || base.is_some_and(|b| b.len() != data.len()) {
+    if !data.len().is_multiple_of(dtype.size()) || base.is_some_and(|b| b.len() != data.len()) {
         return Err(AgedError::Mismatch {
             reason: format!(
                 "{} bytes of {dtype} with a base of {:?} bytes",
@@ -308,60 +293,85 @@ pub fn encode_log(
             ),
         });
     }
-    if !(max_rel.is_finite() && max_rel > 0.0) {
-        return Err(AgedError::Mismatch {
-            reason: format!("budget {max_rel} is not a positive number"),
-        });
+    Ok(())
+}
+
+/// A budget must be a positive number.
+fn check_budget(b: f64) -> Result<(), AgedError> {
+    if b.is_finite() && b > 0.0 {
+        return Ok(());
     }
-    let Some(found) = log::quantize(dtype, data, base, max_rel) else {
-        return Ok(None);
-    };
-    let n = data.len() / size;
-    let max_word = found.words.iter().copied().max().unwrap_or(0);
-    let width: usize = if max_word <= u32::from(u8::MAX) {
-        1
-    } else if max_word <= u32::from(u16::MAX) {
-        2
-    } else {
-        4
-    };
-    let mut words = Vec::with_capacity(n * width);
-    for &z in &found.words {
-        match width {
-            1 => words.push(z as u8),
-            2 => words.extend_from_slice(&(z as u16).to_le_bytes()),
-            _ => words.extend_from_slice(&z.to_le_bytes()),
+    Err(AgedError::Mismatch {
+        reason: format!("budget {b} is not a positive number"),
+    })
+}
+
+/// The header fields of a blob being written.
+struct Head<'a> {
+    dtype: DType,
+    flags: u8,
+    elements: usize,
+    step: f32,
+    rel_error: f32,
+    max_abs_error: f32,
+    base: Option<&'a [u8]>,
+}
+
+impl Head<'_> {
+    /// The blob: header, the `words` (all at most `max_word`) in the narrowest width coded
+    /// by the lossless codec, then (log-relative mode) the coded length first and the
+    /// `escapes` after, and the checksum.
+    fn write(
+        &self,
+        words: impl Iterator<Item = u32>,
+        max_word: u32,
+        escapes: Option<&[u8]>,
+        opts: &LosslessOptions,
+    ) -> Result<Vec<u8>, AgedError> {
+        let width: usize = if max_word <= u32::from(u8::MAX) {
+            1
+        } else if max_word <= u32::from(u16::MAX) {
+            2
+        } else {
+            4
+        };
+        let mut coded = Vec::with_capacity(self.elements * width);
+        for z in words {
+            match width {
+                1 => coded.push(z as u8),
+                2 => coded.extend_from_slice(&(z as u16).to_le_bytes()),
+                _ => coded.extend_from_slice(&z.to_le_bytes()),
+            }
         }
+        let extra = escapes.map_or(0, <[u8]>::len);
+        let mut out = Vec::with_capacity(HEADER_LEN + coded.len() / 4 + extra + 64);
+        out.extend_from_slice(MAGIC);
+        out.push(VERSION);
+        out.push(self.dtype.code());
+        out.push(self.flags);
+        out.push(width as u8);
+        out.extend_from_slice(&(self.elements as u64).to_le_bytes());
+        out.extend_from_slice(&self.step.to_le_bytes());
+        out.extend_from_slice(&self.rel_error.to_le_bytes());
+        out.extend_from_slice(&self.max_abs_error.to_le_bytes());
+        out.extend_from_slice(&self.base.map_or(0, xxh3_64).to_le_bytes());
+        out.extend_from_slice(&[0; 4]);
+        if escapes.is_some() {
+            out.extend_from_slice(&[0; 4]);
+        }
+        lossless::encode(word_dtype(width), &coded, None, opts, &mut out)
+            .map_err(|source| AgedError::Payload { source })?;
+        if let Some(escapes) = escapes {
+            let len = (out.len() - HEADER_LEN - 4) as u32;
+            out[HEADER_LEN..HEADER_LEN + 4].copy_from_slice(&len.to_le_bytes());
+            out.extend_from_slice(escapes);
+        }
+        let payload = (out.len() - HEADER_LEN) as u32;
+        out[36..40].copy_from_slice(&payload.to_le_bytes());
+        let sum = xxh3_64(&out);
+        out.extend_from_slice(&sum.to_le_bytes());
+        Ok(out)
     }
-    let step = 1.0f32 / (1u32 << found.k) as f32;
-    let mut out = Vec::with_capacity(HEADER_LEN + words.len() / 4 + found.escapes.len() + 64);
-    out.extend_from_slice(MAGIC);
-    out.push(VERSION);
-    out.push(dtype.code());
-    out.push(FLAG_LOG | if base.is_some() { FLAG_BASE } else { 0 });
-    out.push(width as u8);
-    out.extend_from_slice(&(n as u64).to_le_bytes());
-    out.extend_from_slice(&step.to_le_bytes());
-    out.extend_from_slice(&found.rel_error.to_le_bytes());
-    out.extend_from_slice(&found.max_abs_error.to_le_bytes());
-    out.extend_from_slice(&base.map_or(0, xxh3_64).to_le_bytes());
-    out.extend_from_slice(&[0; 4]);
-    out.extend_from_slice(&[0; 4]);
-    lossless::encode(word_dtype(width), &words, None, opts, &mut out)
-        .map_err(|source| AgedError::Payload { source })?;
-    let coded = (out.len() - HEADER_LEN - 4) as u32;
-    out[HEADER_LEN..HEADER_LEN + 4].copy_from_slice(&coded.to_le_bytes());
-    out.extend_from_slice(&found.escapes);
-    let payload = (out.len() - HEADER_LEN) as u32;
-    out[36..40].copy_from_slice(&payload.to_le_bytes());
-    let sum = xxh3_64(&out);
-    out.extend_from_slice(&sum.to_le_bytes());
-    Ok(Some(AgedBlock {
-        bytes: out,
-        rel_error: found.rel_error,
-        max_abs_error: found.max_abs_error,
-        all_zero: base.is_some() && found.escapes.is_empty() && found.words.iter().all(|&w| w == 2),
-    }))
 }
 
 /// A parsed, checksum-checked aged blob.

@@ -262,37 +262,38 @@ fn encode_block(
             }
         }
     }
+    // A lossless delta and an aged blob against the base sit one link deeper than it; an
+    // aged blob made alone starts a chain.
     let (depth, base_step) = match base {
-        Some((s, block, _)) if !alone => (block.depth + 1, Some(*s)),
-        _ => (1, None),
+        Some((s, block, _)) => (block.depth + 1, Some(*s)),
+        None => (1, None),
     };
     if let (Some(a), Some((_, block, _)), false) = (&aged, base, alone) {
         if a.all_zero {
             return Ok(reference(block, Some(a.rel_error)));
         }
     }
-    let aged_outcome = |a: aged::AgedBlock| Outcome {
-        record: BlockRecord {
-            address: address_of(&a.bytes),
-            base: base_step,
-            reference: false,
-            depth,
-            run: 1,
-            segment_len: a.bytes.len() as u32,
-            form: Form::Aged,
-        },
-        error: Some(a.rel_error),
-        segment: Some(a.bytes),
-        unmet: false,
+    let aged_outcome = |a: aged::AgedBlock| {
+        let (depth, base) = if alone { (1, None) } else { (depth, base_step) };
+        Outcome {
+            record: BlockRecord {
+                address: address_of(&a.bytes),
+                base,
+                reference: false,
+                depth,
+                run: 1,
+                segment_len: a.bytes.len() as u32,
+                form: Form::Aged,
+            },
+            error: Some(a.rel_error),
+            segment: Some(a.bytes),
+            unmet: false,
+        }
     };
     if let Some(a) = aged.as_ref().filter(|a| a.bytes.len() < w.old_cost) {
         return Ok(aged_outcome(a.clone()));
     }
     // Not smaller than the old segment: compare with a lossless delta on the same base.
-    let (depth, base_step) = match base {
-        Some((s, block, _)) => (block.depth + 1, Some(*s)),
-        None => (1, None),
-    };
     let exact = match base {
         Some((_, _, b)) => segment::encode_delta(rec.dtype, &w.data, b, &opts.lossless),
         None => segment::encode_keyframe(rec.dtype, &w.data, &opts.lossless),
@@ -301,24 +302,7 @@ fn encode_block(
     // Unmet: the block could have been aged, but no step met its budget.
     let unmet = aged.is_none() && domain.lossy_allowed();
     match aged {
-        Some(a) if a.bytes.len() < exact.len() => {
-            let a_depth = if alone { 1 } else { depth };
-            let a_base = if alone { None } else { base_step };
-            Ok(Outcome {
-                record: BlockRecord {
-                    address: address_of(&a.bytes),
-                    base: a_base,
-                    reference: false,
-                    depth: a_depth,
-                    run: 1,
-                    segment_len: a.bytes.len() as u32,
-                    form: Form::Aged,
-                },
-                error: Some(a.rel_error),
-                segment: Some(a.bytes),
-                unmet: false,
-            })
-        }
+        Some(a) if a.bytes.len() < exact.len() => Ok(aged_outcome(a)),
         _ => Ok(Outcome {
             record: BlockRecord {
                 address: address_of(&exact),

@@ -75,14 +75,7 @@ pub fn push_part(
                 let mut state = RemoteState::default();
                 state.list_segments(remote).await?;
                 let mut report = PushReport::default();
-                let mut send = Vec::new();
-                for (a, l) in m.segments() {
-                    if state.has(a) {
-                        report.segments_present += 1;
-                    } else {
-                        send.push((a, l));
-                    }
-                }
+                let send = state.missing(&m, &mut report);
                 upload_segments(remote, &r, send, None, &mut report).await?;
                 let p = remote.part_path(step, part);
                 let bytes = Bytes::from(m.encode());

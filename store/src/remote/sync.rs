@@ -140,6 +140,20 @@ impl RemoteState {
         Ok(())
     }
 
+    /// The segments of `m` the remote lacks ([`RemoteState::has`]), with their lengths; those
+    /// it holds are counted in `report`.
+    pub(crate) fn missing(&self, m: &Manifest, report: &mut PushReport) -> Vec<(u128, u32)> {
+        let mut send = Vec::new();
+        for (a, l) in m.segments() {
+            if self.has(a) {
+                report.segments_present += 1;
+            } else {
+                send.push((a, l));
+            }
+        }
+        send
+    }
+
     /// Whether the remote holds segment `address`, as far as a push that declared an
     /// [`Intent`] naming it knows: in the listing taken after the intent; without a
     /// listing, named by a manifest live after the intent (which keeps it as long as it
@@ -268,14 +282,7 @@ pub(crate) async fn push_steps(
         } else {
             state.refresh(remote).await?;
         }
-        let mut send = Vec::new();
-        for (a, l) in needed.segments() {
-            if state.has(a) {
-                report.segments_present += 1;
-            } else {
-                send.push((a, l));
-            }
-        }
+        let mut send = state.missing(&needed, &mut report);
         for (a, l) in &present {
             if !state.has(*a) && !send.iter().any(|(s, _)| s == a) {
                 report.segments_repaired += 1;
