@@ -27,7 +27,11 @@ A store has one writer process at a time, so ranks do not write it directly:
 
 Names in the store: a tensor item is stored under its fully qualified name, a chunk of a
 sharded tensor under ``<fqn>@<offset>,<offset>,...``, a non-tensor object under
-``<fqn>`` as bytes (``torch.save`` format, as DCP serializes it).
+``<fqn>`` as bytes (``torch.save`` format, as DCP serializes it). Aging (``Store.age``, ADR
+0027) reads the role of optimizer state from ``optim.state.<fqn>.exp_avg_sq`` (and
+``.exp_avg``, ``.step``); the chunks of sharded state (``...exp_avg_sq@<offsets>``) need
+``roles={"*.exp_avg_sq@*": "second-moment", "*.exp_avg@*": "first-moment"}`` until the
+store's role inference reads chunk names.
 """
 
 from __future__ import annotations

@@ -14,6 +14,13 @@
 - :func:`load_into_model`: loads any step into a model (``load_state_dict``), and into an
   optimizer and scheduler when given; :func:`load_trainer_state` returns their state dicts.
 
+Aging (``Store.age``, ADR 0027): the optimizer's state is stored as
+``__trainer__/optimizer/state/<i>/exp_avg``, ``.../exp_avg_sq`` and ``.../step``, the RNG and
+scheduler state under ``__trainer__/rng_state/...`` and ``__trainer__/lr_scheduler/...``:
+the names that give each tensor its role, so ``age(training_state=True)`` ages old
+checkpoints as resuming from them needs, and :func:`checkpoint_folder` resumes from an aged
+one as from any other.
+
 Runs: every checkpoint carries the id of the run that wrote it; a run that finds checkpoints
 in the store it did not write, after the step it starts from, refuses to train unless
 ``overwrite=True`` (ADR 0026, ``strata._runs``).

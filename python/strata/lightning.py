@@ -32,6 +32,13 @@ How a Lightning checkpoint (a nested dict) is stored:
   resumed from (all, for a fresh run), make the first save raise
   :class:`strata.CheckpointExists`, unless ``overwrite=True`` (which deletes them; ADR 0026).
 
+Aging (``Store.age``, ADR 0027): the optimizer state's names (``.../exp_avg``,
+``.../exp_avg_sq``, ``.../step``) give each tensor its role, so ``age(training_state=True)``
+ages a Lightning store's old checkpoints as resuming from them needs, and their pointers keep
+loading. The tags above make every checkpoint a pointer refers to a tagged one, which
+``keep_tagged=True`` (the default) keeps exact: age a Lightning store with
+``keep_tagged=False``.
+
 What does not follow the pointer: ``torch.load(path, map_location=...)`` by hand loads the
 tensors on the CPU (the plugin's ``load_checkpoint`` does apply ``map_location``); a pointer
 names its store by absolute path, so moving the store breaks its pointers; loading needs
