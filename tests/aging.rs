@@ -250,6 +250,17 @@ fn refusals_rules_and_unmeetable_budgets() {
     }
     let steps: Vec<u64> = cps.iter().map(|(s, _)| *s).collect();
     store.tag("best", steps[1]).expect("tag");
+    // A pointer's tag (strata.lightning's `.ckpt` files) keeps nothing exact: the step ages,
+    // and the tag still names it.
+    let pointer = format!("{}epoch=0-step=1.ckpt", strata::store::POINTER_TAG_PREFIX);
+    store.tag(&pointer, steps[0]).expect("tag");
+    let dry = store
+        .age_dry_run(&AgePolicy {
+            steps: Some(vec![steps[0]]),
+            ..AgePolicy::default()
+        })
+        .expect("a pointer's tag does not refuse aging");
+    assert_eq!(dry.aged, vec![steps[0]], "{dry:?}");
     let stats = store.stats().expect("stats");
     // Tagged, among the last kept exact, not a checkpoint, bad budgets: refused, nothing changed.
     let err = store

@@ -188,7 +188,8 @@ enum Command {
         /// Keep every checkpoint whose step is a multiple of K exact.
         #[arg(long)]
         keep_exact_every: Option<u64>,
-        /// Age tagged checkpoints too when the rules do not keep them.
+        /// Age tagged checkpoints too when the rules do not keep them (the `lightning:` tags
+        /// of strata.lightning's pointer files never keep a checkpoint exact).
         #[arg(long)]
         no_keep_tagged: bool,
         /// Largest relative Frobenius error of each block of a 2-D (or larger) tensor. Aging

@@ -7,7 +7,7 @@ python/tests/_lightning_run.py), resumed from **every** aged checkpoint instead 
 - HF Trainer: a 2-layer GPT-2, 128 steps, full state saved every 16 by ``StrataCallback``;
   Lightning: an MLP, 100 steps, a checkpoint every 10 by ``StrataCheckpointIO``;
 - each resumed from every checkpoint before aging, then the store aged with
-  ``age(keep_exact_last=2, training_state=True)`` (Lightning: ``keep_tagged=False``), then
+  ``age(keep_exact_last=2, training_state=True)``, then
   resumed from every aged checkpoint; the mean loss of the last 2 epochs of each pair;
 - every aged checkpoint of the HF store (f32 and bf16 runs of 64 steps, saved every 8) read
   back against its saved value, by role.
@@ -75,7 +75,7 @@ def lightning_resumes(tmp: str) -> tuple[list[tuple], float, float]:
     exact = {r: run.resume(pointer[r], steps)[1] for r in points}
     with strata.Store(store) as st:
         before = st.stats()["ratio"]
-        st.age(keep_exact_last=2, training_state=True, keep_tagged=False)
+        st.age(keep_exact_last=2, training_state=True)
         after = st.stats()["ratio"]
     rows = []
     for r in points:

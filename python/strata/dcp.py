@@ -29,9 +29,8 @@ Names in the store: a tensor item is stored under its fully qualified name, a ch
 sharded tensor under ``<fqn>@<offset>,<offset>,...``, a non-tensor object under
 ``<fqn>`` as bytes (``torch.save`` format, as DCP serializes it). Aging (``Store.age``, ADR
 0027) reads the role of optimizer state from ``optim.state.<fqn>.exp_avg_sq`` (and
-``.exp_avg``, ``.step``); the chunks of sharded state (``...exp_avg_sq@<offsets>``) need
-``roles={"*.exp_avg_sq@*": "second-moment", "*.exp_avg@*": "first-moment"}`` until the
-store's role inference reads chunk names.
+``.exp_avg``, ``.step``), and of a chunk of sharded state from the name before its
+``@<offsets>``.
 """
 
 from __future__ import annotations

@@ -35,9 +35,8 @@ How a Lightning checkpoint (a nested dict) is stored:
 Aging (``Store.age``, ADR 0027): the optimizer state's names (``.../exp_avg``,
 ``.../exp_avg_sq``, ``.../step``) give each tensor its role, so ``age(training_state=True)``
 ages a Lightning store's old checkpoints as resuming from them needs, and their pointers keep
-loading. The tags above make every checkpoint a pointer refers to a tagged one, which
-``keep_tagged=True`` (the default) keeps exact: age a Lightning store with
-``keep_tagged=False``.
+loading. The pointers' tags (``lightning:<path>``) keep nothing exact; ``keep_tagged=True``
+keeps the checkpoints you tagged yourself.
 
 What does not follow the pointer: ``torch.load(path, map_location=...)`` by hand loads the
 tensors on the CPU (the plugin's ``load_checkpoint`` does apply ``map_location``); a pointer

@@ -217,7 +217,8 @@ def test_lightning_fit_resumes_from_aged_checkpoints(tmp_path):
     resume Trainer.fit(ckpt_path=<pointer>) from aged checkpoints 20 and 60: finite losses,
     second moments >= 0, counters exact, the loss of the last 20 steps within TOLERANCE of
     resuming from the same pointer before aging. Every checkpoint of a Lightning store is
-    tagged (its pointers' tags), so it is aged with keep_tagged=False. The resume from 60
+    tagged by its pointers (``lightning:<path>``), tags that keep nothing exact: the
+    default keep_tagged=True ages them. The resume from 60
     saves through the plugin (overwrite=True): aged checkpoints before it read as before,
     the new ones load bit-exact through their pointers, and the old pointers past 60 are
     stale."""
@@ -233,7 +234,7 @@ def test_lightning_fit_resumes_from_aged_checkpoints(tmp_path):
     saved = snapshot(store)
 
     with strata.Store(store) as st:
-        report = st.age(keep_exact_last=2, training_state=True, keep_tagged=False)
+        report = st.age(keep_exact_last=2, training_state=True)
     assert report["aged"] == steps[:-2] and report["kept"] == steps[-2:]
     rows = audit(store, {r: saved[r] for r in L_RESUME})
     for r in L_RESUME:
@@ -323,11 +324,6 @@ def test_dcp_optimizer_state_gets_its_roles(dcp_plain):
     check_dcp_roles(*dcp_plain)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "store/src/roles.rs reads the role from the last name component, which for a chunk of a "
-    "sharded tensor is 'exp_avg_sq@0,0' (strata.dcp's '<fqn>@<offsets>'): the chunks age as "
-    "weights. Fix: strip an '@<digits,commas>' suffix before splitting the name; then this "
-    "passes and the xfail goes."))
 def test_dcp_sharded_optimizer_state_gets_its_roles(tmp_path):
     """The same with FSDP2 on 2 ranks: chunks ``optim.state.<fqn>.exp_avg_sq@<offsets>``."""
     check_dcp_roles(*dcp_aged(tmp_path, "fsdp", 2))

@@ -39,7 +39,7 @@ pub struct AgePolicy {
     pub keep_exact_last: usize,
     /// Every checkpoint whose step is a multiple of `k` stays exact.
     pub keep_exact_every: Option<u64>,
-    /// Tagged checkpoints stay exact.
+    /// Tagged checkpoints stay exact (pointer tags, [`POINTER_TAG_PREFIX`], do not count).
     pub keep_tagged: bool,
     /// Largest relative Frobenius error `‖aged − exact‖ / ‖exact‖` of each block of a tensor
     /// of two or more dimensions, unless a rule says otherwise.
@@ -115,6 +115,10 @@ impl AgePolicy {
 pub const TRAINING_STATE_BUDGET: f64 = 5e-2;
 /// [`AgePolicy::training_state`]'s update budget for weights.
 pub const TRAINING_STATE_UPDATE_BUDGET: f64 = 0.8;
+
+/// Tags of this prefix are pointers (`strata.lightning`'s `.ckpt` files name their checkpoint
+/// by a tag `lightning:<path>`), which [`AgePolicy::keep_tagged`] does not count.
+pub const POINTER_TAG_PREFIX: &str = "lightning:";
 
 /// [`AgePolicy::first_moment_budget`] by default.
 pub const DEFAULT_FIRST_MOMENT_BUDGET: f64 = 1e-2;
@@ -386,7 +390,15 @@ impl Store {
     fn age_targets(&self, policy: &AgePolicy) -> Result<(BTreeSet<u64>, BTreeSet<u64>)> {
         let _writer = self.writer.lock();
         let steps = self.checkpoints()?;
-        let tagged: BTreeMap<u64, String> = self.tags()?.into_iter().map(|(t, s)| (s, t)).collect();
+        // A pointer's tag (`lightning:<path>`, strata.lightning's `.ckpt` files) marks a
+        // checkpoint a file names, not one the user asked to keep exact: an aged checkpoint
+        // still loads through it.
+        let tagged: BTreeMap<u64, String> = self
+            .tags()?
+            .into_iter()
+            .filter(|(t, _)| !t.starts_with(POINTER_TAG_PREFIX))
+            .map(|(t, s)| (s, t))
+            .collect();
         let keep = RetainPolicy {
             keep_last: Some(policy.keep_exact_last),
             keep_every: policy.keep_exact_every,

@@ -115,6 +115,7 @@ const STATE: &[&str] = &[
     "random",
     "generator",
     "lr_scheduler",
+    "lr_schedulers",
     "scheduler",
     "param_groups",
     "scaler",
@@ -157,6 +158,16 @@ pub fn role_of(rules: &[RoleRule], name: &str, dtype: DType, shape: &[u64]) -> R
 
 /// The role from the name alone (no rules): see [`role_of`].
 fn infer(name: &str, dtype: DType, shape: &[u64]) -> Role {
+    // A shard of a tensor (`strata.dcp` names FSDP chunks `<name>@<offsets>`) has the
+    // tensor's role.
+    let name = match name.rsplit_once('@') {
+        Some((whole, offsets))
+            if !offsets.is_empty() && offsets.bytes().all(|b| b.is_ascii_digit() || b == b',') =>
+        {
+            whole
+        }
+        _ => name,
+    };
     let parts: Vec<String> = name
         .split(['/', '.', ':'])
         .filter(|p| !p.is_empty())
@@ -229,6 +240,14 @@ mod tests {
         assert_eq!(r("optimizer/state/0/momentum_buffer"), Role::FirstMoment);
         assert_eq!(r("optimizer/state/0/square_avg"), Role::SecondMoment);
         assert_eq!(r("optimizer/state/0/sum"), Role::SecondMoment);
+        // strata.dcp's shards of FSDP2 state: `<name>@<offsets>`.
+        assert_eq!(
+            r("optim.state.0.weight.exp_avg_sq@48,0"),
+            Role::SecondMoment
+        );
+        assert_eq!(r("optim.state.0.weight.exp_avg@0,0"), Role::FirstMoment);
+        assert_eq!(r("model.layers.0.weight@0,96"), Role::Weight);
+        assert_eq!(r("lr_schedulers/0/base_lrs"), Role::State);
         assert_eq!(r("__trainer__/lr_scheduler/base_lrs/0"), Role::State);
         assert_eq!(
             role_of(&[], "__trainer__/rng/cpu", DType::U8, &[5056]),
