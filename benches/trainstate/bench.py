@@ -24,7 +24,12 @@ For each series (``REGIME-VARIANT``: pretrain or finetune, f32 or bf16):
    a reference to another version's block counted as 0), overall and per role (``strata log STORE
    TENSOR`` for every tensor).
 5. **resume**: ``resume.py``'s checks and resumes for every aged checkpoint (``--resume-limit N``:
-   N of them, evenly spaced from the oldest to the newest).
+   N of them, evenly spaced from the oldest to the newest). The exact side: the first resumed
+   checkpoint is resumed from its file; when that gives the generator's losses bit for bit (so a
+   checkpoint restores the whole state and the batches are the run's), the others' exact losses are
+   read from the generator's log (series.json, which runs ``LOG_AFTER`` steps past the last
+   checkpoint) instead of trained again; ``--exact-resume all`` trains every one (cached in the
+   series folder).
 
 Writes OUT.json (every figure, the commands, the machine), OUT.md (the tables) and OUT.png (loss
 curves of exact and aged resumes, and each aged checkpoint's ratio against its loss difference).
@@ -63,12 +68,16 @@ DEFAULT_SERIES = "pretrain-f32,finetune-f32"
 DEFAULT_AGE_ARGS = "--keep-exact-last 2 --budget 1e-3"
 CHECKPOINTS = 20
 EVERY = 25
+#: Steps the generator trains past its last checkpoint, logging losses (exact resumes of the last
+#: checkpoints read them there).
+LOG_AFTER = 100
 
 
 def gen_args(name: str, folder: Path) -> list[str]:
     """gen_state.py's arguments for series NAME into ``folder``."""
     regime, variant = name.split("-")
-    args = [regime, str(folder), "--variant", variant, "--checkpoints", str(CHECKPOINTS), "--every", str(EVERY)]
+    args = [regime, str(folder), "--variant", variant, "--checkpoints", str(CHECKPOINTS), "--every", str(EVERY),
+            "--log-after", str(LOG_AFTER)]
     if regime == "finetune":
         pre = TARGET / "series" / f"pretrain-{variant}"
         args += ["--init", str(pre / f"step_{CHECKPOINTS * EVERY:06d}.safetensors")]
@@ -93,8 +102,9 @@ def ensure_series(name: str) -> tuple[Path, float | None]:
     if log.exists():
         have = json.loads(log.read_text())
         files_ok = all((folder / f"step_{s:06d}.safetensors").exists() for s in want["checkpoints"])
+        logged = str(CHECKPOINTS * EVERY + LOG_AFTER - 1) in have["losses"]
         if (have["config"]["regime"], have["config"]["variant"]) == (regime, variant) \
-                and have["checkpoints"] == want["checkpoints"] and files_ok:
+                and have["checkpoints"] == want["checkpoints"] and files_ok and logged:
             return folder, None
     shutil.rmtree(folder, ignore_errors=True)
     print(f"generating {folder} (minutes)", file=sys.stderr, flush=True)
@@ -215,11 +225,18 @@ def machine() -> dict:
 
 
 def run_series(name: str, a: argparse.Namespace, strata: Strata) -> dict:
+    """Generates (or reuses) series NAME and measures it (see :func:`measure`)."""
     folder, gen_s = ensure_series(name)
-    work = TARGET / "work" / name
+    doc = measure(name, folder, TARGET / "work" / name, a, strata)
+    doc["generate_s"] = gen_s
+    return doc
+
+
+def measure(name: str, folder: Path, work: Path, a: argparse.Namespace, strata: Strata) -> dict:
+    """Steps 2 to 5 of the module doc on the series in ``folder``, with stores in ``work``."""
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    doc: dict = {"name": name, "folder": str(folder), "generate_s": gen_s,
+    doc: dict = {"name": name, "folder": str(folder),
                  "config": json.loads((folder / "series.json").read_text())["config"]}
     print(f"{name}: lossless import", file=sys.stderr, flush=True)
     doc["lossless"] = lossless(strata, folder, work / "lossless.strata")
@@ -233,9 +250,13 @@ def run_series(name: str, a: argparse.Namespace, strata: Strata) -> dict:
     cache = ExactCache(folder)
     by_step = {c["step"]: c for c in doc["aged"]["checkpoints"]}
     doc["resumes"] = []
+    from_log = False
     with tempfile.TemporaryDirectory() as tmp:
         for k in steps:
-            r = compare(folder, strata, aged_store, k, a.resume_steps, a.tail, None, cache, Path(tmp))
+            r = compare(folder, strata, aged_store, k, a.resume_steps, a.tail, None, cache, Path(tmp), from_log)
+            # One exact resume per series shows the generator's log is what an exact resume gives;
+            # the others read it there (--exact-resume all trains every one).
+            from_log = a.exact_resume == "first" and (from_log or r["reproduces_run"] is True)
             r["checkpoint_ratio"] = by_step[k]["raw_bytes"] / by_step[k]["stored_bytes"]
             doc["resumes"].append(r)
             print(f"{name}: resumed from {k}: exact {r['exact_tail_mean']:.4f}, aged {r['aged_tail_mean']:.4f}, "
@@ -254,6 +275,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tail", type=int, default=20)
     ap.add_argument("--resume-limit", type=int, default=None,
                     help="resume from this many aged checkpoints, evenly spaced (default: all)")
+    ap.add_argument("--exact-resume", choices=["first", "all"], default="first",
+                    help="train the exact resume of the first resumed checkpoint only, and when it gives "
+                         "the generator's losses bit for bit, read the others' from its log (default); "
+                         "or train every one")
     ap.add_argument("--no-zipnn", action="store_true")
     ap.add_argument("--strata", type=Path, default=default_binary())
     ap.add_argument("--out", type=Path, default=TARGET / "results",

@@ -20,7 +20,9 @@ step K (default: every checkpoint ``strata log`` marks aged):
 The exact resume depends on the series only: it is cached in DIR/resume-cache.json, keyed by step,
 steps, batch and the file's size and mtime. The exact resume's losses over steps the generator
 trained are compared with the generator's (series.json): ``reproduces_run`` is whether they are
-the same bits, i.e. whether a checkpoint restores the whole state.
+the same bits, i.e. whether a checkpoint restores the whole state. Where they are,
+``--exact-from-log`` takes the exact side from series.json instead of training it again (the
+generator trains ``--log-after`` steps past its last checkpoint for the newest ones).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from pathlib import Path
 import torch
 
 from model import batch, corpus
+from report import finite
 from state import ROLES, TrainState, read_checkpoint, role
 from strata_cli import Strata, default_binary
 
@@ -156,22 +159,42 @@ def reproduces_run(series: Path, run: dict) -> bool | None:
     return all(a == b for a, b in both) if both else None
 
 
+def logged_run(series: Path, start: int, steps: int) -> dict | None:
+    """The generator's own losses of steps ``start .. start + steps - 1`` as an exact resume's
+    result (the batches are the same), None when series.json lacks one of them."""
+    log = series / "series.json"
+    if not log.exists():
+        return None
+    trained = json.loads(log.read_text())
+    losses = trained["losses"]
+    if any(str(s) not in losses for s in range(start, start + steps)):
+        return None
+    return {"start": start, "losses": [losses[str(s)] for s in range(start, start + steps)],
+            "nonfinite_at": None, "batch": trained["config"]["batch"], "seconds": 0.0,
+            "source": "generator log"}
+
+
 def compare(series: Path, strata: Strata, store: Path, step: int, steps: int, tail: int,
-            batch_size: int | None, cache: ExactCache, workdir: Path) -> dict:
-    """Domain checks and both resumes of checkpoint ``step`` (see the module doc)."""
+            batch_size: int | None, cache: ExactCache, workdir: Path, exact_from_log: bool = False) -> dict:
+    """Domain checks and both resumes of checkpoint ``step`` (see the module doc). With
+    ``exact_from_log`` the exact side is the generator's losses when series.json has them and the
+    batch is the series' (a resume reproduces them: check that with ``reproduces_run`` first)."""
     exact_file = series / f"step_{step:06d}.safetensors"
     aged_file = workdir / f"aged_{step:06d}.safetensors"
     strata.export(store, step, aged_file)
     try:
         checks = domain_checks(exact_file, aged_file)
-        exact = cache.get(exact_file, steps, batch_size)
+        exact = logged_run(series, step, steps) if exact_from_log and batch_size is None else None
+        if exact is None:
+            exact = dict(cache.get(exact_file, steps, batch_size), source="resume")
         aged = resume_losses(aged_file, steps, batch_size)
     finally:
         aged_file.unlink()
     e, a = tail_mean(exact, steps, tail), tail_mean(aged, steps, tail)
     rel = (a - e) / e if math.isfinite(a) and math.isfinite(e) else float("nan")
+    reproduces = reproduces_run(series, exact) if exact["source"] == "resume" else None
     return {"step": step, "checks": checks, "exact": exact, "aged": aged, "exact_tail_mean": e,
-            "aged_tail_mean": a, "rel_diff": rel, "reproduces_run": reproduces_run(series, exact)}
+            "aged_tail_mean": a, "rel_diff": rel, "reproduces_run": reproduces}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -182,6 +205,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--resume-steps", type=int, default=100)
     ap.add_argument("--tail", type=int, default=20)
     ap.add_argument("--batch", type=int, default=None, help="windows per batch (default: the series')")
+    ap.add_argument("--exact-from-log", action="store_true",
+                    help="take the exact side from series.json where it has the steps (see compare)")
     ap.add_argument("--strata", type=Path, default=default_binary())
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
@@ -199,7 +224,8 @@ def main(argv: list[str] | None = None) -> None:
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for k in steps:
-            r = compare(a.series, strata, a.store, k, a.resume_steps, a.tail, a.batch, cache, Path(tmp))
+            r = compare(a.series, strata, a.store, k, a.resume_steps, a.tail, a.batch, cache, Path(tmp),
+                        a.exact_from_log)
             results.append(r)
             print(f"step {k}: exact {r['exact_tail_mean']:.4f}, aged {r['aged_tail_mean']:.4f} "
                   f"({r['rel_diff'] * 100:+.3f} %), exp_avg_sq < 0: {r['checks']['exp_avg_sq_negative']}, "
@@ -207,7 +233,7 @@ def main(argv: list[str] | None = None) -> None:
     doc = {"series": str(a.series), "store": str(a.store), "resume_steps": a.resume_steps, "tail": a.tail,
            "results": results}
     if a.out:
-        a.out.write_text(json.dumps(doc, indent=1))
+        a.out.write_text(json.dumps(finite(doc), indent=1))
 
 
 if __name__ == "__main__":
