@@ -55,7 +55,7 @@ from pathlib import Path
 import torch
 
 import report
-from resume import ExactCache, compare
+from resume import compare_all
 from state import ROLES, role
 from strata_cli import ROOT, Strata, build, default_binary
 
@@ -247,20 +247,14 @@ def measure(name: str, folder: Path, work: Path, a: argparse.Namespace, strata: 
     aged_store = work / "aged.strata"
     doc["aged"] = aging(strata, work / "lossless.strata", aged_store, a.age_args)
     steps = pick(doc["aged"]["aged_steps"], a.resume_limit)
-    cache = ExactCache(folder)
     by_step = {c["step"]: c for c in doc["aged"]["checkpoints"]}
-    doc["resumes"] = []
-    from_log = False
-    with tempfile.TemporaryDirectory() as tmp:
-        for k in steps:
-            r = compare(folder, strata, aged_store, k, a.resume_steps, a.tail, None, cache, Path(tmp), from_log)
-            # One exact resume per series shows the generator's log is what an exact resume gives;
-            # the others read it there (--exact-resume all trains every one).
-            from_log = a.exact_resume == "first" and (from_log or r["reproduces_run"] is True)
-            r["checkpoint_ratio"] = by_step[k]["raw_bytes"] / by_step[k]["stored_bytes"]
-            doc["resumes"].append(r)
-            print(f"{name}: resumed from {k}: exact {r['exact_tail_mean']:.4f}, aged {r['aged_tail_mean']:.4f}, "
-                  f"exp_avg_sq < 0: {r['checks']['exp_avg_sq_negative']}", file=sys.stderr, flush=True)
+    with tempfile.TemporaryDirectory(dir=work) as tmp:
+        doc["resumes"] = compare_all(folder, strata, aged_store, steps, a.resume_steps, a.tail, None, Path(tmp),
+                                     a.exact_resume, a.workers)
+    for r in doc["resumes"]:
+        r["checkpoint_ratio"] = by_step[r["step"]]["raw_bytes"] / by_step[r["step"]]["stored_bytes"]
+        print(f"{name}: resumed from {r['step']}: exact {r['exact_tail_mean']:.4f}, aged {r['aged_tail_mean']:.4f}, "
+              f"exp_avg_sq < 0: {r['checks']['exp_avg_sq_negative']}", file=sys.stderr, flush=True)
     doc["bench_s"] = time.perf_counter() - t0
     return doc
 
@@ -279,6 +273,7 @@ def main(argv: list[str] | None = None) -> None:
                     help="train the exact resume of the first resumed checkpoint only, and when it gives "
                          "the generator's losses bit for bit, read the others' from its log (default); "
                          "or train every one")
+    ap.add_argument("--workers", type=int, default=2, help="training processes side by side (one thread each)")
     ap.add_argument("--no-zipnn", action="store_true")
     ap.add_argument("--strata", type=Path, default=default_binary())
     ap.add_argument("--out", type=Path, default=TARGET / "results",
@@ -296,7 +291,6 @@ def main(argv: list[str] | None = None) -> None:
             if regime not in ("pretrain", "finetune") or variant not in ("f32", "bf16"):
                 ap.error(f"series {n!r}: expected pretrain-f32, pretrain-bf16, finetune-f32 or finetune-bf16")
         a.age_args = shlex.split(a.age_args)
-        torch.set_num_threads(2)
         build(a.strata)
         strata = Strata(a.strata)
         t0 = time.perf_counter()

@@ -19,7 +19,8 @@ map in no fixed order).
 
 OUT/step_NNNNNN.safetensors holds the state at global step NNNNNN (names in ``state.py``'s doc);
 OUT/series.json the settings, the checkpoints' steps and the loss of every step trained. Torch on
-CPU, 2 threads, seeded: the same command on the same software writes the same tensors.
+CPU, one thread (``model.THREADS``), seeded: the same command on the same software writes the same
+tensors.
 """
 
 from __future__ import annotations
@@ -99,7 +100,6 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--log-after", type=int, default=0,
                     help="train this many steps after the last checkpoint, logging their losses only")
     a = ap.parse_args(argv)
-    torch.set_num_threads(2)
     if a.checkpoints < 1 or a.every < 1:
         ap.error("--checkpoints and --every must be at least 1")
 

@@ -18,6 +18,11 @@ import sysconfig
 import torch
 import torch.nn as nn
 
+#: Torch threads of every process that trains (``state.TrainState`` sets it). A thread count is
+#: part of what makes a run reproducible (1 and 2 threads give different bits), and on this
+#: 2-core machine shared with builds one thread per process measured 1.7 s per step where two took
+#: 4 to 5 s; the bench runs two such processes side by side instead.
+THREADS = 1
 #: Bytes per training window (the model's context).
 CONTEXT = 128
 #: Most bytes of corpus read (as gen_series.py).

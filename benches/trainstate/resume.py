@@ -2,7 +2,7 @@
 """Resumes training from exact and from aged checkpoints on the same batches, and compares.
 
     python resume.py --series DIR --store STORE [--steps K,K,...] [--resume-steps 100] [--tail 20]
-                     [--strata BIN] [--out OUT.json]
+                     [--exact-resume first|all] [--workers 2] [--strata BIN] [--out OUT.json]
 
 DIR is a series written by ``gen_state.py``; STORE a Strata store holding it, aged or not. For each
 step K (default: every checkpoint ``strata log`` marks aged):
@@ -16,20 +16,24 @@ step K (default: every checkpoint ``strata log`` marks aged):
    batches of global steps K, K+1, ... (``model.batch``: seeded by the step, the same for both);
    the mean loss of the last ``--tail`` steps of each, their relative difference
    (aged - exact) / exact, and the first step whose loss is NaN or infinite (the run stops there).
+   ``--workers`` training processes run side by side (one torch thread each, ``model.THREADS``).
 
 The exact resume depends on the series only: it is cached in DIR/resume-cache.json, keyed by step,
 steps, batch and the file's size and mtime. The exact resume's losses over steps the generator
 trained are compared with the generator's (series.json): ``reproduces_run`` is whether they are
-the same bits, i.e. whether a checkpoint restores the whole state. Where they are,
-``--exact-from-log`` takes the exact side from series.json instead of training it again (the
-generator trains ``--log-after`` steps past its last checkpoint for the newest ones).
+the same bits, i.e. whether a checkpoint restores the whole state. With ``--exact-resume first``
+(the default) only the first checkpoint's exact resume is trained; when it reproduces the run, the
+others' exact losses are read from series.json where it has their steps (the generator trains
+``--log-after`` steps past its last checkpoint for the newest ones), and trained where it has not.
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import math
+import multiprocessing
 import os
 import sys
 import tempfile
@@ -134,14 +138,31 @@ class ExactCache:
         s = file.stat()
         return f"{file.name}:{steps}:{batch_size or 'series'}:{s.st_size}:{s.st_mtime_ns}"
 
-    def get(self, file: Path, steps: int, batch_size: int | None) -> dict:
-        k = self.key(file, steps, batch_size)
-        if k not in self.runs:
-            self.runs[k] = resume_losses(file, steps, batch_size)
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(self.runs))
-            os.replace(tmp, self.path)
-        return self.runs[k]
+    def lookup(self, file: Path, steps: int, batch_size: int | None) -> dict | None:
+        """The cached exact resume of ``file``, None when there is none."""
+        return self.runs.get(self.key(file, steps, batch_size))
+
+    def put(self, file: Path, steps: int, batch_size: int | None, run: dict) -> None:
+        """Caches an exact resume of ``file`` (written at once)."""
+        self.runs[self.key(file, steps, batch_size)] = run
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.runs))
+        os.replace(tmp, self.path)
+
+
+def _resume_job(job: tuple[Path, int, int | None]) -> dict:
+    return resume_losses(*job)
+
+
+def run_resumes(jobs: list[tuple[Path, int, int | None]], workers: int) -> list[dict]:
+    """:func:`resume_losses` of each ``(file, steps, batch)``, in ``workers`` processes side by side
+    (each trains with ``model.THREADS`` threads)."""
+    if workers <= 1 or len(jobs) <= 1:
+        return [_resume_job(j) for j in jobs]
+    # spawn: a fork of a process whose torch runs OpenMP threads can hang.
+    ctx = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(min(workers, len(jobs)), mp_context=ctx) as pool:
+        return list(pool.map(_resume_job, jobs))
 
 
 def reproduces_run(series: Path, run: dict) -> bool | None:
@@ -174,27 +195,56 @@ def logged_run(series: Path, start: int, steps: int) -> dict | None:
             "source": "generator log"}
 
 
-def compare(series: Path, strata: Strata, store: Path, step: int, steps: int, tail: int,
-            batch_size: int | None, cache: ExactCache, workdir: Path, exact_from_log: bool = False) -> dict:
-    """Domain checks and both resumes of checkpoint ``step`` (see the module doc). With
-    ``exact_from_log`` the exact side is the generator's losses when series.json has them and the
-    batch is the series' (a resume reproduces them: check that with ``reproduces_run`` first)."""
-    exact_file = series / f"step_{step:06d}.safetensors"
-    aged_file = workdir / f"aged_{step:06d}.safetensors"
-    strata.export(store, step, aged_file)
+def compare_all(series: Path, strata: Strata, store: Path, ks: list[int], steps: int, tail: int,
+                batch_size: int | None, workdir: Path, exact_resume: str = "first", workers: int = 2) -> list[dict]:
+    """Domain checks and both resumes of each checkpoint in ``ks`` (see the module doc).
+
+    The exact side: ``exact_resume="all"`` trains every one (or takes it from the cache);
+    ``"first"`` trains the first one's and, when that gives the generator's losses bit for bit (a
+    checkpoint restores the whole state, the batches are the run's), takes the others' from the
+    generator's log (series.json) where it has their steps, training only the rest."""
+    if exact_resume not in ("first", "all"):
+        raise ValueError(f"exact_resume {exact_resume!r}: expected 'first' or 'all'")
+    cache = ExactCache(series)
+    exact_file = {k: series / f"step_{k:06d}.safetensors" for k in ks}
+    aged_file = {k: workdir / f"aged_{k:06d}.safetensors" for k in ks}
+    checks = {}
     try:
-        checks = domain_checks(exact_file, aged_file)
-        exact = logged_run(series, step, steps) if exact_from_log and batch_size is None else None
-        if exact is None:
-            exact = dict(cache.get(exact_file, steps, batch_size), source="resume")
-        aged = resume_losses(aged_file, steps, batch_size)
+        for k in ks:
+            strata.export(store, k, aged_file[k])
+            checks[k] = domain_checks(exact_file[k], aged_file[k])
+        exact: dict[int, dict] = {}
+
+        def train_exact_and(keys: list[int], aged_keys: list[int]) -> dict[int, dict]:
+            todo = [k for k in keys if cache.lookup(exact_file[k], steps, batch_size) is None]
+            jobs = [(aged_file[k], steps, batch_size) for k in aged_keys]
+            jobs += [(exact_file[k], steps, batch_size) for k in todo]
+            runs = run_resumes(jobs, workers)
+            for k, run in zip(todo, runs[len(aged_keys):]):
+                cache.put(exact_file[k], steps, batch_size, run)
+            for k in keys:
+                exact[k] = dict(cache.lookup(exact_file[k], steps, batch_size), source="resume")
+            return dict(zip(aged_keys, runs[:len(aged_keys)]))
+
+        aged = train_exact_and(ks if exact_resume == "all" else ks[:1], ks)
+        if exact_resume == "first" and len(ks) > 1:
+            trusted = batch_size is None and reproduces_run(series, exact[ks[0]]) is True
+            for k in ks[1:]:
+                logged = logged_run(series, k, steps) if trusted else None
+                if logged is not None:
+                    exact[k] = logged
+            train_exact_and([k for k in ks if k not in exact], [])
     finally:
-        aged_file.unlink()
-    e, a = tail_mean(exact, steps, tail), tail_mean(aged, steps, tail)
-    rel = (a - e) / e if math.isfinite(a) and math.isfinite(e) else float("nan")
-    reproduces = reproduces_run(series, exact) if exact["source"] == "resume" else None
-    return {"step": step, "checks": checks, "exact": exact, "aged": aged, "exact_tail_mean": e,
-            "aged_tail_mean": a, "rel_diff": rel, "reproduces_run": reproduces}
+        for f in aged_file.values():
+            f.unlink(missing_ok=True)
+    out = []
+    for k in ks:
+        e, a = tail_mean(exact[k], steps, tail), tail_mean(aged[k], steps, tail)
+        rel = (a - e) / e if math.isfinite(a) and math.isfinite(e) else float("nan")
+        reproduces = reproduces_run(series, exact[k]) if exact[k]["source"] == "resume" else None
+        out.append({"step": k, "checks": checks[k], "exact": exact[k], "aged": aged[k], "exact_tail_mean": e,
+                    "aged_tail_mean": a, "rel_diff": rel, "reproduces_run": reproduces})
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -205,14 +255,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--resume-steps", type=int, default=100)
     ap.add_argument("--tail", type=int, default=20)
     ap.add_argument("--batch", type=int, default=None, help="windows per batch (default: the series')")
-    ap.add_argument("--exact-from-log", action="store_true",
-                    help="take the exact side from series.json where it has the steps (see compare)")
+    ap.add_argument("--exact-resume", choices=["first", "all"], default="first",
+                    help="train the first checkpoint's exact resume and read the others' from the "
+                         "generator's log when it reproduces it (default), or train every one")
+    ap.add_argument("--workers", type=int, default=2, help="training processes side by side")
     ap.add_argument("--strata", type=Path, default=default_binary())
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
     if not 1 <= a.tail <= a.resume_steps:
         ap.error("--tail must be between 1 and --resume-steps")
-    torch.set_num_threads(2)
     strata = Strata(a.strata)
     if a.steps:
         steps = [int(s) for s in a.steps.split(",")]
@@ -220,16 +271,13 @@ def main(argv: list[str] | None = None) -> None:
         steps = [c["step"] for c in strata.checkpoints(a.store) if c["aged_rel_error"] is not None]
     if not steps:
         sys.exit(f"{a.store} has no aged checkpoint: nothing to resume (give --steps)")
-    cache = ExactCache(a.series)
-    results = []
     with tempfile.TemporaryDirectory() as tmp:
-        for k in steps:
-            r = compare(a.series, strata, a.store, k, a.resume_steps, a.tail, a.batch, cache, Path(tmp),
-                        a.exact_from_log)
-            results.append(r)
-            print(f"step {k}: exact {r['exact_tail_mean']:.4f}, aged {r['aged_tail_mean']:.4f} "
-                  f"({r['rel_diff'] * 100:+.3f} %), exp_avg_sq < 0: {r['checks']['exp_avg_sq_negative']}, "
-                  f"non-finite loss at {r['aged']['nonfinite_at']}", flush=True)
+        results = compare_all(a.series, strata, a.store, steps, a.resume_steps, a.tail, a.batch, Path(tmp),
+                              a.exact_resume, a.workers)
+    for r in results:
+        print(f"step {r['step']}: exact {r['exact_tail_mean']:.4f}, aged {r['aged_tail_mean']:.4f} "
+              f"({r['rel_diff'] * 100:+.3f} %), exp_avg_sq < 0: {r['checks']['exp_avg_sq_negative']}, "
+              f"non-finite loss at {r['aged']['nonfinite_at']}")
     doc = {"series": str(a.series), "store": str(a.store), "resume_steps": a.resume_steps, "tail": a.tail,
            "results": results}
     if a.out:

@@ -46,7 +46,7 @@ import torch.nn.functional as F
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from model import GPT
+from model import GPT, THREADS
 
 
 
@@ -124,10 +124,12 @@ def role(name: str) -> str:
 
 
 class TrainState:
-    """Model, optimizer, scheduler and global step of one run, on CPU."""
+    """Model, optimizer, scheduler and global step of one run, on CPU with ``model.THREADS``
+    torch threads (set for the process: the bits of a run depend on it)."""
 
     def __init__(self, config: Config):
         self.config = config
+        torch.set_num_threads(THREADS)
         torch.manual_seed(config.seed)
         random.seed(config.seed)
         np.random.seed(config.seed)

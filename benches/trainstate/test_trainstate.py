@@ -106,13 +106,17 @@ def test_domain_checks_and_resume_find_a_negative_second_moment(series, tmp_path
 
 
 def test_exact_resume_reproduces_the_run(series, tmp_path):
-    cache = resume.ExactCache(series)
-    run = cache.get(series / "step_000002.safetensors", 4, None)
+    f = series / "step_000002.safetensors"
+    run = resume.run_resumes([(f, 4, None)], 1)[0]
     assert resume.reproduces_run(series, run) is True
-    assert (series / "resume-cache.json").exists()
-    assert resume.ExactCache(series).get(series / "step_000002.safetensors", 4, None) == run
     altered = dict(run, losses=[run["losses"][0] + 1e-3] + run["losses"][1:])
     assert resume.reproduces_run(series, altered) is False
+    # Two processes side by side give the same bits as this one.
+    assert resume.run_resumes([(f, 4, None), (f, 4, None)], 2)[1]["losses"] == run["losses"]
+    cache = resume.ExactCache(series)
+    cache.put(f, 4, None, run)
+    assert resume.ExactCache(series).lookup(f, 4, None) == run
+    assert resume.ExactCache(series).lookup(f, 5, None) is None
 
 
 @pytest.fixture(scope="module")
@@ -223,7 +227,7 @@ def test_bench_measures_a_small_series(series, strata, tmp_path):
         print("SKIP reason: zipnn is missing: ZipNN's part is not measured (benches/trainstate/requirements.txt)")
         no_zipnn = True
     opts = argparse.Namespace(no_zipnn=no_zipnn, age_args=["--keep-exact-last", "1", "--budget", "1e-2"],
-                              resume_limit=None, resume_steps=3, tail=2, exact_resume="first")
+                              resume_limit=None, resume_steps=3, tail=2, exact_resume="first", workers=2)
     doc = bench.measure("pretrain-f32", series, tmp_path / "work", opts, strata)
     ll, ag = doc["lossless"], doc["aged"]
     assert ll["roles"]["all"]["raw_bytes"] == ll["raw_bytes"]
