@@ -33,7 +33,6 @@ import sys
 import time
 from pathlib import Path
 
-import torch
 
 from model import batch, corpus
 from state import Config, TrainState

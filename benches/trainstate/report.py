@@ -54,7 +54,8 @@ def resume_summary(s: dict) -> dict:
     finite_diffs = [d for d in diffs if math.isfinite(d)]
     return {
         "n": len(rs),
-        "nonfinite": sum(1 for r in rs if r["aged"]["nonfinite_at"] is not None or not math.isfinite(_num(r["rel_diff"]))),
+        "nonfinite": sum(1 for r in rs
+                         if r["aged"]["nonfinite_at"] is not None or not math.isfinite(_num(r["rel_diff"]))),
         "worst": max((abs(d) for d in finite_diffs), default=None),
         "mean": sum(finite_diffs) / len(finite_diffs) if finite_diffs else None,
         "negative": sum(r["checks"]["exp_avg_sq_negative"] for r in rs),
@@ -79,7 +80,8 @@ def markdown(doc: dict, plot: str | None = None) -> str:
         "(`strata stats --json`); ZipNN (per checkpoint, and XOR-delta against the previous checkpoint, on the "
         "same files) is raw / bytes of its files for the whole series, raw / compressed bytes per role.",
         "",
-        "| series | checkpoints | role | raw MB | Strata | ZipNN per checkpoint | ZipNN XOR-delta | Strata / ZipNN XOR-delta |",
+        "| series | checkpoints | role | raw MB | Strata | ZipNN per checkpoint | ZipNN XOR-delta "
+        "| Strata / ZipNN XOR-delta |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for s in series:
@@ -110,14 +112,16 @@ def markdown(doc: dict, plot: str | None = None) -> str:
         f"exact of the mean loss of the last {doc['tail']} steps; NaN when a loss was NaN or infinite.",
         "",
         "| series | age s | aged checkpoints | aged part: all / weights / exp_avg / exp_avg_sq | whole series | "
-        "exp_avg_sq < 0 (values, all aged) | resumes with NaN/inf loss | worst \\|Δ loss\\| (finite ones) | mean Δ loss |",
+        "exp_avg_sq < 0 (values, all aged) | resumes with NaN/inf loss | worst \\|Δ loss\\| (finite ones) "
+        "| mean Δ loss |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     notes = []
     for s in series:
         ag, rs = s["aged"], resume_summary(s)
         roles = ag["aged_roles"]
-        part = " / ".join(_ratio(roles[r]["ratio"]) if r in roles else "–" for r in ("all", "weights", "exp_avg", "exp_avg_sq"))
+        part = " / ".join(_ratio(roles[r]["ratio"]) if r in roles else "–"
+                          for r in ("all", "weights", "exp_avg", "exp_avg_sq"))
         lines.append(
             f"| {s['name']} | {ag['seconds']:.2f} | {len(ag['aged_steps'])} of {len(ag['checkpoints'])} | {part} | "
             f"{_ratio(ag['ratio_file'])} | {rs['negative']:,} | {rs['nonfinite']} of {rs['n']} | "
@@ -127,9 +131,10 @@ def markdown(doc: dict, plot: str | None = None) -> str:
         if variant == "f32":
             loss_ok = rs["nonfinite"] == 0 and rs["worst"] is not None and rs["worst"] <= t["loss"]
             notes.append(
-                f"- {s['name']}, issue 27's targets: aged part >= {t['aged']:.0f}x: {_met((ag['aged_ratio'] or 0) >= t['aged'])} "
-                f"({_ratio(ag['aged_ratio'])}); whole series >= {t['whole']:.0f}x: {_met(ag['ratio_file'] >= t['whole'])} "
-                f"({_ratio(ag['ratio_file'])}); every resume finite and within {t['loss'] * 100:.0f} %: {_met(loss_ok)}; "
+                f"- {s['name']}, issue 27's targets: aged part >= {t['aged']:.0f}x: "
+                f"{_met((ag['aged_ratio'] or 0) >= t['aged'])} ({_ratio(ag['aged_ratio'])}); whole series >= "
+                f"{t['whole']:.0f}x: {_met(ag['ratio_file'] >= t['whole'])} ({_ratio(ag['ratio_file'])}); every "
+                f"resume finite and within {t['loss'] * 100:.0f} %: {_met(loss_ok)}; "
                 f"aging in <= {t['age_s']:.0f} s: {_met(ag['seconds'] <= t['age_s'])} ({ag['seconds']:.2f} s).")
         rep = rs["reproduces"]
         if rep:
@@ -138,7 +143,8 @@ def markdown(doc: dict, plot: str | None = None) -> str:
     lines += [""] + notes
 
     lines += ["", "<details><summary>Every resumed checkpoint</summary>", "",
-              "| series | step | ratio | rel. error weights / exp_avg / exp_avg_sq | exp_avg_sq < 0 | counters, RNG changed | "
+              "| series | step | ratio | rel. error weights / exp_avg / exp_avg_sq | exp_avg_sq < 0 "
+              "| counters, RNG changed | "
               "exact loss | aged loss | Δ loss | first NaN/inf step |",
               "|---|---|---|---|---|---|---|---|---|---|"]
     for s in series:
@@ -148,7 +154,8 @@ def markdown(doc: dict, plot: str | None = None) -> str:
                               for k in ("weights", "exp_avg", "exp_avg_sq"))
             bad = r["aged"]["nonfinite_at"]
             lines.append(
-                f"| {s['name']} | {r['step']} | {_ratio(r['checkpoint_ratio'])} | {errs} | {c['exp_avg_sq_negative']:,} | "
+                f"| {s['name']} | {r['step']} | {_ratio(r['checkpoint_ratio'])} | {errs} "
+                f"| {c['exp_avg_sq_negative']:,} | "
                 f"{len(c['counters_changed'])} | {_loss(r['exact_tail_mean'])} | {_loss(r['aged_tail_mean'])} | "
                 f"{_pct(r['rel_diff'])} | {'–' if bad is None else bad} |")
     lines += ["", "</details>"]

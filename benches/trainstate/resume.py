@@ -175,7 +175,7 @@ def reproduces_run(series: Path, run: dict) -> bool | None:
     if trained["config"]["batch"] != run["batch"]:
         return None
     losses = trained["losses"]
-    both = [(losses[str(run["start"] + i)], l) for i, l in enumerate(run["losses"])
+    both = [(losses[str(run["start"] + i)], loss) for i, loss in enumerate(run["losses"])
             if str(run["start"] + i) in losses]
     return all(a == b for a, b in both) if both else None
 

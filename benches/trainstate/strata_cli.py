@@ -97,7 +97,8 @@ class Strata:
         return rows
 
 
-_CHECKPOINT_ROW = re.compile(r"\s*(?P<step>\d+)\s+(?P<tensors>\d+)\s+(?P<raw>\d+)\s+(?P<stored>\d+)(?:\s+(?P<notes>.*))?")
+_CHECKPOINT_ROW = re.compile(r"\s*(?P<step>\d+)\s+(?P<tensors>\d+)\s+(?P<raw>\d+)\s+(?P<stored>\d+)"
+                             r"(?:\s+(?P<notes>.*))?")
 _AGED_NOTE = re.compile(r"\(aged, rel\. error <= ([0-9.eE+-]+)\)")
 _VERSION_ROW = re.compile(r"\s*(?P<step>\d+)\s+(?P<dtype>\S+)\s+(?P<shape>\[[^\]]*\])\s+(?P<raw>\d+)\s+"
                           r"(?P<stored>\d+)\s+(?P<encoding>.+)")
