@@ -684,6 +684,8 @@ def trainstate_table():
     if "--trainstate-saved" in sys.argv:
         cmd += ["--from-json", out + ".json"]
     else:
+        # Every aged checkpoint is resumed, as issue 27's targets ask (bench.py's default resumes 6).
+        cmd += ["--resume-limit", "0"]
         cmd += [x for i, a in enumerate(sys.argv[:-1]) if a == "--trainstate-args" for x in shlex.split(sys.argv[i + 1])]
         run(["cargo", "build", "--release", "-p", "strata-cli", "--bin", "strata"])
     t0 = time.perf_counter()

@@ -106,8 +106,8 @@ def markdown(doc: dict, plot: str | None = None) -> str:
         "",
         f"Aged: `strata age STORE {' '.join(doc['age_args'])}` on a copy of the lossless store (wall clock of the "
         "command). Aged part: raw bytes of the aged checkpoints / stored bytes of their versions (`strata log`); "
-        "whole series: raw / file bytes after aging. Resume: from every aged checkpoint"
-        + ("" if doc.get("resume_limit") is None else f" ({doc['resume_limit']} of them, evenly spaced)")
+        "whole series: raw / file bytes after aging. Resume: from each aged checkpoint"
+        + ("" if not doc.get("resume_limit") else f" (at most {doc['resume_limit']} of them, evenly spaced)")
         + f" and from its exact file, {doc['resume_steps']} steps on the same batches; Δ loss is (aged − exact) / "
         f"exact of the mean loss of the last {doc['tail']} steps; NaN when a loss was NaN or infinite.",
         "",
@@ -164,40 +164,53 @@ def markdown(doc: dict, plot: str | None = None) -> str:
     return "\n".join(lines)
 
 
+#: Steps of the running mean the loss curves show (one step's loss is noisy).
+SMOOTH = 10
+
+
+def _running_mean(ys: list[float], n: int) -> list[float]:
+    out, acc = [], 0.0
+    for i, y in enumerate(ys):
+        acc += y - (ys[i - n] if i >= n else 0.0)
+        out.append(acc / min(i + 1, n))
+    return out
+
+
 def plot(doc: dict, path: Path) -> None:
     """Loss curves of exact and aged resumes (oldest, middle, newest resumed checkpoint of each
-    series), and every aged checkpoint's ratio against its |Δ loss| (NaN/inf on a band at the top)."""
+    series; running means of SMOOTH steps, a cross where a loss turned NaN or infinite), and every
+    resumed checkpoint's ratio against its |Δ loss| (NaN/inf on a band at the top)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, LogLocator
 
     series = doc["series"]
-    fig, axes = plt.subplots(1, len(series) + 1, figsize=(5.2 * (len(series) + 1), 4.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(series) + 1, figsize=(5.4 * (len(series) + 1), 4.4), squeeze=False)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, s in zip(axes[0], series):
         rs = s["resumes"]
         shown = [rs[i] for i in sorted({0, len(rs) // 2, len(rs) - 1})] if rs else []
-        top = 0.0
         for c, r in zip(colors, shown):
             for run, style, label in ((r["exact"], "-", "exact"), (r["aged"], "--", "aged")):
-                steps = [run["start"] + i for i in range(len(run["losses"]))]
                 ys = [_num(v) for v in run["losses"]]
-                ok = [(x, y) for x, y in zip(steps, ys) if math.isfinite(y)]
-                if ok:
-                    ax.plot(*zip(*ok), style, color=c, lw=1.2, label=f"step {r['step']}, {label}")
-                    top = max(top, max(y for _, y in ok))
+                good = [y for y in ys if math.isfinite(y)] if run["nonfinite_at"] is None else ys[:-1]
+                if good:
+                    xs = [run["start"] + i for i in range(len(good))]
+                    ax.plot(xs, _running_mean(good, SMOOTH), style, color=c, lw=1.3,
+                            label=f"from step {r['step']}, {label}")
                 if run["nonfinite_at"] is not None:
-                    ax.annotate(f"NaN at {run['nonfinite_at']}", xy=(run["nonfinite_at"], 1.0),
-                                xycoords=("data", "axes fraction"), color=c, fontsize=8, ha="left", va="top",
-                                rotation=90)
-                    ax.axvline(run["nonfinite_at"], color=c, ls=":", lw=1)
-        ax.set_title(f"{s['name']}: loss after resuming", fontsize=10)
+                    ax.plot([run["nonfinite_at"]], [1.0], "X", color=c, ms=9, clip_on=False,
+                            transform=ax.get_xaxis_transform(),
+                            label=f"from step {r['step']}, {label}: NaN at {run['nonfinite_at']}")
+        ax.set_title(f"{s['name']}: loss after resuming ({SMOOTH}-step mean)", fontsize=10)
         ax.set_xlabel("global step")
         ax.set_ylabel("training loss")
         ax.legend(fontsize=7)
     ax = axes[0][-1]
     nan_y = 300.0
+    ax.axhspan(100, 1000, color="0.92", zorder=0)
     for c, s in zip(colors, series):
         xs, ys, nx = [], [], []
         for r in s["resumes"]:
@@ -207,23 +220,25 @@ def plot(doc: dict, path: Path) -> None:
                 ys.append(max(abs(d) * 100, 1e-4))
             else:
                 nx.append(r["checkpoint_ratio"])
-        ax.scatter(xs, ys, color=c, label=s["name"], s=18)
+        ax.scatter(xs, ys, color=c, label=f"{s['name']} ({len(xs)})", s=18, zorder=3)
         if nx:
-            ax.scatter(nx, [nan_y] * len(nx), color=c, marker="X", s=30,
+            ax.scatter(nx, [nan_y] * len(nx), color=c, marker="X", s=30, zorder=3,
                        label=f"{s['name']}: NaN/inf ({len(nx)})")
         regime = s["name"].split("-")[0]
         ax.axvline(TARGETS[regime]["aged"], color=c, ls=":", lw=1)
     ax.axhline(TARGETS["pretrain"]["loss"] * 100, color="gray", ls="--", lw=1, label="1 % loss target")
-    ax.axhspan(100, 1000, color="0.92")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_ylim(1e-4, 1000)
     ax.set_yticks([1e-4, 1e-3, 1e-2, 1e-1, 1, 10, nan_y])
     ax.set_yticklabels(["1e-4", "1e-3", "0.01", "0.1", "1", "10", "NaN/inf"])
-    ax.set_xlabel("aged checkpoint's ratio (raw / stored), dotted: aged-part target")
+    ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
+    ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+    ax.set_xlabel("resumed checkpoint's ratio (raw / stored); dotted: aged-part targets")
     ax.set_ylabel("|Δ loss| after resuming, %")
-    ax.set_title(f"`strata age {' '.join(doc['age_args'])}`", fontsize=10)
-    ax.legend(fontsize=7)
+    ax.set_title(f"strata age {' '.join(doc['age_args'])}", fontsize=10)
+    ax.legend(fontsize=7, loc="center left")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -199,7 +199,7 @@ def test_bench_picks_evenly_spaced_checkpoints():
     import bench
 
     steps = list(range(25, 475, 25))
-    assert bench.pick(steps, None) == steps
+    assert bench.pick(steps, 0) == steps
     assert bench.pick(steps, 3) == [25, 225, 450]
     assert bench.pick(steps, 1) == [25]
 
@@ -227,7 +227,7 @@ def test_bench_measures_a_small_series(series, strata, tmp_path):
         print("SKIP reason: zipnn is missing: ZipNN's part is not measured (benches/trainstate/requirements.txt)")
         no_zipnn = True
     opts = argparse.Namespace(no_zipnn=no_zipnn, age_args=["--keep-exact-last", "1", "--budget", "1e-2"],
-                              resume_limit=None, resume_steps=3, tail=2, exact_resume="first", workers=2)
+                              resume_limit=0, resume_steps=3, tail=2, exact_resume="first", workers=2)
     doc = bench.measure("pretrain-f32", series, tmp_path / "work", opts, strata)
     ll, ag = doc["lossless"], doc["aged"]
     assert ll["roles"]["all"]["raw_bytes"] == ll["raw_bytes"]
@@ -245,6 +245,6 @@ def test_bench_measures_a_small_series(series, strata, tmp_path):
             z = doc["zipnn"][mode]
             assert z["last_checkpoint_round_trip_exact"] and z["raw_bytes"] == ll["raw_bytes"]
     full = {"machine": bench.machine(), "command": "bench.py", "wall_s": 1.0, "age_args": opts.age_args,
-            "resume_steps": 3, "tail": 2, "resume_limit": None, "series": [doc]}
+            "resume_steps": 3, "tail": 2, "resume_limit": 0, "series": [doc]}
     md = report.markdown(full)
     assert "| pretrain-f32 | 4 x" in md and "3 of 4" in md
