@@ -23,7 +23,7 @@ For each series (``REGIME-VARIANT``: pretrain or finetune, f32 or bf16):
    the command); the whole series' ratio (raw / file bytes after), and the aged part's: raw bytes of
    the aged checkpoints / the stored bytes of their versions (``strata log``: records and segments,
    a reference to another version's block counted as 0), overall and per role (``strata log STORE
-   TENSOR`` for every tensor).
+   TENSOR`` for every tensor); ``resume.py``'s domain checks of every aged checkpoint read back.
 5. **resume**: ``resume.py``'s checks and resumes for ``--resume-limit N`` aged checkpoints (default
    6, evenly spaced from the oldest to the newest; 0: every aged checkpoint, which issue 27's targets
    ask for and the README's table runs). The exact side: the first resumed
@@ -56,7 +56,7 @@ from pathlib import Path
 import torch
 
 import report
-from resume import compare_all
+from resume import check_all, compare_all
 from state import ROLES, role
 from strata_cli import ROOT, Strata, build, default_binary
 
@@ -254,9 +254,14 @@ def measure(name: str, folder: Path, work: Path, a: argparse.Namespace, strata: 
     steps = pick(doc["aged"]["aged_steps"], a.resume_limit)
     by_step = {c["step"]: c for c in doc["aged"]["checkpoints"]}
     with tempfile.TemporaryDirectory(dir=work) as tmp:
+        # Every aged checkpoint's domain checks (seconds each), whichever are resumed.
+        others = [k for k in doc["aged"]["aged_steps"] if k not in steps]
+        checks = check_all(folder, strata, aged_store, others, Path(tmp))
+        doc["aged"]["checks"] = {str(k): c for k, c in checks.items()}
         doc["resumes"] = compare_all(folder, strata, aged_store, steps, a.resume_steps, a.tail, None, Path(tmp),
                                      a.exact_resume, a.workers)
     for r in doc["resumes"]:
+        doc["aged"]["checks"][str(r["step"])] = r["checks"]
         r["checkpoint_ratio"] = by_step[r["step"]]["raw_bytes"] / by_step[r["step"]]["stored_bytes"]
         print(f"{name}: resumed from {r['step']}: exact {r['exact_tail_mean']:.4f}, aged {r['aged_tail_mean']:.4f}, "
               f"exp_avg_sq < 0: {r['checks']['exp_avg_sq_negative']}", file=sys.stderr, flush=True)

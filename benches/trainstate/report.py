@@ -47,9 +47,11 @@ def _loss(x: float | None) -> str:
 
 
 def resume_summary(s: dict) -> dict:
-    """Counts over a series' resumes: how many, how many hit a non-finite loss, the worst and mean
-    relative loss difference of the finite ones, the exp_avg_sq < 0 values summed."""
+    """Counts over a series' resumes (how many, how many hit a non-finite loss, the worst and mean
+    relative loss difference of the finite ones) and over the domain checks of its aged checkpoints
+    (exp_avg_sq < 0 values and the checkpoints holding some, non-finite values, changed counters)."""
     rs = s["resumes"]
+    checks = list(s["aged"].get("checks", {}).values()) or [r["checks"] for r in rs]
     diffs = [_num(r["rel_diff"]) for r in rs]
     finite_diffs = [d for d in diffs if math.isfinite(d)]
     return {
@@ -58,8 +60,11 @@ def resume_summary(s: dict) -> dict:
                          if r["aged"]["nonfinite_at"] is not None or not math.isfinite(_num(r["rel_diff"]))),
         "worst": max((abs(d) for d in finite_diffs), default=None),
         "mean": sum(finite_diffs) / len(finite_diffs) if finite_diffs else None,
-        "negative": sum(r["checks"]["exp_avg_sq_negative"] for r in rs),
-        "counters": sum(len(r["checks"]["counters_changed"]) for r in rs),
+        "negative": sum(c["exp_avg_sq_negative"] for c in checks),
+        "negative_checkpoints": sum(1 for c in checks if c["exp_avg_sq_negative"]),
+        "nonfinite_values": sum(c["nonfinite"] for c in checks),
+        "counters": sum(len(c["counters_changed"]) for c in checks),
+        "checked": len(checks),
         "reproduces": [r["reproduces_run"] for r in rs if r["reproduces_run"] is not None],
     }
 
@@ -112,9 +117,9 @@ def markdown(doc: dict, plot: str | None = None) -> str:
         f"exact of the mean loss of the last {doc['tail']} steps; NaN when a loss was NaN or infinite.",
         "",
         "| series | age s | aged checkpoints | aged part: all / weights / exp_avg / exp_avg_sq | whole series | "
-        "exp_avg_sq < 0 (values, all aged) | resumes with NaN/inf loss | worst \\|Δ loss\\| (finite ones) "
-        "| mean Δ loss |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "exp_avg_sq < 0: values (checkpoints) | non-finite values, changed counters | "
+        "resumes with NaN/inf loss | worst \\|Δ loss\\| (finite ones) | mean Δ loss |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     notes = []
     for s in series:
@@ -124,7 +129,8 @@ def markdown(doc: dict, plot: str | None = None) -> str:
                           for r in ("all", "weights", "exp_avg", "exp_avg_sq"))
         lines.append(
             f"| {s['name']} | {ag['seconds']:.2f} | {len(ag['aged_steps'])} of {len(ag['checkpoints'])} | {part} | "
-            f"{_ratio(ag['ratio_file'])} | {rs['negative']:,} | {rs['nonfinite']} of {rs['n']} | "
+            f"{_ratio(ag['ratio_file'])} | {rs['negative']:,} ({rs['negative_checkpoints']} of {rs['checked']}) | "
+            f"{rs['nonfinite_values']:,}, {rs['counters']} | {rs['nonfinite']} of {rs['n']} | "
             f"{_pct(rs['worst'])} | {_pct(rs['mean'])} |")
         regime, variant = s["name"].split("-")
         t = TARGETS[regime]

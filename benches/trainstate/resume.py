@@ -195,6 +195,19 @@ def logged_run(series: Path, start: int, steps: int) -> dict | None:
             "source": "generator log"}
 
 
+def check_all(series: Path, strata: Strata, store: Path, ks: list[int], workdir: Path) -> dict[int, dict]:
+    """:func:`domain_checks` of each checkpoint in ``ks`` read back from ``store``, by step."""
+    out = {}
+    for k in ks:
+        f = workdir / f"checked_{k:06d}.safetensors"
+        strata.export(store, k, f)
+        try:
+            out[k] = domain_checks(series / f"step_{k:06d}.safetensors", f)
+        finally:
+            f.unlink()
+    return out
+
+
 def compare_all(series: Path, strata: Strata, store: Path, ks: list[int], steps: int, tail: int,
                 batch_size: int | None, workdir: Path, exact_resume: str = "first", workers: int = 2) -> list[dict]:
     """Domain checks and both resumes of each checkpoint in ``ks`` (see the module doc).

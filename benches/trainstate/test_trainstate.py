@@ -175,14 +175,14 @@ def a_resume(rel: float, nonfinite_at: int | None) -> dict:
     return {"step": 2, "checkpoint_ratio": 50.0, "exact": run, "aged": aged, "exact_tail_mean": 2.95,
             "aged_tail_mean": float("nan") if nonfinite_at else 2.95 * (1 + rel), "rel_diff": rel,
             "reproduces_run": True,
-            "checks": {"exp_avg_sq_negative": 7 if nonfinite_at else 0, "counters_changed": [],
+            "checks": {"exp_avg_sq_negative": 7 if nonfinite_at else 0, "counters_changed": [], "nonfinite": 0,
                        "roles": {"weights": {"rel_error": 1e-3}}}}
 
 
 def test_report_says_nan_and_missed(tmp_path):
     bad = doc_with([a_resume(float("nan"), 3)])
     md = report.markdown(bad, plot="x.png")
-    assert "1 of 1" in md and "every resume finite and within 1 %: **missed**" in md and "| 7 |" in md
+    assert "1 of 1" in md and "every resume finite and within 1 %: **missed**" in md and "| 7 (1 of 1) |" in md
     try:
         import matplotlib  # noqa: F401
     except ImportError:
