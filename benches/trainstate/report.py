@@ -116,7 +116,8 @@ def markdown(doc: dict, plot: str | None = None) -> str:
         + f" and from its exact file, {doc['resume_steps']} steps on the same batches; Δ loss is (aged − exact) / "
         f"exact of the mean loss of the last {doc['tail']} steps; NaN when a loss was NaN or infinite.",
         "",
-        "| series | age s | aged checkpoints | aged part: all / weights / exp_avg / exp_avg_sq | whole series | "
+        "| series | age s | aged checkpoints | aged part: all / weights / master / exp_avg / exp_avg_sq | "
+        "whole series | "
         "exp_avg_sq < 0: values (checkpoints) | non-finite values, changed counters | "
         "resumes with NaN/inf loss | worst \\|Δ loss\\| (finite ones) | mean Δ loss |",
         "|---|---|---|---|---|---|---|---|---|---|",
@@ -126,7 +127,7 @@ def markdown(doc: dict, plot: str | None = None) -> str:
         ag, rs = s["aged"], resume_summary(s)
         roles = ag["aged_roles"]
         part = " / ".join(_ratio(roles[r]["ratio"]) if r in roles else "–"
-                          for r in ("all", "weights", "exp_avg", "exp_avg_sq"))
+                          for r in ("all", "weights", "master", "exp_avg", "exp_avg_sq"))
         lines.append(
             f"| {s['name']} | {ag['seconds']:.2f} | {len(ag['aged_steps'])} of {len(ag['checkpoints'])} | {part} | "
             f"{_ratio(ag['ratio_file'])} | {rs['negative']:,} ({rs['negative_checkpoints']} of {rs['checked']}) | "
@@ -193,9 +194,15 @@ def plot(doc: dict, path: Path) -> None:
     from matplotlib.ticker import FuncFormatter, LogLocator
 
     series = doc["series"]
-    fig, axes = plt.subplots(1, len(series) + 1, figsize=(5.4 * (len(series) + 1), 4.4), squeeze=False)
+    panels = len(series) + 1
+    cols = min(3, panels)
+    rows = -(-panels // cols)
+    fig, grid = plt.subplots(rows, cols, figsize=(5.4 * cols, 4.4 * rows), squeeze=False)
+    axes = [ax for row in grid for ax in row]
+    for ax in axes[panels:]:
+        ax.set_visible(False)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for ax, s in zip(axes[0], series):
+    for ax, s in zip(axes, series):
         rs = s["resumes"]
         shown = [rs[i] for i in sorted({0, len(rs) // 2, len(rs) - 1})] if rs else []
         for c, r in zip(colors, shown):
@@ -214,7 +221,7 @@ def plot(doc: dict, path: Path) -> None:
         ax.set_xlabel("global step")
         ax.set_ylabel("training loss")
         ax.legend(fontsize=7)
-    ax = axes[0][-1]
+    ax = axes[len(series)]
     nan_y = 300.0
     ax.axhspan(100, 1000, color="0.92", zorder=0)
     for c, s in zip(colors, series):
