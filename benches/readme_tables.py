@@ -33,8 +33,9 @@ Tables, each between markers in README.md, with the date, the machine and the co
   export through `RemoteStore`, on moto's S3 server (127.0.0.1, the venv of tests/s3/venv.sh) and a
   file:// folder (`examples/remote-bench.rs`, issue 13), with the issue's targets beside the figures.
 - `<!-- trainstate:start -->` ... `<!-- trainstate:end -->`: full training-state series (weights and
-  AdamW state) stored lossless beside ZipNN, aged with `strata age`, and training resumed from every
-  aged checkpoint against its exact self (benches/trainstate/bench.py, issue 27), in the venv of
+  AdamW state; pretrain and finetune, f32 and bf16 with f32 masters) stored lossless beside ZipNN,
+  aged with `strata age`, and training resumed from every aged checkpoint against its exact self
+  (benches/trainstate/bench.py, issue 27; the first run generates the series, ~40 minutes), in the venv of
   benches/trainstate/requirements.txt (~/.cache/strata/train-venv or $STRATA_TRAIN_VENV, made when
   missing); its plot goes to benches/figures/trainstate.png. --trainstate-args 'ARGS' passes
   arguments to bench.py (e.g. `--age-args=...`, `--resume-limit 3`); --trainstate-saved writes the
@@ -684,8 +685,10 @@ def trainstate_table():
     if "--trainstate-saved" in sys.argv:
         cmd += ["--from-json", out + ".json"]
     else:
-        # Every aged checkpoint is resumed, as issue 27's targets ask (bench.py's default resumes 6).
-        cmd += ["--resume-limit", "0"]
+        # All four series, and every aged checkpoint resumed, as issue 27's targets ask (bench.py's
+        # default: the two f32 series, 6 resumes each). 21 minutes on today's aging, whose resumes
+        # stop at their first NaN; resumes that stay finite train 7 600 steps, an hour or more here.
+        cmd += ["--series", "pretrain-f32,finetune-f32,pretrain-bf16,finetune-bf16", "--resume-limit", "0"]
         cmd += [x for i, a in enumerate(sys.argv[:-1]) if a == "--trainstate-args" for x in shlex.split(sys.argv[i + 1])]
         run(["cargo", "build", "--release", "-p", "strata-cli", "--bin", "strata"])
     t0 = time.perf_counter()
