@@ -36,25 +36,21 @@
 //! with every figure, the targets and the machine; without it, a table.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
-use std::time::{Duration, Instant};
+use std::process::ExitCode;
+use std::time::Instant;
 
 use serde_json::{json, Value};
 use strata::store::remote::{pull, push, Remote, RemoteStore, RequestCounts, DEFAULT_CACHE_BYTES};
 use strata::store::safetensors::SafeTensors;
 use strata::store::{dtype_from_safetensors, Store, VersionInfo};
 use strata_testkit::machine::{machine, peak_rss};
+use strata_testkit::moto::Moto;
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
-/// The bucket moto is given, and the prefix pushed to.
-const BUCKET: &str = "bkt";
+/// The prefix pushed to, in the bucket moto is started with.
 const S3_URL: &str = "s3://bkt/bench";
-/// How long moto may take to listen.
-const MOTO_START: Duration = Duration::from_secs(30);
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -92,100 +88,6 @@ fn parse_args() -> Res<Args> {
         }
     }
     Ok(a)
-}
-
-// ---------------------------------------------------------------------------------------
-// moto's S3 server
-
-/// A moto S3 server on a free port of 127.0.0.1, killed by its PID when dropped (at the end,
-/// after an error, and when a panic unwinds).
-struct Moto {
-    child: Child,
-    port: u16,
-}
-
-impl Moto {
-    /// Makes (or reuses) the venv of `tests/s3/venv.sh`, starts the server, creates the bucket.
-    fn start() -> Res<Moto> {
-        let script = root().join("tests/s3/venv.sh");
-        let made = Command::new("bash")
-            .arg(&script)
-            .stderr(Stdio::inherit())
-            .output()
-            .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
-        if !made.status.success() {
-            return Err(format!(
-                "{} failed ({}): moto's S3 server could not be installed",
-                script.display(),
-                made.status
-            )
-            .into());
-        }
-        let server = PathBuf::from(String::from_utf8(made.stdout)?.trim());
-        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let child = Command::new(&server)
-            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", server.display()))?;
-        // From here on, Drop stops it.
-        let mut moto = Moto { child, port };
-        let t = Instant::now();
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Some(status) = moto.child.try_wait()? {
-                return Err(format!("moto_server exited ({status}) before listening").into());
-            }
-            if t.elapsed() > MOTO_START {
-                return Err(format!("moto_server did not listen on port {port} in 30 s").into());
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let (status, body) = moto.http("PUT", &format!("/{BUCKET}"))?;
-        if status != 200 {
-            return Err(format!(
-                "creating bucket {BUCKET}: HTTP {status}: {}",
-                String::from_utf8_lossy(&body)
-            )
-            .into());
-        }
-        Ok(moto)
-    }
-
-    /// One plain HTTP request without a body (moto does not check signatures).
-    fn http(&self, method: &str, path: &str) -> Res<(u16, Vec<u8>)> {
-        let mut s = TcpStream::connect(("127.0.0.1", self.port))?;
-        write!(
-            s,
-            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-            self.port
-        )?;
-        let mut resp = Vec::new();
-        s.read_to_end(&mut resp)?;
-        let text = String::from_utf8_lossy(&resp);
-        let status = text
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| format!("moto answered {method} {path} with no HTTP status"))?;
-        let body = resp
-            .windows(4)
-            .position(|w| w == b"\r\n\r\n")
-            .map_or_else(Vec::new, |i| resp[i + 4..].to_vec());
-        Ok((status, body))
-    }
-
-    fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-}
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        // SIGKILL by PID; an error means it is gone already.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -529,7 +431,7 @@ fn run(args: &Args) -> Res<Value> {
     let tmp = tempfile::tempdir()?;
 
     // moto first: its environment is set before any thread of this process exists.
-    let moto = Moto::start()?;
+    let moto = Moto::try_start()?;
     std::env::set_var("AWS_ACCESS_KEY_ID", "test");
     std::env::set_var("AWS_SECRET_ACCESS_KEY", "test");
     std::env::set_var("AWS_REGION", "us-east-1");

@@ -3,10 +3,11 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use strata_store::{Store, StoreStats};
+use strata_store::{check_safetensors, Store, StoreStats};
 
 use crate::fmt::{mb, mb_s};
-use crate::progress::{line, Output};
+use crate::maintain::warn_not_compacted;
+use crate::progress::{line, warn, Output};
 use crate::{CliError, CliResult};
 
 /// Options of an import.
@@ -46,6 +47,11 @@ pub(crate) fn series_files(dir: &Path) -> CliResult<Vec<(u64, PathBuf)>> {
             }
         }
     }
+    by_step(files)
+}
+
+/// `files` sorted by step; a usage error naming two files of the same step.
+fn by_step(mut files: Vec<(u64, PathBuf)>) -> CliResult<Vec<(u64, PathBuf)>> {
     files.sort();
     if let Some(w) = files.windows(2).find(|w| w[0].0 == w[1].0) {
         return Err(CliError::Usage(format!(
@@ -58,7 +64,7 @@ pub(crate) fn series_files(dir: &Path) -> CliResult<Vec<(u64, PathBuf)>> {
     Ok(files)
 }
 
-/// The files to import with their steps.
+/// The files to import with their steps, by step.
 fn plan(paths: &[PathBuf], step: Option<u64>) -> CliResult<Vec<(u64, PathBuf)>> {
     let mut files = Vec::new();
     for p in paths {
@@ -93,7 +99,40 @@ fn plan(paths: &[PathBuf], step: Option<u64>) -> CliResult<Vec<(u64, PathBuf)>> 
             "--step is only valid with a single file".into(),
         ));
     }
-    Ok(files)
+    // Two arguments (a folder and a file of it, two folders) may give one step twice: the
+    // second import would fail after the first committed.
+    by_step(files)
+}
+
+/// Checks every file before anything is written: its header, dtypes, shapes, offsets and
+/// length ([`check_safetensors`]), and that its step has no checkpoint yet (unless
+/// `skip_existing`). Every problem is reported, each naming its file; one bad file among a
+/// hundred stops the import before its first commit, not after fifty.
+fn preflight(store: &Store, files: &[(u64, PathBuf)], skip_existing: bool) -> CliResult {
+    let existing = store.checkpoints()?;
+    let mut problems = Vec::new();
+    for (step, path) in files {
+        let exists = existing.binary_search(step).is_ok();
+        if exists && skip_existing {
+            continue;
+        }
+        if let Err(e) = check_safetensors(path) {
+            problems.push(e.to_string());
+        }
+        if exists {
+            problems.push(format!(
+                "{}: step {step} already has a checkpoint (--skip-existing skips it)",
+                path.display()
+            ));
+        }
+    }
+    if problems.is_empty() {
+        return Ok(());
+    }
+    Err(CliError::Refused {
+        problems,
+        files: files.len(),
+    })
 }
 
 /// Totals of an import.
@@ -122,7 +161,7 @@ pub(crate) fn import_files(
         Vec::new()
     };
     let mut totals = Totals::default();
-    for ((step, path), size) in files.iter().zip(sizes) {
+    for (i, ((step, path), size)) in files.iter().zip(sizes).enumerate() {
         bar.set_message(format!("step {step}"));
         if existing.binary_search(step).is_ok() {
             line(&bar, format!("step {step:>8}  exists, skipped"))?;
@@ -130,7 +169,16 @@ pub(crate) fn import_files(
             continue;
         }
         let t = Instant::now();
-        let r = store.import_safetensors(path, *step)?;
+        let r = store.import_safetensors(path, *step).map_err(|source| {
+            bar.finish_and_clear();
+            CliError::ImportStopped {
+                path: path.clone(),
+                step: *step,
+                committed: totals.files,
+                left: files.len() - i - 1,
+                source: Box::new(source),
+            }
+        })?;
         let dt = t.elapsed();
         totals.files += 1;
         totals.raw_bytes += r.raw_bytes;
@@ -165,10 +213,13 @@ fn free_pages_worth_compacting(disk_bytes: u64, allocated_bytes: u64) -> bool {
     disk_bytes > allocated_bytes + allocated_bytes / 8
 }
 
-/// `strata import`.
+/// `strata import`: every file is checked before the first is imported; each is then one
+/// transaction. The compaction after the imports cannot undo them, so its failure is a
+/// warning, not an error exit.
 pub(crate) fn run(out: &Output, store: &Path, paths: &[PathBuf], flags: &Flags) -> CliResult {
     let files = plan(paths, flags.step)?;
     let mut store = Store::open(store)?;
+    preflight(&store, &files, flags.skip_existing)?;
     let totals = import_files(out, &store, &files, flags.skip_existing)?;
     say!(
         "imported {} checkpoint(s): raw {} in {:.2} s ({})",
@@ -177,12 +228,21 @@ pub(crate) fn run(out: &Output, store: &Path, paths: &[PathBuf], flags: &Flags) 
         totals.time.as_secs_f64(),
         mb_s(totals.raw_bytes, totals.time)
     );
-    let mut s = store.stats()?;
+    let what = "the import";
+    let Some(mut s) = stats_after_commit(&store, what) else {
+        return Ok(());
+    };
     if flags.compact && holds_free_pages(&s) {
         let spinner = out.spinner("compacting");
-        store.compact()?;
+        let compacted = store.compact();
         spinner.finish_and_clear();
-        s = store.stats()?;
+        match compacted {
+            Ok(_) => match stats_after_commit(&store, what) {
+                Some(after) => s = after,
+                None => return Ok(()),
+            },
+            Err(e) => warn_not_compacted(what, &e, store.path()),
+        }
     }
     say!(
         "store: raw {} bytes, file {} bytes ({} on disk), ratio {:.3} (raw / bytes on disk)",
@@ -192,6 +252,19 @@ pub(crate) fn run(out: &Output, store: &Path, paths: &[PathBuf], flags: &Flags) 
         s.raw_bytes as f64 / s.disk_bytes.max(1) as f64
     );
     Ok(())
+}
+
+/// The store's sizes after `what` committed, or `None` with a warning if they cannot be
+/// read (the commit stands).
+fn stats_after_commit(store: &Store, what: &str) -> Option<StoreStats> {
+    store
+        .stats()
+        .map_err(|e| {
+            warn(format_args!(
+                "{what} is committed, but the store's sizes cannot be read: {e}"
+            ))
+        })
+        .ok()
 }
 
 #[cfg(test)]

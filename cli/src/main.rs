@@ -61,8 +61,9 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Import safetensors files, one checkpoint per file; compact the store after if its file
-    /// holds more than an eighth of free pages on disk.
+    /// Import safetensors files, one checkpoint per file (every file is checked before the
+    /// first is imported); compact the store after if its file holds more than an eighth of
+    /// free pages on disk (a warning, not an error, if it cannot).
     Import {
         /// The store file (created if missing).
         store: PathBuf,
@@ -173,7 +174,8 @@ enum Command {
     },
     /// Re-encode old checkpoints lossy under an error budget (ADR 0020): the last N, every
     /// K-th and tagged checkpoints stay exact; so do 1-D tensors (norms, biases) and pinned
-    /// ones. Reads of aged versions report the error measured when they were aged.
+    /// ones. Reads of aged versions report the error measured when they were aged. Cannot be
+    /// undone: needs --budget (or --yes); --dry-run shows what it would do.
     Age {
         /// The store file.
         store: PathBuf,
@@ -186,9 +188,17 @@ enum Command {
         /// Age tagged checkpoints too when the rules do not keep them.
         #[arg(long)]
         no_keep_tagged: bool,
-        /// Largest relative Frobenius error of each block of a 2-D (or larger) tensor.
-        #[arg(long, default_value_t = 1e-3)]
-        budget: f64,
+        /// Largest relative Frobenius error of each block of a 2-D (or larger) tensor. Aging
+        /// cannot be undone: it needs this, or --yes for the default (1e-3).
+        #[arg(long)]
+        budget: Option<f64>,
+        /// Age at the default budget (1e-3) without --budget.
+        #[arg(long)]
+        yes: bool,
+        /// Run the pass and roll it back: print what would be aged, the errors and the bytes
+        /// it would save, and change nothing.
+        #[arg(long)]
+        dry_run: bool,
         /// Largest error of a block relative to its distance from the newer version it is a
         /// delta against (below 1: an old checkpoint never turns into a newer one).
         #[arg(long, default_value_t = strata_store::DEFAULT_UPDATE_BUDGET, conflicts_with = "no_update_budget")]
@@ -320,6 +330,10 @@ enum RemoteCommand {
         /// The grace period in hours (at least 1).
         #[arg(long, default_value_t = 24.0)]
         grace_hours: f64,
+        /// For tests: judge segments' ages as if the clock were this many hours ahead, so
+        /// that a race with pushes can be run without waiting for segments to grow old.
+        #[arg(long, hide = true, default_value_t = 0.0)]
+        segments_ahead_hours: f64,
     },
     /// Join the parts pushed for a step into one checkpoint, visible whole.
     Commit {
@@ -353,6 +367,38 @@ enum CliError {
         #[source]
         source: std::io::Error,
     },
+    /// Files an import refused before writing anything, one line per problem.
+    #[error(
+        "nothing was imported: {} problem(s) in the {files} file(s) checked; fix them and run it \
+         again:\n  {}",
+        problems.len(),
+        problems.join("\n  ")
+    )]
+    Refused {
+        /// Each problem, naming its file.
+        problems: Vec<String>,
+        /// Files checked.
+        files: usize,
+    },
+    /// An import that failed after its files were checked (an I/O error, a store error):
+    /// the checkpoints before it are committed.
+    #[error(
+        "step {step} ({path}) was not imported: {source}\n  {committed} checkpoint(s) before it \
+         are imported and committed; {left} file(s) after it were not tried: rerun with \
+         --skip-existing to import the rest"
+    )]
+    ImportStopped {
+        /// The file that failed.
+        path: PathBuf,
+        /// Its step.
+        step: u64,
+        /// Checkpoints this run imported before it.
+        committed: usize,
+        /// Files after it, not tried.
+        left: usize,
+        /// Why it failed (boxed: errors stay small).
+        source: Box<StoreError>,
+    },
     /// `verify` found problems (they are printed already).
     #[error("{0} problem(s) found")]
     Corrupt(usize),
@@ -367,6 +413,7 @@ enum CliError {
 type CliResult<T = ()> = Result<T, CliError>;
 
 fn main() -> ExitCode {
+    quiet_contained_panics();
     let cli = Cli::parse();
     let out = progress::Output::new(cli.quiet);
     let result = match cli.command {
@@ -423,6 +470,8 @@ fn main() -> ExitCode {
             keep_exact_every,
             no_keep_tagged,
             budget,
+            yes,
+            dry_run,
             update_budget,
             no_update_budget,
             exact,
@@ -437,6 +486,8 @@ fn main() -> ExitCode {
                 keep_exact_every,
                 keep_tagged: !no_keep_tagged,
                 budget,
+                yes,
+                dry_run,
                 update_budget: (!no_update_budget).then_some(update_budget),
                 exact,
                 budget_for,
@@ -487,7 +538,11 @@ fn main() -> ExitCode {
                     keep_tagged: !no_keep_tagged,
                 },
             ),
-            RemoteCommand::Gc { url, grace_hours } => remote::gc(&url, grace_hours),
+            RemoteCommand::Gc {
+                url,
+                grace_hours,
+                segments_ahead_hours,
+            } => remote::gc(&url, grace_hours, segments_ahead_hours),
             RemoteCommand::Commit {
                 url,
                 step,
@@ -515,4 +570,20 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// redb trusts its pages and can panic on a damaged file; the store contains those panics and
+/// returns `Corruption::Engine` naming the file, which this tool prints as any error. The
+/// default hook would print each such panic first, as if the tool had crashed: this one stays
+/// quiet for panics raised in redb's code (`STRATA_DEBUG` set prints them), and prints every
+/// other panic as before.
+fn quiet_contained_panics() {
+    let default = std::panic::take_hook();
+    let debug = std::env::var_os("STRATA_DEBUG").is_some();
+    std::panic::set_hook(Box::new(move |info| {
+        let in_redb = info.location().is_some_and(|l| l.file().contains("/redb-"));
+        if !in_redb || debug {
+            default(info);
+        }
+    }));
 }

@@ -1,12 +1,15 @@
-//! `strata verify`, `strata compact`, `strata retain`, `strata tag`.
+//! `strata verify`, `strata compact`, `strata retain`, `strata age`, `strata tag`, and the
+//! warning of a compaction that could not run after a commit.
 
 use std::path::Path;
 use std::time::Instant;
 
-use strata_store::{AgePolicy, AgeRule, Issue, RetainPolicy, Store, VerifyReport};
+use strata_store::{
+    AgePolicy, AgeReport, AgeRule, Issue, RetainPolicy, Store, StoreError, VerifyReport,
+};
 
 use crate::fmt::ms;
-use crate::progress::Output;
+use crate::progress::{warn, Output};
 use crate::{CliError, CliResult};
 
 /// One line per issue: tensor, step, block, error.
@@ -71,15 +74,52 @@ pub(crate) fn verify(out: &Output, store: &Path) -> CliResult {
     Err(CliError::Corrupt(report.issues.len()))
 }
 
-/// `strata compact`.
+/// Why a compaction could not run, in words.
+fn compaction_blocker(e: &StoreError) -> String {
+    if e.is_compaction_blocked_by_read() {
+        "another process is reading the store (a reader beside a run in progress, or a strata \
+         read command)"
+            .to_string()
+    } else {
+        e.to_string()
+    }
+}
+
+/// Warns that `what` is committed but the file at `store` was not compacted, and why.
+pub(crate) fn warn_deferred(what: &str, reason: &str, store: &Path) {
+    warn(format_args!(
+        "{what} is committed, but the file was not compacted: {reason}; `strata compact {}` \
+         trims it later",
+        store.display()
+    ));
+}
+
+/// [`warn_deferred`] for the error of a compaction.
+pub(crate) fn warn_not_compacted(what: &str, e: &StoreError, store: &Path) {
+    warn_deferred(what, &compaction_blocker(e), store);
+}
+
+/// `strata compact`: fails (nothing changed) while another process reads the store.
 pub(crate) fn compact(out: &Output, store: &Path) -> CliResult {
+    let path = store;
     let mut store = Store::open(store)?;
     let (before, disk_before) = (store.file_bytes()?, store.disk_bytes()?);
     let spinner = out.spinner("compacting");
     let t = Instant::now();
-    store.compact()?;
+    let compacted = store.compact();
     let dt = t.elapsed();
     spinner.finish_and_clear();
+    match compacted {
+        Ok(_) => {}
+        Err(e) if e.is_compaction_blocked_by_read() => {
+            return Err(CliError::Other(format!(
+                "cannot compact {} now: {}; nothing was changed: retry when it is done",
+                path.display(),
+                compaction_blocker(&e)
+            )))
+        }
+        Err(e) => return Err(e.into()),
+    }
     say!(
         "file {before} -> {} bytes ({disk_before} -> {} on disk) in {}",
         store.file_bytes()?,
@@ -101,6 +141,7 @@ pub(crate) fn retain(
             "give --keep-last and/or --keep-every".into(),
         ));
     }
+    let path = store;
     let mut store = Store::open(store)?;
     let r = store.retain(&RetainPolicy {
         keep_last,
@@ -120,6 +161,9 @@ pub(crate) fn retain(
         r.file_bytes_before,
         r.file_bytes_after
     );
+    if let Some(reason) = &r.compaction_deferred {
+        warn_deferred("the retention", reason, path);
+    }
     Ok(())
 }
 
@@ -128,7 +172,9 @@ pub(crate) struct AgeArgs {
     pub(crate) keep_exact_last: usize,
     pub(crate) keep_exact_every: Option<u64>,
     pub(crate) keep_tagged: bool,
-    pub(crate) budget: f64,
+    pub(crate) budget: Option<f64>,
+    pub(crate) yes: bool,
+    pub(crate) dry_run: bool,
     pub(crate) update_budget: Option<f64>,
     pub(crate) exact: Vec<String>,
     pub(crate) budget_for: Vec<String>,
@@ -136,8 +182,22 @@ pub(crate) struct AgeArgs {
     pub(crate) max_chain: u8,
 }
 
-/// `strata age`.
+/// `strata age`: needs `--budget` (or `--yes`), since it cannot be undone; `--dry-run` runs
+/// the pass and rolls it back.
 pub(crate) fn age(store: &Path, args: AgeArgs, json: bool) -> CliResult {
+    let default = AgePolicy::default().budget;
+    let budget = match args.budget {
+        Some(b) => b,
+        None if args.yes || args.dry_run => default,
+        None => {
+            return Err(CliError::Usage(format!(
+                "aging rewrites old checkpoints lossily and cannot be undone: give --budget E \
+                 (the largest relative error of a block, e.g. --budget 1e-3), or --yes to age \
+                 at the default budget {default:e}; --dry-run shows what would be aged and the \
+                 bytes it would save"
+            )))
+        }
+    };
     let mut rules: Vec<AgeRule> = args
         .exact
         .into_iter()
@@ -160,19 +220,27 @@ pub(crate) fn age(store: &Path, args: AgeArgs, json: bool) -> CliResult {
             budget: Some(budget),
         });
     }
+    let path = store;
     let mut store = Store::open(store)?;
-    let r = store.age(&AgePolicy {
+    let policy = AgePolicy {
         keep_exact_last: args.keep_exact_last,
         keep_exact_every: args.keep_exact_every,
         keep_tagged: args.keep_tagged,
-        budget: args.budget,
+        budget,
         update_budget: args.update_budget,
         rules,
         steps: args.steps,
         max_chain: args.max_chain,
-    })?;
+    };
+    let r = if args.dry_run {
+        store.age_dry_run(&policy)?
+    } else {
+        store.age(&policy)?
+    };
     if json {
         let v = serde_json::json!({
+            "dry_run": args.dry_run,
+            "budget": budget,
             "aged": r.aged,
             "kept": r.kept,
             "versions_aged": r.versions_aged,
@@ -184,42 +252,62 @@ pub(crate) fn age(store: &Path, args: AgeArgs, json: bool) -> CliResult {
             "file_bytes_before": r.file_bytes_before,
             "file_bytes_after": r.file_bytes_after,
             "compacted": r.compacted,
+            "compaction_deferred": r.compaction_deferred,
         });
         say!("{v}");
-        return Ok(());
+    } else {
+        print_age_report(&r, budget, args.budget.is_none(), args.dry_run)?;
     }
+    if let Some(reason) = &r.compaction_deferred {
+        warn_deferred("aging", reason, path);
+    }
+    Ok(())
+}
+
+/// The text report of `strata age` (`defaulted`: the budget was not given).
+fn print_age_report(r: &AgeReport, budget: f64, defaulted: bool, dry_run: bool) -> CliResult {
     let list = |v: &[u64]| v.iter().map(u64::to_string).collect::<Vec<_>>().join(", ");
-    say!("aged {} checkpoint(s): {}", r.aged.len(), list(&r.aged));
+    let (age, keep, versions) = if dry_run {
+        say!("dry run: the pass ran in a transaction that was rolled back; nothing changed");
+        ("would age", "would keep exact", "would be aged")
+    } else {
+        ("aged", "kept exact", "aged")
+    };
+    let default = if defaulted { " (the default)" } else { "" };
+    say!("budget {budget:e}{default}");
+    say!("{age} {} checkpoint(s): {}", r.aged.len(), list(&r.aged));
+    say!("{keep} {} checkpoint(s): {}", r.kept.len(), list(&r.kept));
     say!(
-        "kept exact {} checkpoint(s): {}",
-        r.kept.len(),
-        list(&r.kept)
-    );
-    say!(
-        "{} tensor versions aged (worst rel. error {:.2e}), {} left exact",
+        "{} tensor versions {versions} (worst rel. error {:.2e}), {} left exact",
         r.versions_aged,
         r.max_rel_error,
         r.versions_exact
     );
     if r.blocks_unmet > 0 {
         say!(
-            "{} block(s) kept exact: no quantization step meets a budget of {:e}",
+            "{} block(s) kept exact: no quantization step meets a budget of {budget:e}",
             r.blocks_unmet,
-            args.budget
         );
     }
-    say!(
-        "stored {} -> {} bytes, file {} -> {} bytes{}",
-        r.stored_bytes_before,
-        r.stored_bytes_after,
-        r.file_bytes_before,
-        r.file_bytes_after,
-        if r.compacted {
-            ""
-        } else {
-            " (not compacted: a read is in progress in another process)"
-        }
-    );
+    let saved = r.stored_bytes_before.saturating_sub(r.stored_bytes_after);
+    if dry_run {
+        say!(
+            "stored {} -> {} bytes: aging would save {saved} bytes ({:.1} %); the file, {} \
+             bytes now, is compacted after the pass to a little over its stored bytes",
+            r.stored_bytes_before,
+            r.stored_bytes_after,
+            100.0 * saved as f64 / r.stored_bytes_before.max(1) as f64,
+            r.file_bytes_before
+        );
+    } else {
+        say!(
+            "stored {} -> {} bytes, file {} -> {} bytes",
+            r.stored_bytes_before,
+            r.stored_bytes_after,
+            r.file_bytes_before,
+            r.file_bytes_after
+        );
+    }
     Ok(())
 }
 

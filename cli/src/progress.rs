@@ -68,3 +68,10 @@ pub(crate) fn write_line(args: std::fmt::Arguments<'_>) -> CliResult {
 pub(crate) fn line(bar: &ProgressBar, text: impl AsRef<str>) -> CliResult {
     bar.suspend(|| write_line(format_args!("{}", text.as_ref())))
 }
+
+/// Writes `warning: ...` to stderr: something that went wrong after a command's work was done
+/// and committed (a compaction after a commit), which does not change its exit status.
+pub(crate) fn warn(args: std::fmt::Arguments<'_>) {
+    // Nothing to do if stderr is closed: the command's result stands either way.
+    let _ = writeln!(std::io::stderr().lock(), "warning: {args}");
+}

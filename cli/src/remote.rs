@@ -79,6 +79,12 @@ pub(crate) fn push(out: &Output, store: &Path, url: &str, part: Option<(&str, u6
         c.requests,
         ms(t.elapsed())
     );
+    if r.segments_repaired > 0 {
+        say!(
+            "repaired {url}: {} segment(s) its checkpoints name were missing (a gc raced a push) and were sent again",
+            r.segments_repaired
+        );
+    }
     Ok(())
 }
 
@@ -102,15 +108,25 @@ pub(crate) fn pull(out: &Output, url: &str, store: &Path) -> CliResult {
     Ok(())
 }
 
-/// `strata remote gc URL`.
-pub(crate) fn gc(url: &str, grace_hours: f64) -> CliResult {
-    if !(grace_hours.is_finite() && grace_hours >= 0.0) {
-        return Err(CliError::Usage(format!(
-            "--grace-hours {grace_hours}: expected a number of hours"
-        )));
-    }
+/// `strata remote gc URL` (`segments_ahead_hours`, hidden, for the race tests).
+pub(crate) fn gc(url: &str, grace_hours: f64, segments_ahead_hours: f64) -> CliResult {
+    let hours = |flag: &str, h: f64| {
+        if h.is_finite() && h >= 0.0 {
+            Ok(Duration::from_secs_f64(h * 3600.0))
+        } else {
+            Err(CliError::Usage(format!(
+                "--{flag} {h}: expected a number of hours"
+            )))
+        }
+    };
+    let grace = hours("grace-hours", grace_hours)?;
+    let ahead = hours("segments-ahead-hours", segments_ahead_hours)?;
     let remote = Remote::open(url)?;
-    let r = remote::gc(&remote, Duration::from_secs_f64(grace_hours * 3600.0))?;
+    let r = if ahead.is_zero() {
+        remote::gc(&remote, grace)?
+    } else {
+        remote::gc_with_segments_aged(&remote, grace, ahead)?
+    };
     say!(
         "gc {url}: {} segments deleted ({} bytes), {} kept, {} unnamed but younger than the grace period; {} old manifests deleted",
         r.segments_deleted,
@@ -119,6 +135,12 @@ pub(crate) fn gc(url: &str, grace_hours: f64) -> CliResult {
         r.segments_young,
         r.manifests_deleted
     );
+    if r.segments_left > 0 {
+        say!(
+            "gc {url}: {} old unnamed segments left for the next gc (this one reached the end of the time its lease allows for deletes)",
+            r.segments_left
+        );
+    }
     Ok(())
 }
 

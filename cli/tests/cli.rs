@@ -493,11 +493,26 @@ fn age_keeps_the_last_exact_and_reports_the_error_of_the_others() {
         .expect("an attention matrix");
 
     // Refused with the reason, nothing changed: the last checkpoint, a bad budget pattern.
-    let out = strata(&["age", p(&store), "--steps", &last.to_string()]);
+    let out = strata(&[
+        "age",
+        p(&store),
+        "--budget",
+        "1e-2",
+        "--steps",
+        &last.to_string(),
+    ]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("keep_exact_last"));
-    let out = strata(&["age", p(&store), "--budget-for", "no-error-here"]);
+    let out = strata(&[
+        "age",
+        p(&store),
+        "--budget",
+        "1e-2",
+        "--budget-for",
+        "no-error-here",
+    ]);
     assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("PATTERN=ERROR"));
 
     let out = ok(&["age", p(&store), "--budget", "1e-2", "--json"]);
     let report: serde_json::Value = serde_json::from_str(out.trim()).expect("age --json");

@@ -8,120 +8,39 @@
 
 mod common;
 
+use strata_testkit::moto::Moto;
+
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_strata");
 
-/// A moto S3 server on a free port of 127.0.0.1, killed by its PID when dropped.
-struct Moto {
-    child: Child,
-    port: u16,
+/// What these tests do with a server: run `strata` against it, list its keys.
+trait Cli {
+    /// Runs `strata` with the S3 environment of this server.
+    fn strata(&self, args: &[&str]) -> Output;
+    /// `strata` with the S3 environment of this server, not started.
+    fn command(&self, args: &[&str]) -> Command;
+    /// Object keys under `prefix`.
+    fn list(&self, prefix: &str) -> Vec<String>;
 }
 
-impl Moto {
-    /// Starts the server (`None`, with the reason printed, if moto cannot be installed).
-    fn start() -> Option<Moto> {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/s3/venv.sh");
-        let made = Command::new("bash")
-            .arg(script)
-            .stderr(Stdio::inherit())
-            .output();
-        let server = match made {
-            Ok(o) if o.status.success() => {
-                PathBuf::from(String::from_utf8(o.stdout).unwrap().trim())
-            }
-            other => {
-                eprintln!(
-                    "SKIPPED: moto's S3 server could not be installed by {script}: {other:?}"
-                );
-                return None;
-            }
-        };
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        Some(Moto::on_port(&server, port))
-    }
-
-    fn on_port(server: &Path, port: u16) -> Moto {
-        let child = Command::new(server)
-            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let moto = Moto { child, port };
-        let t = Instant::now();
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(t.elapsed() < Duration::from_secs(30), "moto did not start");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        assert_eq!(moto.http("PUT", "/bkt", b"").0, 200, "create bucket");
-        moto
-    }
-
-    /// One plain HTTP request (moto does not check signatures): status and body.
-    fn http(&self, method: &str, path: &str, body: &[u8]) -> (u16, Vec<u8>) {
-        let mut s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
-        write!(
-            s,
-            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-            self.port,
-            body.len()
-        )
-        .unwrap();
-        s.write_all(body).unwrap();
-        let mut resp = Vec::new();
-        s.read_to_end(&mut resp).unwrap();
-        let text = String::from_utf8_lossy(&resp);
-        let status = text.split_whitespace().nth(1).unwrap().parse().unwrap();
-        let start = resp.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
-        (status, resp[start..].to_vec())
-    }
-
-    /// Object keys under `prefix` in the bucket.
-    fn keys(&self, prefix: &str) -> Vec<String> {
-        let (_, body) = self.http(
-            "GET",
-            &format!("/bkt?list-type=2&prefix={prefix}&max-keys=10000"),
-            b"",
-        );
-        let text = String::from_utf8_lossy(&body).to_string();
-        text.split("<Key>")
-            .skip(1)
-            .map(|k| k.split("</Key>").next().unwrap().to_string())
-            .collect()
-    }
-
-    /// Runs `strata` with the S3 environment of this server.
+impl Cli for Moto {
     fn strata(&self, args: &[&str]) -> Output {
         self.command(args).output().unwrap()
     }
 
     fn command(&self, args: &[&str]) -> Command {
         let mut c = Command::new(BIN);
-        c.args(args)
-            .env("AWS_ACCESS_KEY_ID", "test")
-            .env("AWS_SECRET_ACCESS_KEY", "test")
-            .env("AWS_REGION", "us-east-1")
-            .env(
-                "AWS_ENDPOINT_URL",
-                format!("http://127.0.0.1:{}", self.port),
-            );
-        c
+        c.args(args);
+        self.with_env(c)
     }
-}
 
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    fn list(&self, prefix: &str) -> Vec<String> {
+        self.keys(prefix).unwrap()
     }
 }
 
@@ -436,13 +355,13 @@ fn a_killed_push_resumes_and_a_killed_server_is_an_error() {
         .spawn()
         .unwrap();
     let t = Instant::now();
-    while moto.keys("big/segments/").len() < 8 && t.elapsed() < Duration::from_secs(60) {
+    while moto.list("big/segments/").len() < 8 && t.elapsed() < Duration::from_secs(60) {
         std::thread::sleep(Duration::from_millis(20));
     }
     let _ = child.kill();
     let killed = child.wait_with_output().unwrap();
-    let before = moto.keys("big/segments/").len();
-    let manifests = moto.keys("big/checkpoints/").len();
+    let before = moto.list("big/segments/").len();
+    let manifests = moto.list("big/checkpoints/").len();
     if killed.status.success() {
         eprintln!("note: the push finished before it could be killed");
     } else {
@@ -477,23 +396,10 @@ fn a_killed_push_resumes_and_a_killed_server_is_an_error() {
         .spawn()
         .unwrap();
     let t = Instant::now();
-    while moto.keys("second/segments/").len() < 4 && t.elapsed() < Duration::from_secs(60) {
+    while moto.list("second/segments/").len() < 4 && t.elapsed() < Duration::from_secs(60) {
         std::thread::sleep(Duration::from_millis(20));
     }
-    let server = PathBuf::from(
-        String::from_utf8(
-            Command::new("bash")
-                .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/s3/venv.sh"))
-                .output()
-                .unwrap()
-                .stdout,
-        )
-        .unwrap()
-        .trim(),
-    );
-    let port = moto.port;
-    let _ = moto.child.kill();
-    let _ = moto.child.wait();
+    moto.kill();
     let out = child.wait_with_output().unwrap();
     if out.status.success() {
         eprintln!("note: the push finished before the server was killed");
@@ -501,7 +407,7 @@ fn a_killed_push_resumes_and_a_killed_server_is_an_error() {
         let err = failed(&out);
         assert!(err.contains("bkt") || err.contains("second/"), "{err}");
     }
-    moto = Moto::on_port(&server, port);
+    moto.restart().unwrap();
     let done = ok(&moto.strata(&["push", st, "s3://bkt/second"]));
     assert_eq!(number_before(&done, "checkpoint(s)"), 1, "{done}");
 }
@@ -534,7 +440,8 @@ fn bad_input_gets_clear_errors() {
         "PUT",
         "/bkt/newer/strata-remote.json",
         br#"{"format": "strata-remote", "version": 2}"#,
-    );
+    )
+    .unwrap();
     let err = failed(&moto.strata(&["push", s, "s3://bkt/newer"]));
     assert!(
         err.contains("newer") && err.contains("strata-remote.json"),
@@ -544,10 +451,11 @@ fn bad_input_gets_clear_errors() {
     // A segment whose bytes do not match its address: planted before a push, which trusts
     // a present segment's name; the pull checks the bytes.
     ok(&moto.strata(&["push", s, "s3://bkt/ok"]));
-    let key = moto.keys("ok/segments/").into_iter().next().unwrap();
+    let key = moto.list("ok/segments/").into_iter().next().unwrap();
     let planted = key.replacen("ok/", "bad/", 1);
     assert_eq!(
         moto.http("PUT", &format!("/bkt/{planted}"), b"not the segment")
+            .unwrap()
             .0,
         200
     );
@@ -599,4 +507,201 @@ fn a_server_answering_500_is_a_clear_error() {
         "retries took {:?}",
         t.elapsed()
     );
+}
+
+/// ADR 0018's promise under any interleaving: pushes, garbage collections, retention and
+/// pulls run at once, in separate processes, round after round against one remote. The gcs
+/// judge segments' ages as if their clock were two hours ahead, so every unnamed segment is
+/// past the grace period and a gc deletes whatever it does not see named: the segments a
+/// push is counting on (present and young by the real clock, or just sent, before its
+/// manifest) are exactly what it removes without the intents and leases of ADR 0018. Parts
+/// pushed and never committed leave unnamed segments behind, as killed pushes do. Every
+/// command must succeed (a pull too: retained checkpoints keep their segments for the grace
+/// period, on the real clock); after each round the remote is pulled whole into a fresh
+/// store, and every checkpoint it lists must read back bit-exact.
+///
+/// `STRATA_GC_RACE_ROUNDS` sets the rounds (default 12).
+#[test]
+fn gc_racing_push_retain_and_pull_never_loses_a_listed_checkpoint() {
+    let Some(moto) = Moto::start() else { return };
+    let rounds: usize = std::env::var("STRATA_GC_RACE_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(12);
+    let dir = tempfile::tempdir().unwrap();
+    let mut files: Vec<PathBuf> = Vec::new();
+    for series in ["dev_ft/bf16", "dev_ft"] {
+        let mut f: Vec<PathBuf> = std::fs::read_dir(common::committed_root().join(series))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
+            .collect();
+        f.sort();
+        files.extend(f);
+    }
+    // One store per step, and the bytes an export of each must give.
+    let n = files.len().min(8);
+    let stores: Vec<PathBuf> = (0..n)
+        .map(|k| {
+            let store = dir.path().join(format!("s{k}.strata"));
+            local(&[
+                "import",
+                "-q",
+                store.to_str().unwrap(),
+                files[k].to_str().unwrap(),
+                "--step",
+                &(k + 1).to_string(),
+            ]);
+            store
+        })
+        .collect();
+    let export = |store: &Path, step: u64, name: &str| -> Vec<u8> {
+        let out = dir.path().join(name);
+        local(&[
+            "export",
+            store.to_str().unwrap(),
+            "--step",
+            &step.to_string(),
+            "-o",
+            out.to_str().unwrap(),
+        ]);
+        std::fs::read(out).unwrap()
+    };
+    let want: Vec<Vec<u8>> = stores
+        .iter()
+        .enumerate()
+        .map(|(k, s)| export(s, k as u64 + 1, &format!("want{k}.safetensors")))
+        .collect();
+    let url = "s3://bkt/gcrace";
+    let spawn = |args: &[&str]| {
+        moto.command(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mut repaired = 0;
+    for round in 0..rounds {
+        let (a, b, c) = (round % n, (round + 3) % n, (round + 5) % n);
+        let pulled = dir.path().join(format!("during{round}.strata"));
+        let mut children = vec![
+            ("push", spawn(&["push", stores[a].to_str().unwrap(), url])),
+            ("push", spawn(&["push", stores[b].to_str().unwrap(), url])),
+            (
+                "part",
+                spawn(&[
+                    "push",
+                    stores[c].to_str().unwrap(),
+                    url,
+                    "--part",
+                    &format!("r{round}"),
+                    "--step",
+                    &(c + 1).to_string(),
+                ]),
+            ),
+            (
+                "gc",
+                spawn(&[
+                    "remote",
+                    "gc",
+                    url,
+                    "--grace-hours",
+                    "1",
+                    "--segments-ahead-hours",
+                    "2",
+                ]),
+            ),
+            (
+                "gc",
+                spawn(&[
+                    "remote",
+                    "gc",
+                    url,
+                    "--grace-hours",
+                    "1",
+                    "--segments-ahead-hours",
+                    "2",
+                ]),
+            ),
+            ("pull", spawn(&["pull", url, pulled.to_str().unwrap()])),
+        ];
+        if round % 2 == 1 {
+            children.push((
+                "retain",
+                spawn(&["remote", "retain", url, "--keep-last", "3"]),
+            ));
+        }
+        for (what, child) in children {
+            let out = child.wait_with_output().unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+            assert!(
+                !stderr.contains("panicked"),
+                "round {round}: {what}: {stderr}"
+            );
+            let stdout = ok(&out);
+            if what == "push" && stdout.contains("repaired") {
+                repaired += 1;
+            }
+        }
+        // Quiet now: every listed checkpoint must pull whole and read back bit-exact.
+        let back = dir.path().join(format!("after{round}.strata"));
+        ok(&moto.strata(&["pull", url, back.to_str().unwrap()]));
+        let log = local(&["log", back.to_str().unwrap()]);
+        for (k, want) in want.iter().enumerate() {
+            let step = k as u64 + 1;
+            let listed = log
+                .lines()
+                .any(|l| l.split_whitespace().next() == Some(step.to_string().as_str()));
+            if listed {
+                let got = export(&back, step, &format!("got{round}-{k}.safetensors"));
+                assert!(
+                    got == *want,
+                    "round {round}: step {step} differs after the race"
+                );
+            }
+        }
+    }
+    eprintln!("{rounds} rounds: {repaired} pushes repaired segments an older push had lost");
+}
+
+/// A server that accepts connections and never answers: every request, its retries included,
+/// ends within the remote's bound (ADR 0018: 60 s by default, `STRATA_REMOTE_TIMEOUT` seconds
+/// here), with an error that says it timed out and names the object; a bound that is not a
+/// number of seconds is refused by name (no moto needed).
+#[test]
+fn a_stalled_server_fails_within_the_bound() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming() {
+            held.push(stream); // never read, never answered, never closed
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let store = series_store(dir.path(), "a.strata");
+    let push = |timeout: &str| {
+        Command::new(BIN)
+            .args(["push", store.to_str().unwrap(), "s3://bkt/x"])
+            .env("AWS_ACCESS_KEY_ID", "test")
+            .env("AWS_SECRET_ACCESS_KEY", "test")
+            .env("AWS_REGION", "us-east-1")
+            .env("AWS_ENDPOINT_URL", format!("http://127.0.0.1:{port}"))
+            .env("STRATA_REMOTE_TIMEOUT", timeout)
+            .output()
+            .unwrap()
+    };
+    let t = Instant::now();
+    let err = failed(&push("2"));
+    assert!(
+        err.contains("timed out after 2 s") && err.contains("x/strata-remote.json"),
+        "{err}"
+    );
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        t.elapsed()
+    );
+    let err = failed(&push("soon"));
+    assert!(err.contains("STRATA_REMOTE_TIMEOUT"), "{err}");
 }

@@ -13,20 +13,21 @@
 //! would think; but Strata seals each record with a checksum of its key and value, so a
 //! random byte change in a record stops at that record. `store_records` goes past that
 //! check (it reseals edited records); this target covers redb's own parsing as Strata
-//! drives it (which Strata guards with `catch_unwind` on open, see below), `Store::open`'s
-//! format checks, and what every read does with the tables it finds.
+//! drives it, `Store::open`'s format checks, and what every read does with the tables it
+//! finds.
 //!
-//! redb trusts its own file and can panic on a damaged one; `Store::open` turns such a
-//! panic into `OpenError::Damaged` with `catch_unwind`. libfuzzer-sys's panic hook would
-//! abort on it first, so this target installs a hook that lets panics raised inside redb
-//! unwind (they are caught or they reach libfuzzer-sys's own `catch_unwind`, which aborts
-//! on them: a redb panic that escapes a `Store` method is a crash) and aborts on any
-//! other panic as before.
+//! redb trusts its own file and can panic on a damaged one, anywhere it reads a page; every
+//! public `Store` method (and the store's drop, where redb commits) turns such a panic into
+//! an error naming the file (`Corruption::Engine`, `OpenError::Damaged`) with
+//! `catch_unwind`. libfuzzer-sys's panic hook would abort on it first, so this target
+//! installs a hook that lets panics raised inside redb unwind to the store's
+//! `catch_unwind`, and aborts on any other panic as before. A redb panic that escapes a
+//! `Store` method reaches libfuzzer-sys's own `catch_unwind`, which aborts: a crash.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use strata_codec_fuzz::store_util::{exercise, guarded, install_panic_hook, scratch_path};
+use strata_codec_fuzz::store_util::{exercise, install_panic_hook, scratch_path};
 use strata_store::Store;
 
 /// LeakSanitizer suppressions (read by the sanitizer runtime at start-up): allocations made
@@ -44,11 +45,9 @@ fuzz_target!(|data: &[u8]| {
     install_panic_hook();
     let path = scratch_path("open.strata");
     std::fs::write(&path, data).expect("write the scratch store");
-    // Store::open guards redb's Database::create, not the reads after it (check_format):
-    // a redb panic there is a reported issue (fuzz/README.md, "Findings").
-    if let Some(Ok(store)) = guarded(|| Store::open(&path)) {
+    if let Ok(store) = Store::open(&path) {
         exercise(&store, &scratch_path("open-export.safetensors"));
-        // redb commits when the database closes, and can panic there on a damaged file.
-        guarded(move || drop(store));
+        // redb commits when the database closes; the store contains a panic there too.
+        drop(store);
     }
 });

@@ -33,7 +33,9 @@ pub fn scratch_path(name: &str) -> PathBuf {
     p
 }
 
-/// Every read the store offers, each allowed to fail, none allowed to panic: `verify`, the
+/// Every read the store offers, each allowed to fail, none allowed to panic (a panic of
+/// redb's that escapes a `Store` method reaches libfuzzer-sys's `catch_unwind`, which aborts:
+/// a crash): `verify`, the
 /// tensor list and each tensor's versions, `get` (and `get_at`, `get_range`) of versions
 /// up to [`MAX_READ_BYTES`] (at most [`MAX_READS`]), checkpoints with their info and
 /// `load_checkpoint` when every tensor is within budget, tags, policies, `stats`, and an
@@ -41,18 +43,15 @@ pub fn scratch_path(name: &str) -> PathBuf {
 pub fn exercise(store: &Store, export_to: &Path) -> usize {
     let mut ok = 0usize;
     let mut count = |r: bool| ok += usize::from(r);
-    guarded(|| store.verify().is_ok_and(|r| r.is_ok())).map(&mut count);
-    guarded(|| store.stats().is_ok()).map(&mut count);
-    guarded(|| store.tags().is_ok()).map(&mut count);
-    guarded(|| store.policies().len());
+    count(store.verify().is_ok_and(|r| r.is_ok()));
+    count(store.stats().is_ok());
+    count(store.tags().is_ok());
+    let _ = store.policies().len();
     let mut reads = 0usize;
     let mut sizes = std::collections::HashMap::new();
-    for name in guarded(|| store.tensors().ok())
-        .flatten()
-        .unwrap_or_default()
-    {
-        guarded(|| store.policy_of(&name));
-        let Some(Ok(versions)) = guarded(|| store.versions(&name)) else {
+    for name in store.tensors().unwrap_or_default() {
+        let _ = store.policy_of(&name);
+        let Ok(versions) = store.versions(&name) else {
             continue;
         };
         for v in versions {
@@ -61,16 +60,20 @@ pub fn exercise(store: &Store, export_to: &Path) -> usize {
                 continue;
             }
             reads += 1;
-            guarded(|| store.get(&name, v.step).is_ok()).map(&mut count);
-            guarded(|| store.get_exact(&name, v.step).is_ok()).map(&mut count);
-            guarded(|| store.get_at(&name, v.step.saturating_add(1)).is_ok()).map(&mut count);
-            guarded(|| store.get_range(&name, v.step, 1..3).is_ok()).map(&mut count);
+            count(store.get(&name, v.step).is_ok());
+            count(store.get_exact(&name, v.step).is_ok());
+            count(store.get_at(&name, v.step.saturating_add(1)).is_ok());
+            count(store.get_range(&name, v.step, 1..3).is_ok());
         }
     }
     let mut exported = false;
-    let steps = guarded(|| store.checkpoints().ok()).flatten();
-    for step in steps.unwrap_or_default().into_iter().take(MAX_READS) {
-        let Some(Ok(info)) = guarded(|| store.checkpoint_info(step)) else {
+    for step in store
+        .checkpoints()
+        .unwrap_or_default()
+        .into_iter()
+        .take(MAX_READS)
+    {
+        let Ok(info) = store.checkpoint_info(step) else {
             continue;
         };
         let total: u64 = info
@@ -81,23 +84,15 @@ pub fn exercise(store: &Store, export_to: &Path) -> usize {
         if total > MAX_READ_BYTES {
             continue;
         }
-        if guarded(|| store.load_checkpoint(step).is_ok()) == Some(true) {
+        if store.load_checkpoint(step).is_ok() {
             count(true);
             if !exported {
                 exported = true;
-                guarded(|| store.export_safetensors(step, export_to).is_ok()).map(&mut count);
+                count(store.export_safetensors(step, export_to).is_ok());
             }
         }
     }
     ok
-}
-
-/// Runs `f`, and returns `None` if it panicked inside redb: redb trusts its own pages, and a
-/// damaged file can make its reads panic past `Store::open` (a known limitation, reported;
-/// see fuzz/README.md). Any other panic aborts in the hook of [`install_panic_hook`] before
-/// it gets here, so only redb's panics are caught.
-pub fn guarded<T>(f: impl FnOnce() -> T) -> Option<T> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).ok()
 }
 
 /// A small tensor of `dtype` and `shape` whose bytes depend on `seed`: weight-like for
@@ -214,8 +209,9 @@ pub fn build_store(path: &Path, variant: u64) -> strata_store::Result<()> {
 }
 
 /// Installs (once) a panic hook that aborts the process on any panic except one raised in
-/// redb's own code, which is left to unwind: `Store::open` catches those on a damaged file
-/// and reports `OpenError::Damaged`. One that is not caught reaches libfuzzer-sys's
+/// redb's own code, which is left to unwind: every `Store` method catches those on a damaged
+/// file and reports `Corruption::Engine` (`OpenError::Damaged` at the open). One that is
+/// not caught reaches libfuzzer-sys's
 /// `catch_unwind` around the target, which aborts: still a crash, with redb's message and
 /// location printed first when `STRATA_FUZZ_VERBOSE` is set (replaying a crash); redb's
 /// caught panics are not printed otherwise, which would slow fuzzing down.

@@ -29,49 +29,55 @@ use strata_store::{
 };
 
 create_exception!(
-    _native,
+    strata,
     StrataError,
     PyException,
     "Base class of every error the Strata store reports."
 );
 create_exception!(
-    _native,
+    strata,
     NotFound,
     StrataError,
     "A tensor, version, checkpoint, tag or policy rule that does not exist."
 );
 create_exception!(
-    _native,
+    strata,
     InvalidInput,
     StrataError,
     "Input the store refused; nothing was changed."
 );
 create_exception!(
-    _native,
+    strata,
+    CheckpointExists,
+    InvalidInput,
+    "A checkpoint already exists at the step being saved; nothing was changed."
+);
+create_exception!(
+    strata,
     Corrupt,
     StrataError,
     "Damaged stored data (a checksum, record, segment or chain does not hold)."
 );
 create_exception!(
-    _native,
+    strata,
     InUse,
     StrataError,
     "The store file is open in another process or handle."
 );
 create_exception!(
-    _native,
+    strata,
     RemoteFailure,
     StrataError,
     "A remote (object storage) could not be used: a bad URL, missing credentials, a failed request."
 );
 create_exception!(
-    _native,
+    strata,
     Conflict,
     RemoteFailure,
     "The remote holds a different checkpoint (or version) at a step being pushed or pulled."
 );
 create_exception!(
-    _native,
+    strata,
     TierError,
     StrataError,
     "A tiered read or operation that cannot give what was asked."
@@ -91,9 +97,19 @@ pub(crate) fn store_error_to_py(e: StoreError) -> PyErr {
     }
 }
 
+/// What the `InUse` error tells the user to do.
+const IN_USE_HINT: &str =
+    ": one process (and one handle) writes a store at a time; close the other \
+handle (`store.close()`, or open it in a `with` block), or open this one read-only \
+(`strata.open_read_only(path)`) to read beside the writer";
+
 fn to_py_kind(e: &StoreError, msg: String) -> PyErr {
     match e {
-        StoreError::Open(OpenError::InUse { .. }) => InUse::new_err(msg),
+        StoreError::Open(OpenError::InUse { .. }) => InUse::new_err(format!("{msg}{IN_USE_HINT}")),
+        StoreError::Open(OpenError::NotFound { .. }) => NotFound::new_err(msg),
+        StoreError::Invalid(strata_store::InvalidInput::CheckpointExists { .. }) => {
+            CheckpointExists::new_err(msg)
+        }
         _ if e.is_corrupt() => Corrupt::new_err(msg),
         StoreError::NotFound(_) => NotFound::new_err(msg),
         StoreError::Invalid(_) => InvalidInput::new_err(msg),
@@ -297,11 +313,15 @@ pub(crate) fn fidelity_to_py(py: Python<'_>, f: Fidelity) -> PyResult<Bound<'_, 
 impl PyStore {
     /// Opens (or creates) the store file at `path`; options left `None` keep the store's
     /// defaults ([`strata_store::Options`]).
+    ///
+    /// With `read_only`, opens an existing store to read beside its writer
+    /// ([`Store::open_read_only_with`]): each read sees the writer's latest commit, and writes
+    /// raise `InvalidInput`.
     #[new]
     // Python's keyword options, one argument each (PyO3 maps them by name).
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (path, *, block_bytes=None, max_chain=None, cache_bytes=None,
-        db_cache_bytes=None, window_bytes=None, upload=None))]
+        db_cache_bytes=None, window_bytes=None, upload=None, read_only=false))]
     fn new(
         py: Python<'_>,
         path: std::path::PathBuf,
@@ -311,6 +331,7 @@ impl PyStore {
         db_cache_bytes: Option<usize>,
         window_bytes: Option<u64>,
         upload: Option<String>,
+        read_only: bool,
     ) -> PyResult<Self> {
         let d = Options::default();
         let opts = Options {
@@ -323,7 +344,15 @@ impl PyStore {
             ..d
         };
         let shown = path.display().to_string();
-        let store = py.detach(|| Store::open_with(&path, opts)).map_err(to_py)?;
+        let store = py
+            .detach(|| {
+                if read_only {
+                    Store::open_read_only_with(&path, opts)
+                } else {
+                    Store::open_with(&path, opts)
+                }
+            })
+            .map_err(to_py)?;
         Ok(PyStore {
             inner: RwLock::new(Some(store)),
             path: shown,
@@ -334,6 +363,13 @@ impl PyStore {
     #[getter]
     fn path(&self) -> &str {
         &self.path
+    }
+
+    /// Whether the store was opened read-only.
+    #[getter]
+    fn read_only(&self) -> PyResult<bool> {
+        let guard = self.inner.read();
+        Ok(guard.as_ref().ok_or_else(closed)?.is_read_only())
     }
 
     /// Whether `close()` was called.
@@ -377,6 +413,38 @@ impl PyStore {
                 )?;
             }
             w.commit()
+        })
+    }
+
+    /// Saves the checkpoint at `step` atomically from the checkpoints of other stores:
+    /// `sources` are `(store path, step)`, each opened read-only and copied tensor by tensor
+    /// in its saved order, so memory holds one batch of decoded blocks and the write window,
+    /// whatever the checkpoint's size (a source is read once, front to back: it gets no block
+    /// cache). Names must not repeat across the sources.
+    fn save_checkpoint_from(
+        &self,
+        py: Python<'_>,
+        step: u64,
+        sources: Vec<(std::path::PathBuf, u64)>,
+        metadata: &str,
+    ) -> PyResult<usize> {
+        let read_once = Options {
+            cache_bytes: 0,
+            ..Options::default()
+        };
+        self.with(py, |s| {
+            let mut w = s.begin_checkpoint(step, metadata)?;
+            let mut copied = 0;
+            for (path, source_step) in &sources {
+                let source = Store::open_read_only_with(path, read_once.clone())?;
+                for item in source.read_checkpoint(*source_step)? {
+                    let (name, tensor) = item?;
+                    w.put(&name, &tensor.as_ref())?;
+                    copied += 1;
+                }
+            }
+            w.commit()?;
+            Ok(copied)
         })
     }
 
@@ -568,12 +636,15 @@ impl PyStore {
         d.set_item("versions_removed", report.versions_removed)?;
         d.set_item("file_bytes_before", report.file_bytes_before)?;
         d.set_item("file_bytes_after", report.file_bytes_after)?;
+        d.set_item("compacted", report.compacted)?;
+        d.set_item("compaction_deferred", report.compaction_deferred)?;
         Ok(d)
     }
 
-    /// Ages old checkpoints ([`Store::age`]): `rules` are (pattern, budget or None for
+    /// Ages old checkpoints ([`Store::age`]), or with `dry_run` measures what it would do
+    /// and rolls it back ([`Store::age_dry_run`]): `rules` are (pattern, budget or None for
     /// exact), first match first.
-    #[pyo3(signature = (keep_exact_last, keep_exact_every, keep_tagged, budget, update_budget, rules, steps))]
+    #[pyo3(signature = (keep_exact_last, keep_exact_every, keep_tagged, budget, update_budget, rules, steps, dry_run))]
     #[allow(clippy::too_many_arguments)]
     fn age<'py>(
         &self,
@@ -585,6 +656,7 @@ impl PyStore {
         update_budget: Option<f64>,
         rules: Vec<(String, Option<f64>)>,
         steps: Option<Vec<u64>>,
+        dry_run: bool,
     ) -> PyResult<Bound<'py, PyDict>> {
         let policy = AgePolicy {
             keep_exact_last,
@@ -602,7 +674,11 @@ impl PyStore {
         let r = py.detach(|| {
             let mut guard = self.inner.write();
             let store = guard.as_mut().ok_or_else(closed)?;
-            store.age(&policy).map_err(to_py)
+            if dry_run {
+                store.age_dry_run(&policy).map_err(to_py)
+            } else {
+                store.age(&policy).map_err(to_py)
+            }
         })?;
         let d = PyDict::new(py);
         d.set_item("aged", r.aged)?;
@@ -616,6 +692,8 @@ impl PyStore {
         d.set_item("file_bytes_before", r.file_bytes_before)?;
         d.set_item("file_bytes_after", r.file_bytes_after)?;
         d.set_item("compacted", r.compacted)?;
+        d.set_item("compaction_deferred", r.compaction_deferred)?;
+        d.set_item("dry_run", dry_run)?;
         Ok(d)
     }
 
@@ -691,13 +769,16 @@ impl PyStore {
             let now = now_ms.unwrap_or_else(|| s.options().tiering.clock.now());
             s.maintain(now)
         })?;
-        // Re-encoded blocks leave their old pages free: give them back (exclusive).
+        // Re-encoded blocks leave their old pages free: give them back (exclusive). The pass
+        // is committed: a compaction that cannot run is reported, not raised (ADR 0024).
+        let mut compaction_deferred = None;
         if r.bytes_written > 0 {
-            py.detach(|| {
+            let compacted = py.detach(|| {
                 let mut guard = self.inner.write();
                 let s = guard.as_mut().ok_or_else(closed)?;
-                s.compact_if_idle().map_err(to_py)
+                Ok::<_, PyErr>(s.compact_if_idle().map_err(|e| e.to_string()))
             })?;
+            compaction_deferred = compacted.err();
         }
         let after = self.with(py, |s| s.file_bytes())?;
         let d = PyDict::new(py);
@@ -710,6 +791,7 @@ impl PyStore {
         d.set_item("deferred", r.deferred)?;
         d.set_item("file_bytes_before", before)?;
         d.set_item("file_bytes_after", after)?;
+        d.set_item("compaction_deferred", compaction_deferred)?;
         Ok(d)
     }
 
@@ -801,6 +883,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("Corrupt", py.get_type::<Corrupt>())?;
     m.add("InUse", py.get_type::<InUse>())?;
     m.add("TierError", py.get_type::<TierError>())?;
+    m.add("CheckpointExists", py.get_type::<CheckpointExists>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

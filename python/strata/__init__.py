@@ -14,6 +14,7 @@ from __future__ import annotations
 from . import _native
 from ._flatten import SEP, flatten, unflatten
 from ._native import (
+    CheckpointExists,
     Conflict,
     Corrupt,
     InUse,
@@ -24,21 +25,26 @@ from ._native import (
     TierError,
 )
 from ._remote import RemoteStore, commit_parts, open_remote, remote_gc, remote_retain
-from ._store import Store, StepReader, TensorSlice, open
+from ._runs import StaleCheckpoint
+from ._store import ReadOnlyStore, StepReader, Store, TensorSlice, open, open_read_only
 
 __version__: str = _native.__version__
 
 __all__ = [
     "Store",
+    "ReadOnlyStore",
     "StepReader",
     "TensorSlice",
     "open",
+    "open_read_only",
     "flatten",
     "unflatten",
     "SEP",
     "StrataError",
     "NotFound",
     "InvalidInput",
+    "CheckpointExists",
+    "StaleCheckpoint",
     "Corrupt",
     "InUse",
     "TierError",

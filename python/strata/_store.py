@@ -11,7 +11,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from . import _native
+from . import _handles, _native
 from ._convert import (
     check_framework,
     check_name,
@@ -188,12 +188,86 @@ class _Reads:
         return self._s.export_safetensors(check_step(step), os.fspath(path))[1]
 
 
+class _File(_Reads):
+    """What a store file opened in this process has, written or read-only: its path, closing
+    (also as a context manager), :meth:`verify` and :meth:`stats`. The file is released on
+    :meth:`close`, at the end of a ``with`` block, or when the object is garbage collected."""
 
-class Store(_Reads):
+    @property
+    def path(self) -> str:
+        return self._s.path
+
+    @property
+    def closed(self) -> bool:
+        return self._s.closed
+
+    def close(self) -> None:
+        """Closes the file (waits for calls in progress); later calls raise
+        :class:`strata.StrataError`."""
+        self._s.close()
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def verify(self) -> dict[str, Any]:
+        """Decodes every block and checks every record: a dict with ``ok`` and ``issues``."""
+        return self._s.verify()
+
+    def stats(self) -> dict[str, Any]:
+        """Raw, stored and file bytes, counts and ratios."""
+        return self._s.stats()
+
+
+def _check_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    for k, v in options.items():
+        if v is not None:
+            check_step(v, k)
+    return dict(options)
+
+
+class ReadOnlyStore(_File):
+    """A store opened to read beside the process that writes it (:func:`strata.open_read_only`):
+    an evaluation job, a monitor or a notebook while a trainer saves checkpoints.
+
+    It has the read methods of :class:`Store` (``get``, ``get_at``, ``load_checkpoint``,
+    ``iter_checkpoint``, ``open_step``, ``metadata``, ``steps``, ``latest_step``, ``history``,
+    ``tags``, ``export_safetensors``, ``verify``, ``stats``) and no write method. Any number of
+    processes may hold one while one writer holds the store. Each call sees the writer's latest
+    commit, every checkpoint whole or not at all: ``steps()`` grows as the trainer saves.
+
+    The file must exist (:class:`strata.NotFound` otherwise; nothing is created). A store whose
+    last writer crashed is recovered first, as its next writer would (the one case where a
+    read-only open writes to the file). Options: ``cache_bytes`` and ``db_cache_bytes``, as
+    for :class:`Store`.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        cache_bytes: int | None = None,
+        db_cache_bytes: int | None = None,
+    ):
+        opts = _check_options({"cache_bytes": cache_bytes, "db_cache_bytes": db_cache_bytes})
+        self._s = _native.Store(os.fspath(path), read_only=True, **opts)
+
+    def __enter__(self) -> ReadOnlyStore:
+        return self
+
+    def __repr__(self) -> str:
+        return f"strata.ReadOnlyStore({self.path!r}{', closed' if self.closed else ''})"
+
+
+class Store(_File):
     """A Strata store file: tensors versioned by step, checkpoints, tags, tiers.
 
-    ``Store(path)`` opens or creates the file; one process at a time (another gets
-    :class:`strata.InUse`). Use it as a context manager or call :meth:`close`.
+    ``Store(path)`` opens or creates the file to write; one writer at a time (another gets
+    :class:`strata.InUse`, whose message says where this process opened the one it holds).
+    Other processes read beside it with :func:`strata.open_read_only`. Use it as a context
+    manager or call :meth:`close`; a handle that is garbage collected releases the file too.
     Every encode, decode and file operation runs with the GIL released.
 
     Options (keyword-only, the store's defaults when None): ``block_bytes`` (raw bytes per
@@ -218,29 +292,19 @@ class Store(_Reads):
     ):
         if upload is not None and not isinstance(upload, str):
             raise TypeError("upload must be a URL string")
-        opts: dict[str, Any] = {
+        opts = _check_options({
             "block_bytes": block_bytes,
             "max_chain": max_chain,
             "cache_bytes": cache_bytes,
             "db_cache_bytes": db_cache_bytes,
             "window_bytes": window_bytes,
-        }
-        for k, v in opts.items():
-            if v is not None:
-                check_step(v, k)
-        self._s = _native.Store(os.fspath(path), upload=upload, **opts)
+        })
+        self._s = _handles.open_native(os.fspath(path), upload=upload, **opts)
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
+        _handles.register(self)
 
     # -- lifecycle -------------------------------------------------------------------------
-    @property
-    def path(self) -> str:
-        return self._s.path
-
-    @property
-    def closed(self) -> bool:
-        return self._s.closed
-
     def close(self) -> None:
         """Waits for pending async saves and uploads, then closes the file. An upload that
         failed is raised (as by :meth:`flush`) after the file is closed."""
@@ -248,6 +312,7 @@ class Store(_Reads):
         if ex is not None:
             ex.shutdown(wait=True)
             self._executor = None
+        _handles.unregister(self)
         try:
             if not self._s.closed:
                 self._s.flush()
@@ -279,9 +344,6 @@ class Store(_Reads):
     def __enter__(self) -> Store:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         return f"strata.Store({self.path!r}{', closed' if self.closed else ''})"
 
@@ -297,6 +359,21 @@ class Store(_Reads):
         step = check_step(step)
         items = _items(tensors)
         self._s.save_checkpoint(step, items, _metadata_text(metadata))
+
+    def save_checkpoint_from(
+        self,
+        step: int,
+        sources: Iterable[tuple[str | os.PathLike[str], int]],
+        metadata: Any = None,
+    ) -> int:
+        """Saves the checkpoint at ``step``, atomically, from checkpoints of other stores:
+        ``sources`` are ``(store path, step)`` pairs, each store opened read-only and copied
+        tensor by tensor in its saved order, so memory holds a batch of blocks, not the
+        checkpoint. Tensor names must not repeat across the sources. Returns the number of
+        tensors."""
+        step = check_step(step)
+        pairs = [(os.fspath(p), check_step(s)) for p, s in sources]
+        return self._s.save_checkpoint_from(step, pairs, _metadata_text(metadata))
 
     def save_checkpoint_async(
         self, step: int, tensors: Mapping[str, Any], metadata: Any = None
@@ -362,11 +439,14 @@ class Store(_Reads):
         keep_exact_last: int = 2,
         keep_exact_every: int | None = None,
         keep_tagged: bool = True,
-        budget: float = 1e-3,
+        budget: float | None = None,
         update_budget: float | None = 0.5,
         exact: Iterable[str] | None = None,
         budgets: Mapping[str, float] | None = None,
         steps: Iterable[int] | None = None,
+        *,
+        yes: bool = False,
+        dry_run: bool = False,
     ) -> dict[str, Any]:
         """Re-encodes old checkpoints lossy (quantized deltas, ADR 0020): the
         ``keep_exact_last`` latest, every ``keep_exact_every``-th and (``keep_tagged``) the
@@ -379,7 +459,22 @@ class Store(_Reads):
         those checkpoints (:class:`strata.InvalidInput` if the rules keep one exact). Reads of an aged
         version give ``{"kind": "aged", "rel_error": e}`` as fidelity. Compacts the file and
         returns a report: ``aged``, ``kept``, ``versions_aged``, ``versions_exact``,
-        ``blocks_unmet``, ``max_rel_error``, stored and file bytes before and after."""
+        ``blocks_unmet``, ``max_rel_error``, stored and file bytes before and after,
+        ``compaction_deferred`` (why the file was not compacted after the committed pass, or
+        None).
+
+        Aging cannot be undone: ``budget`` must be given (or ``yes=True`` for the default,
+        1e-3), else :class:`strata.InvalidInput`. ``dry_run=True`` runs the same pass and
+        rolls it back: the report says what would be aged and the stored bytes after, and
+        nothing changes (ADR 0024)."""
+        if budget is None:
+            if not yes:
+                raise _native.InvalidInput(
+                    "age needs an explicit budget= (a relative error per block, e.g. 1e-3), or "
+                    "yes=True for the default 1e-3: aging rewrites old checkpoints lossily and "
+                    "cannot be undone; dry_run=True shows what it would do"
+                )
+            budget = 1e-3
         rules: list[tuple[str, float | None]] = [(str(p), None) for p in exact or ()]
         rules += [(str(p), float(e)) for p, e in (budgets or {}).items()]
         return self._s.age(
@@ -390,6 +485,7 @@ class Store(_Reads):
             None if update_budget is None else float(update_budget),
             rules,
             None if steps is None else [check_step(s) for s in steps],
+            bool(dry_run),
         )
 
     def compact(self) -> bool:
@@ -426,14 +522,6 @@ class Store(_Reads):
         compaction when it re-encoded anything: ``file_bytes_before`` and
         ``file_bytes_after`` say what the file went from and to."""
         return self._s.maintain(None if now_ms is None else check_step(now_ms, "now_ms"))
-
-    def verify(self) -> dict[str, Any]:
-        """Decodes every block and checks every record: a dict with ``ok`` and ``issues``."""
-        return self._s.verify()
-
-    def stats(self) -> dict[str, Any]:
-        """Raw, stored and file bytes, counts and ratios."""
-        return self._s.stats()
 
 
 def _slice_rows(index: Any, rows: int) -> tuple[int, int, Any]:
@@ -513,14 +601,11 @@ class StepReader:
     def __iter__(self) -> Iterator[str]:
         return iter(self._names)
 
-    def metadata(self) -> dict[str, str] | None:
-        """The metadata as safetensors gives it: a dict of strings, or None."""
-        value = _metadata_value(self._meta)
-        if value == {}:
-            return None
-        if isinstance(value, dict):
-            return {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in value.items()}
-        return {"metadata": str(value)}
+    def metadata(self) -> Any:
+        """The checkpoint's metadata, as :meth:`Store.metadata` gives it: the dict saved
+        (JSON; ``{}`` when none was), the raw text otherwise. (``strata.torch.safe_open``'s
+        reader gives safetensors' ``dict[str, str] | None`` instead.)"""
+        return _metadata_value(self._meta)
 
     def _check(self, name: str) -> None:
         if name not in self._set:
@@ -538,5 +623,11 @@ class StepReader:
 
 
 def open(path: str | os.PathLike[str], **options: Any) -> Store:  # noqa: A001
-    """Opens (or creates) a store; same as ``Store(path, **options)``."""
+    """Opens (or creates) a store to write; same as ``Store(path, **options)``."""
     return Store(path, **options)
+
+
+def open_read_only(path: str | os.PathLike[str], **options: Any) -> ReadOnlyStore:
+    """Opens an existing store to read beside its writer; same as
+    ``ReadOnlyStore(path, **options)``."""
+    return ReadOnlyStore(path, **options)

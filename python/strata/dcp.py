@@ -8,13 +8,17 @@ A store has one writer process at a time, so ranks do not write it directly:
 - **save**: each rank writes the items DCP planned for it (tensor chunks, and serialized
   non-tensor objects as ``uint8`` tensors) into its own *staging store*, a file beside the store
   named ``<store>.dcp-<step>-rank<N>.staging`` (no contention: one file per rank). The
-  coordinator's ``finish`` then reads every staging store and writes one checkpoint at ``step``
-  into the real store, atomically, with DCP's ``Metadata`` pickled into the checkpoint metadata
-  (key ``strata.dcp.metadata``, base64), and deletes the staging files. A crash before
-  ``finish`` commits leaves the store as it was (and staging files, removed by the next save
-  of that step).
-- **load**: each rank opens the store for its reads and closes it right after; a rank that finds
-  it in use by another rank retries for up to ``open_timeout`` seconds.
+  coordinator's ``finish`` then copies every staging store, tensor by tensor (memory holds one
+  batch of blocks, not the checkpoint), into one checkpoint at ``step`` of the real store,
+  atomically, with DCP's ``Metadata`` pickled into the checkpoint metadata (key
+  ``strata.dcp.metadata``, base64), and deletes the staging files. A crash before ``finish``
+  commits leaves the store as it was (and staging files, removed by the next save of that step).
+- **runs** (ADR 0026): a save at ``step`` into a store that holds checkpoints at ``step`` or
+  later is refused by the coordinator before any rank writes (:class:`strata.CheckpointExists`,
+  raised by ``dcp.save`` on every rank), unless ``overwrite=True``, which deletes them when the
+  new checkpoint is committed. The checkpoint's metadata names its run (``run_id``).
+- **load**: each rank opens the store read-only for its reads, so ranks read in parallel (and
+  beside a process that writes the store).
 - **with a remote** (``remote="s3://bucket/prefix"`` or ``file:///path``, ADR 0018): each rank
   pushes its staging store as its *part* of the remote's checkpoint at ``step``
   (``Store.push_part``, ranks on any machines), and the coordinator's ``finish`` joins the parts
@@ -54,8 +58,10 @@ from torch.distributed.checkpoint.planner import (
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
 
 from ._convert import check_step
+from ._handles import reading
 from ._native import InUse, NotFound
 from ._remote import RemoteStore, commit_parts
+from ._runs import RunWrites
 from ._store import Store
 
 __all__ = ["StrataStorageWriter", "StrataStorageReader"]
@@ -94,12 +100,13 @@ class StrataStorageWriter(StorageWriter):
     """Writes a DCP checkpoint as the store checkpoint at ``step`` (see the module doc)."""
 
     def __init__(self, store_path: str | os.PathLike[str], step: int, open_timeout: float = 60.0,
-                 remote: str | None = None):
+                 remote: str | None = None, overwrite: bool = False, run_id: str | None = None):
         super().__init__()
         self.store_path = os.path.abspath(os.fspath(store_path))
         self.step = check_step(step)
         self.open_timeout = open_timeout
         self.remote = remote
+        self.run = RunWrites("StrataStorageWriter", run_id, overwrite)
         self.is_coordinator = False
 
     def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
@@ -113,6 +120,11 @@ class StrataStorageWriter(StorageWriter):
         return plan
 
     def prepare_global_plan(self, plans: list[SavePlan]) -> list[SavePlan]:
+        # The coordinator refuses a save behind the store's checkpoints before any rank writes.
+        if self.remote is None and os.path.exists(self.store_path):
+            with reading(self.store_path) as st:
+                self.run.begin(st, self.step - 1 if self.step > 0 else None, adopt=False,
+                               doing=f"saves step {self.step}")
         # Each rank's staging store is named by its position in the global plan.
         return [dataclasses.replace(p, storage_data=f"rank{i}") for i, p in enumerate(plans)]
 
@@ -161,12 +173,10 @@ class StrataStorageWriter(StorageWriter):
         if self.remote is not None:
             commit_parts(self.remote, self.step, {METADATA_KEY: blob})
             return
-        tensors: dict[str, Any] = {}
-        for staging in stagings:
-            with Store(staging) as st:
-                tensors.update(st.load_checkpoint(0, framework="pt"))
         with _open(self.store_path, self.open_timeout) as st:
-            st.save_checkpoint(self.step, tensors, metadata={METADATA_KEY: blob})
+            self.run.claim(st)
+            meta = {METADATA_KEY: blob, **self.run.stamp(self.step)}
+            st.save_checkpoint_from(self.step, [(s, 0) for s in stagings], metadata=meta)
         for staging in stagings:
             os.remove(staging)
 
@@ -198,19 +208,19 @@ class StrataStorageReader(StorageReader):
 
     def __init__(
         self, store_path: str | os.PathLike[str], step: int | None = None,
-        open_timeout: float = 60.0, remote: str | None = None,
+        remote: str | None = None,
     ):
         super().__init__()
         self.store_path = os.path.abspath(os.fspath(store_path))
         self.step = None if step is None else check_step(step)
-        self.open_timeout = open_timeout
         self.remote = remote
         self.storage_data: dict[MetadataIndex, str] = {}
 
     def _source(self) -> Any:
-        """The store, or a reader of the remote with a private cache (removed on close)."""
+        """The store opened read-only, or a reader of the remote with a private cache
+        (removed on close)."""
         if self.remote is None:
-            return _open(self.store_path, self.open_timeout)
+            return reading(self.store_path)
         return _RemoteSource(self.remote)
 
     def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:

@@ -4,7 +4,8 @@ usage: _train_lightning.py full|kill|resume STORE CKPT_DIR [CKPT_PATH]
 
 60 steps of AdamW with a step LR schedule on CPU, one thread, 10 batches per epoch (no
 shuffle), a checkpoint every 10 steps through StrataCheckpointIO. `kill` SIGKILLs its own
-process at step 35 (after the save at 30); `resume` continues from CKPT_PATH.
+process at step 35 (after the save at 30); `resume` continues from CKPT_PATH. The seed is
+$SEED (0 when unset); $OVERWRITE=1 makes the plugin overwrite another run's checkpoints.
 """
 
 import os
@@ -62,7 +63,7 @@ class Killer(L.Callback):
 
 def main():
     mode, store, ckdir = sys.argv[1:4]
-    L.seed_everything(0, verbose=False)
+    L.seed_everything(int(os.environ.get("SEED", "0")), verbose=False)
     model = Model()
     callbacks = [
         ModelCheckpoint(dirpath=ckdir, every_n_train_steps=10, save_top_k=-1, filename="{step}")
@@ -73,7 +74,7 @@ def main():
         max_steps=60,
         accelerator="cpu",
         devices=1,
-        plugins=[StrataCheckpointIO(store)],
+        plugins=[StrataCheckpointIO(store, overwrite=os.environ.get("OVERWRITE") == "1")],
         callbacks=callbacks,
         logger=False,
         enable_progress_bar=False,

@@ -114,3 +114,22 @@ def test_age_refuses_keep_exact_last_0(store_path):
             got, fid = st.get("layer.weight", step, framework="pt", with_fidelity=True)
             assert fid["kind"] == "exact"
             assert same_bits(got, data[step]["layer.weight"])
+
+
+def test_age_needs_a_budget_and_has_a_dry_run(store_path):
+    """Issue 26 (case 10): aging cannot be undone, so it needs an explicit budget (or
+    yes=True); a dry run measures the pass and changes nothing."""
+    with strata.Store(store_path) as st:
+        for step, sd in series().items():
+            st.save_checkpoint(step, sd)
+        before = st.stats()["stored_bytes"]
+        with pytest.raises(strata.InvalidInput, match="budget"):
+            st.age(keep_exact_last=2)
+        dry = st.age(keep_exact_last=2, budget=BUDGET, dry_run=True)
+        assert dry["dry_run"] and sorted(dry["aged"]) == STEPS[:-2]
+        assert st.stats()["stored_bytes"] == before
+        _, fidelity = st.get("layer.weight", STEPS[0], framework="pt", with_fidelity=True)
+        assert fidelity["kind"] == "exact"
+        real = st.age(keep_exact_last=2, budget=BUDGET)
+        assert real["stored_bytes_after"] == dry["stored_bytes_after"]
+        assert real["compaction_deferred"] is None

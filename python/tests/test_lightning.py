@@ -19,9 +19,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "_train_lightning.py")
 
 
-def run(*args):
+def run(*args, **env):
     return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True,
-                          timeout=300)
+                          timeout=300, env={**os.environ, **env})
 
 
 def assert_equal(a, b, path="ckpt"):
@@ -84,7 +84,9 @@ def test_checkpoint_io_roundtrip_and_remove(tmp_path):
     }
     p1, p2 = tmp_path / "a" / "one.ckpt", tmp_path / "a" / "last.ckpt"
     io.save_checkpoint(ckpt, p1)
-    io.save_checkpoint(ckpt, p2)  # same global step: a second pointer
+    # Same global step (last.ckpt after step=N.ckpt, the callbacks' state moved on): a second
+    # pointer to the checkpoint written first.
+    io.save_checkpoint({**ckpt, "callbacks": {"best": torch.ones(2)}}, p2)
     assert_equal(io.load_checkpoint(p1), ckpt)
     assert_equal(io.load_checkpoint(p2), ckpt)
     assert io.store.steps() == [7]
@@ -93,3 +95,79 @@ def test_checkpoint_io_roundtrip_and_remove(tmp_path):
     io.remove_checkpoint(p2)
     assert io.store.steps() == []
     io.teardown()
+
+
+def test_second_run_is_refused_and_stale_pointers_are_not_loaded(tmp_path):
+    """Issue 26: a second run (another seed) into the same store and checkpoint folder. Without
+    overwrite it stops at its first save; with it, the first run's pointers (step=N.ckpt) are
+    refused instead of loading the second run's weights, and the second run's (step=N-v1.ckpt)
+    load its own."""
+    store, ckdir = str(tmp_path / "run.strata"), str(tmp_path / "ck")
+    r = run("full", store, ckdir)
+    assert r.returncode == 0, r.stderr[-3000:]
+    with strata.open_read_only(store) as st:
+        first_run = st.metadata(60)["strata.run_id"]
+    r = run("full", store, ckdir, SEED="1")
+    assert r.returncode != 0 and "CheckpointExists" in r.stderr, r.stderr[-3000:]
+    assert "overwrite=True" in r.stderr
+    with strata.open_read_only(store) as st:
+        assert {st.metadata(s)["strata.run_id"] for s in st.steps()} == {first_run}
+    r = run("full", store, ckdir, SEED="1", OVERWRITE="1")
+    assert r.returncode == 0, r.stderr[-3000:]
+    with strata.open_read_only(store) as st:
+        assert st.steps() == [10, 20, 30, 40, 50, 60]
+        runs = {st.metadata(s)["strata.run_id"] for s in st.steps()}
+    assert len(runs) == 1 and first_run not in runs
+    with pytest.raises(strata.StaleCheckpoint, match="replaced"):
+        torch.load(os.path.join(ckdir, "step=20.ckpt"))
+    io = StrataCheckpointIO(store)
+    with pytest.raises(strata.StaleCheckpoint):
+        io.load_checkpoint(os.path.join(ckdir, "step=20.ckpt"))
+    second = io.load_checkpoint(os.path.join(ckdir, "step=20-v1.ckpt"))
+    with strata.open_read_only(store) as st:
+        want = st.load_checkpoint(20, framework="pt")
+    assert second["global_step"] == 20
+    for k, v in second["state_dict"].items():
+        assert torch.equal(v, want["state_dict/" + k]), k
+
+
+ENTRY_POINTS = """
+import os, sys
+sys.path.insert(0, {here!r})
+import torch
+
+ckpt = {ckpt!r}
+# torch.load without strata imported beforehand: pickle imports strata.lightning itself.
+raw = torch.load(ckpt, weights_only=False)
+assert raw["global_step"] == 30 and "state_dict" in raw and "optimizer_states" in raw
+
+import lightning as L
+import strata.lightning  # allows the pointer's loader under weights_only=True
+from _train_lightning import Data, Model
+
+model = Model.load_from_checkpoint(ckpt)  # torch's default: weights_only=True
+for k, v in raw["state_dict"].items():
+    assert torch.equal(model.state_dict()[k], v), k
+trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False,
+                    enable_model_summary=False)
+dl = torch.utils.data.DataLoader(Data(), batch_size=8)
+class Eval(Model):
+    def validation_step(self, batch, i):
+        x, y = batch
+        self.log("val", torch.nn.functional.mse_loss(self.net(x), y))
+out = trainer.validate(Eval(), dl, ckpt_path=ckpt, verbose=False)  # default CheckpointIO
+want = trainer.validate(Eval.load_from_checkpoint(ckpt), dl, verbose=False)
+assert out == want, (out, want)
+print("ok")
+"""
+
+
+def test_lightning_entry_points_load_a_pointer(tmp_path):
+    """Issue 29 item 4: a pointer file loads with torch.load, LightningModule.load_from_checkpoint
+    and Trainer.validate(ckpt_path=) without the plugin, in a fresh process."""
+    store, ckdir = str(tmp_path / "run.strata"), str(tmp_path / "ck")
+    r = run("full", store, ckdir)
+    assert r.returncode == 0, r.stderr[-3000:]
+    code = ENTRY_POINTS.format(here=HERE, ckpt=os.path.join(ckdir, "step=30.ckpt"))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-3000:]

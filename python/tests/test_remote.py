@@ -120,7 +120,11 @@ class Moto:
             ["bash", os.path.join(ROOT, "tests", "s3", "venv.sh")], capture_output=True, text=True
         )
         if made.returncode != 0:
-            pytest.skip(f"moto's S3 server could not be installed: {made.stderr[-500:]}")
+            why = f"moto's S3 server could not be installed: {made.stderr[-500:]}"
+            # Under CI a missing server fails the run instead of skipping (issue 26, case 11).
+            if os.environ.get("CI", "") not in ("", "0", "false"):
+                pytest.fail(why)
+            pytest.skip(why)
         self.server = made.stdout.strip().splitlines()[-1]
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))

@@ -81,7 +81,7 @@ def test_open_step_slices(store_path):
         st.save_checkpoint(5, a, metadata={"note": "x", "n": 3})
         with st.open_step(5) as f:
             assert f.keys() == list(a)
-            assert f.metadata() == {"note": "x", "n": "3"}
+            assert f.metadata() == st.metadata(5) == {"note": "x", "n": 3}  # as saved
             e = a["embed.weight"]
             rows = f.get_slice("embed.weight")[100:200]
             np.testing.assert_array_equal(rows, e[100:200])
@@ -291,3 +291,24 @@ def test_complex_and_fp8_round_trip(store_path):
         for n, a in fp8.items():
             assert back[n].dtype == a.dtype, n
             assert back[n].tobytes() == a.tobytes(), n
+
+
+def test_save_checkpoint_from_other_stores(tmp_path):
+    """The DCP coordinator's copy: checkpoints of other stores into one, tensor by tensor."""
+    a, b, dst = (str(tmp_path / n) for n in ("a.strata", "b.strata", "dst.strata"))
+    with strata.Store(a) as st:
+        st.save_checkpoint(0, {"x": np.arange(10, dtype=np.float32), "y": np.ones((3, 3))})
+    with strata.Store(b) as st:
+        st.save_checkpoint(4, {"z": np.arange(5, dtype=np.int64)})
+    with strata.Store(dst) as st:
+        assert st.save_checkpoint_from(9, [(a, 0), (b, 4)], metadata={"m": 1}) == 3
+        assert st.keys(9) == ["x", "y", "z"] and st.metadata(9) == {"m": 1}
+        np.testing.assert_array_equal(st.get("z", 9), np.arange(5))
+        np.testing.assert_array_equal(st.get("y", 9), np.ones((3, 3)))
+        with pytest.raises(strata.InvalidInput):  # a name twice
+            st.save_checkpoint_from(10, [(a, 0), (a, 0)])
+        with pytest.raises(strata.NotFound):
+            st.save_checkpoint_from(10, [(b, 5)])
+        with pytest.raises(strata.CheckpointExists):
+            st.save_checkpoint_from(9, [(b, 4)])
+        assert st.steps() == [9]

@@ -190,3 +190,34 @@ def test_packed_fp4_and_fp6(store_path, tmp_path):
         out = tmp_path / "back.safetensors"
         st.export_safetensors(2, out)
         assert _read_safetensors(out) == _read_safetensors(src)
+
+
+def test_save_model_and_load_model(tmp_path):
+    """Issue 29 item 6: safetensors' save_model / load_model, tied weights included."""
+    class Tied(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(10, 4)
+            self.head = torch.nn.Linear(4, 10, bias=False)
+            self.head.weight = self.emb.weight
+
+    torch.manual_seed(0)
+    model, store = Tied(), tmp_path / "m.strata"
+    assert stt.save_model(model, store, metadata={"k": "v"}) == 0
+    fresh = Tied()
+    assert stt.load_model(fresh, store) == ([], [])
+    assert torch.equal(fresh.emb.weight, model.emb.weight)
+    assert fresh.head.weight is fresh.emb.weight
+    with stt.safe_open(store, framework="pt") as f:
+        assert f.metadata() == {"k": "v"}
+    other = torch.nn.Linear(4, 4)
+    with pytest.raises(RuntimeError, match="Missing key"):
+        stt.load_model(other, store)
+    missing, unexpected = stt.load_model(other, store, strict=False)
+    assert sorted(missing) == ["bias", "weight"] and sorted(unexpected) == ["emb.weight",
+                                                                            "head.weight"]
+    with pytest.raises(strata.CheckpointExists):
+        stt.save_model(model, store, step=0)
+    with pytest.raises(strata.NotFound):
+        stt.load_model(fresh, tmp_path / "missing.strata")
+    assert not (tmp_path / "missing.strata").exists()

@@ -7,10 +7,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use strata_codec::aged;
 use wildmatch::WildMatch;
 
-use crate::engine::{age_versions, AgeTally, View};
-use crate::error::{InvalidInput, NotFound, Result, StoreError};
+use crate::engine::{age_versions, AgeTally, View, WriteTxn};
+use crate::error::{DbContext, InvalidInput, NotFound, Result, StoreError};
 use crate::retain::RetainPolicy;
-use crate::store::Store;
+use crate::stats::{stored_sizes, StoredSizes};
+use crate::store::{contain, Store};
 
 /// Deepest chain of aged versions a read decodes by default: aged versions are old
 /// history, read rarely, and each aged link is a cheap decode (an entropy-coded delta
@@ -101,8 +102,12 @@ pub struct AgeReport {
     /// File size after aging and compacting.
     pub file_bytes_after: u64,
     /// Whether the file was compacted (not while a read-only process reads: see
-    /// [`crate::RetainReport::compacted`]).
+    /// [`crate::RetainReport::compacted`]; never by [`Store::age_dry_run`]).
     pub compacted: bool,
+    /// Why the file was not compacted after the pass, when a compaction was tried and could
+    /// not run: a read in progress, or the compaction's error. The pass is committed either
+    /// way.
+    pub compaction_deferred: Option<String>,
 }
 
 impl AgePolicy {
@@ -155,108 +160,149 @@ impl Store {
     /// compacted. Exact versions that depended on an aged one are re-based first, in the
     /// same transaction: a crash leaves every checkpoint exact or aged. A read of an aged
     /// version returns [`crate::Fidelity::Aged`] with the error measured when it was aged.
-    /// Versions already aged or tiered are left as they are.
+    /// Versions already aged or tiered are left as they are. Aging cannot be undone:
+    /// [`Store::age_dry_run`] runs the same pass and rolls it back.
     ///
     /// # Errors
     /// [`InvalidInput::Options`] for a bad policy, [`InvalidInput::AgeRefused`] for a step
     /// of `policy.steps` the policy keeps exact, [`NotFound::Checkpoint`] for a step that is
     /// no checkpoint (nothing changed then); read and encode errors of the versions
-    /// (nothing changed); [`StoreError::Compaction`].
+    /// (nothing changed); [`StoreError::Compaction`] from the compaction before the pass
+    /// (nothing changed). Once the pass is committed nothing fails: a compaction that cannot
+    /// run is [`AgeReport::compaction_deferred`].
     pub fn age(&mut self, policy: &AgePolicy) -> Result<AgeReport> {
-        policy.validate()?;
+        let path = self.path.clone();
+        contain(&path, "aging", || {
+            policy.validate()?;
+            let file_bytes_before = self.file_bytes()?;
+            let (targets, kept) = self.age_targets(policy)?;
+            // Compacted first as well: on a store reopened with the growth slack of its imports
+            // still in the file, compacting only after the pass left the file 1.6x its stored
+            // bytes (MiniLM, 20 checkpoints); compacting before, 1.02x.
+            self.compact_if_idle()?;
+            let pass = {
+                let _writer = self.writer.lock();
+                self.write(|wt| self.age_pass(wt, policy, &targets))?
+            };
+            let compaction_deferred = self.compact_after_commit();
+            let file_bytes_after = self.file_bytes()?;
+            Ok(pass.report(
+                (targets, kept),
+                (file_bytes_before, file_bytes_after),
+                compaction_deferred.is_none(),
+                compaction_deferred,
+            ))
+        })
+    }
+
+    /// What [`Store::age`] would do with `policy`, measured by doing it: the same pass runs
+    /// in a write transaction that is then rolled back, so the checkpoints it names, the
+    /// versions it would age, their errors and the stored bytes after are those `age` would
+    /// give now (`file_bytes_after` is the file's size, unchanged, and nothing is
+    /// compacted). Nothing is committed, so no reader sees a change; the pages a large pass
+    /// spills to the file before the rollback are free again after it (on the dev series the
+    /// file kept its length and its space on disk). It holds the writer's lock for the
+    /// length of the pass, as `age` does.
+    ///
+    /// # Errors
+    /// Those of [`Store::age`] before its commit, and [`crate::InvalidInput::ReadOnly`] on
+    /// a read-only handle.
+    pub fn age_dry_run(&self, policy: &AgePolicy) -> Result<AgeReport> {
+        contain(&self.path, "an aging dry run", || {
+            policy.validate()?;
+            let file_bytes = self.file_bytes()?;
+            let (targets, kept) = self.age_targets(policy)?;
+            let pass = {
+                let _writer = self.writer.lock();
+                let op = "an aging dry run";
+                let rolled_back = (|| {
+                    let txn = self.db.begin_write(&self.path, op)?;
+                    let pass = {
+                        let mut wt = WriteTxn::open(&txn)?;
+                        self.age_pass(&mut wt, policy, &targets)?
+                    };
+                    txn.abort().ctx(op)?;
+                    Ok(pass)
+                })();
+                rolled_back.map_err(|e: StoreError| e.on_file(&self.path))?
+            };
+            Ok(pass.report((targets, kept), (file_bytes, file_bytes), false, None))
+        })
+    }
+
+    /// Ages the versions of the checkpoints `targets` in `wt`, measuring the stored bytes
+    /// before and after.
+    fn age_pass(
+        &self,
+        wt: &mut WriteTxn<'_>,
+        policy: &AgePolicy,
+        targets: &BTreeSet<u64>,
+    ) -> Result<AgePass> {
         let rules: Vec<(WildMatch, Option<f64>)> = policy
             .rules
             .iter()
             .map(|r| (WildMatch::new(&r.pattern), r.budget))
             .collect();
-        let file_bytes_before = self.file_bytes()?;
-        let stored_bytes_before = self.stats()?.stored_bytes;
-        let (targets, kept) = self.age_targets(policy)?;
-        // Compacted first as well: on a store reopened with the growth slack of its imports
-        // still in the file, compacting only after the pass left the file 1.6x its stored
-        // bytes (MiniLM, 20 checkpoints); compacting before, 1.02x.
-        self.compact_if_idle()?;
-        let tally = {
-            let _writer = self.writer.lock();
-            let pins = self.rules.read();
-            let tally = self.write(|wt| {
-                // Per tensor, the steps to age: each tensor's chain is walked once.
-                let mut by_tensor: BTreeMap<String, BTreeSet<u64>> = BTreeMap::new();
-                let mut tally = AgeTally::default();
-                for &step in &targets {
-                    let Some(cp) = wt.checkpoint(step)? else {
-                        continue;
-                    };
-                    for name in cp.tensors {
-                        by_tensor.entry(name).or_default().insert(step);
-                    }
+        let stored_before = stored_sizes_of(wt)?;
+        let pins = self.rules.read();
+        // Per tensor, the steps to age: each tensor's chain is walked once.
+        let mut by_tensor: BTreeMap<String, BTreeSet<u64>> = BTreeMap::new();
+        let mut tally = AgeTally::default();
+        for &step in targets {
+            let Some(cp) = wt.checkpoint(step)? else {
+                continue;
+            };
+            for name in cp.tensors {
+                by_tensor.entry(name).or_default().insert(step);
+            }
+        }
+        for (name, steps) in &by_tensor {
+            let mut ageable = BTreeSet::new();
+            let mut budget = None;
+            for &s in steps {
+                let Some(rec) = wt.version(name, s)? else {
+                    continue;
+                };
+                let b = policy.budget_of(&rules, name, rec.shape.len());
+                let lossless = rec
+                    .blocks
+                    .iter()
+                    .all(|b| matches!(b.form, crate::record::Form::Lossless));
+                if rec.aged.is_some() {
+                    continue;
                 }
-                for (name, steps) in &by_tensor {
-                    let mut ageable = BTreeSet::new();
-                    let mut budget = None;
-                    for &s in steps {
-                        let Some(rec) = wt.version(name, s)? else {
-                            continue;
-                        };
-                        let b = policy.budget_of(&rules, name, rec.shape.len());
-                        let lossless = rec
-                            .blocks
-                            .iter()
-                            .all(|b| matches!(b.form, crate::record::Form::Lossless));
-                        if rec.aged.is_some() {
-                            continue;
-                        }
-                        if b.is_none()
-                            || pins.is_pinned(name)
-                            || !aged::supports(rec.dtype)
-                            || !lossless
-                        {
-                            tally.versions_exact += 1;
-                            continue;
-                        }
-                        budget = b;
-                        ageable.insert(s);
-                    }
-                    let Some(budget) = budget else {
-                        continue;
-                    };
-                    let budget = aged::Budget {
-                        of_norm: budget,
-                        of_delta: policy.update_budget,
-                    };
-                    let t = age_versions(
-                        wt,
-                        &self.cache,
-                        &self.opts,
-                        name,
-                        &ageable,
-                        budget,
-                        policy.max_chain,
-                    )?;
-                    tally.versions_aged += t.versions_aged;
-                    tally.versions_exact += t.versions_exact;
-                    tally.blocks_unmet += t.blocks_unmet;
-                    tally.max_rel_error = tally.max_rel_error.max(t.max_rel_error);
+                if b.is_none() || pins.is_pinned(name) || !aged::supports(rec.dtype) || !lossless {
+                    tally.versions_exact += 1;
+                    continue;
                 }
-                Ok(tally)
-            })?;
-            tally
-        };
-        let (aged, kept): (Vec<u64>, Vec<u64>) =
-            (targets.into_iter().collect(), kept.into_iter().collect());
-        let compacted = self.compact_if_idle()?;
-        Ok(AgeReport {
-            aged,
-            kept,
-            versions_aged: tally.versions_aged,
-            versions_exact: tally.versions_exact,
-            blocks_unmet: tally.blocks_unmet,
-            max_rel_error: tally.max_rel_error,
-            stored_bytes_before,
-            stored_bytes_after: self.stats()?.stored_bytes,
-            file_bytes_before,
-            file_bytes_after: self.file_bytes()?,
-            compacted,
+                budget = b;
+                ageable.insert(s);
+            }
+            let Some(budget) = budget else {
+                continue;
+            };
+            let budget = aged::Budget {
+                of_norm: budget,
+                of_delta: policy.update_budget,
+            };
+            let t = age_versions(
+                wt,
+                &self.cache,
+                &self.opts,
+                name,
+                &ageable,
+                budget,
+                policy.max_chain,
+            )?;
+            tally.versions_aged += t.versions_aged;
+            tally.versions_exact += t.versions_exact;
+            tally.blocks_unmet += t.blocks_unmet;
+            tally.max_rel_error = tally.max_rel_error.max(t.max_rel_error);
+        }
+        Ok(AgePass {
+            tally,
+            stored_bytes_before: stored_before.total(),
+            stored_bytes_after: stored_sizes_of(wt)?.total(),
         })
     }
 
@@ -295,6 +341,51 @@ impl Store {
         };
         Ok((targets, kept))
     }
+}
+
+/// What an aging pass did in its transaction.
+struct AgePass {
+    tally: AgeTally,
+    stored_bytes_before: u64,
+    stored_bytes_after: u64,
+}
+
+impl AgePass {
+    /// The report of the pass over `targets`, `kept` exact, with the file's size before and
+    /// after.
+    fn report(
+        self,
+        (targets, kept): (BTreeSet<u64>, BTreeSet<u64>),
+        (file_bytes_before, file_bytes_after): (u64, u64),
+        compacted: bool,
+        compaction_deferred: Option<String>,
+    ) -> AgeReport {
+        AgeReport {
+            aged: targets.into_iter().collect(),
+            kept: kept.into_iter().collect(),
+            versions_aged: self.tally.versions_aged,
+            versions_exact: self.tally.versions_exact,
+            blocks_unmet: self.tally.blocks_unmet,
+            max_rel_error: self.tally.max_rel_error,
+            stored_bytes_before: self.stored_bytes_before,
+            stored_bytes_after: self.stored_bytes_after,
+            file_bytes_before,
+            file_bytes_after,
+            compacted,
+            compaction_deferred,
+        }
+    }
+}
+
+/// The stored sizes of a write in progress.
+fn stored_sizes_of(wt: &WriteTxn<'_>) -> Result<StoredSizes> {
+    stored_sizes(
+        &wt.segments,
+        &wt.versions,
+        &wt.tiers,
+        &wt.checkpoints,
+        &wt.tags,
+    )
 }
 
 /// Why the policy keeps checkpoint `step` exact.

@@ -87,8 +87,8 @@ pub enum StoreError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
-    /// A safetensors file could not be read or written (bad header, bad offsets, I/O); the
-    /// safetensors crate's error is the source.
+    /// A safetensors file could not be written (an export); the safetensors crate's error is
+    /// the source. A file refused on import is [`InvalidInput::SafeTensorsFile`].
     #[error("safetensors file {path}: {source}")]
     SafeTensors {
         /// The file.
@@ -308,6 +308,16 @@ pub enum InvalidInput {
         /// Why.
         reason: String,
     },
+    /// A safetensors file that cannot be imported as it is (nothing of it is written): what
+    /// is wrong with its header or its size, naming the tensor and the numbers.
+    #[error("safetensors file {path}: {problem}")]
+    SafeTensorsFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it (boxed: it names tensors and offsets, and errors stay
+        /// small).
+        problem: Box<SafeTensorsProblem>,
+    },
     /// A frame appended at a step before the tensor's latest version.
     #[error("tensor {tensor:?}: frame step {step} is not after the latest version {latest}")]
     StepNotAfter {
@@ -325,6 +335,198 @@ pub enum InvalidInput {
         pattern: String,
         /// What is wrong.
         reason: String,
+    },
+}
+
+/// What is wrong with a safetensors file an import refused
+/// ([`InvalidInput::SafeTensorsFile`]). Offsets are those of the header's `data_offsets`:
+/// bytes of the data section, which starts after the header.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum SafeTensorsProblem {
+    /// The file is too short to hold the 8-byte header length.
+    #[error(
+        "the file is {len} bytes long; a safetensors file starts with an 8-byte header length"
+    )]
+    TooShort {
+        /// The file's length.
+        len: u64,
+    },
+    /// The header length is beyond the format's limit.
+    #[error("its header length {declared} is over the format's limit of {limit} bytes")]
+    HeaderTooLarge {
+        /// The length the file declares.
+        declared: u64,
+        /// The format's limit.
+        limit: u64,
+    },
+    /// The header length runs past the end of the file.
+    #[error(
+        "its header length {declared} runs past the end of the file, which holds {available} \
+         bytes after the length (truncated, or not a safetensors file)"
+    )]
+    HeaderPastEnd {
+        /// The length the file declares.
+        declared: u64,
+        /// Bytes the file holds after its first 8.
+        available: u64,
+    },
+    /// The header is not a JSON object (serde_json's error gives the line and column).
+    #[error("its header is not a JSON object of tensors: {error}")]
+    Json {
+        /// serde_json's error.
+        error: serde_json::Error,
+    },
+    /// The header names a tensor (or `__metadata__`) twice: readers that keep one of the
+    /// two silently would read different data.
+    #[error("its header names {key:?} twice")]
+    DuplicateKey {
+        /// The key.
+        key: String,
+    },
+    /// `__metadata__` has a key twice.
+    #[error("its __metadata__ has the key {key:?} twice")]
+    DuplicateMetadataKey {
+        /// The key.
+        key: String,
+    },
+    /// `__metadata__` is not an object of strings.
+    #[error("its __metadata__ is not an object of strings: {error}")]
+    Metadata {
+        /// serde_json's error.
+        error: serde_json::Error,
+    },
+    /// A tensor's entry is not `{dtype, shape, data_offsets}`.
+    #[error(
+        "tensor {tensor:?}: its entry is not {{\"dtype\", \"shape\", \"data_offsets\"}}: {error}"
+    )]
+    Entry {
+        /// Tensor name.
+        tensor: String,
+        /// serde_json's error.
+        error: serde_json::Error,
+    },
+    /// A tensor name Strata does not accept.
+    #[error("tensor {tensor:?}: its name is {reason}")]
+    Name {
+        /// The name (its first 64 characters).
+        tensor: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// A tensor of more dimensions than Strata stores.
+    #[error("tensor {tensor:?}: shape {shape:?} has {} dimensions, more than {limit}", shape.len())]
+    Dimensions {
+        /// Tensor name.
+        tensor: String,
+        /// The shape in the file.
+        shape: Vec<u64>,
+        /// The most dimensions a version record holds.
+        limit: usize,
+    },
+    /// A tensor whose element or byte count overflows.
+    #[error("tensor {tensor:?}: shape {shape:?} of {dtype} is too large to count its bytes")]
+    ShapeOverflow {
+        /// Tensor name.
+        tensor: String,
+        /// The file's name for the dtype.
+        dtype: String,
+        /// The shape in the file.
+        shape: Vec<u64>,
+    },
+    /// A tensor whose offsets end before they start.
+    #[error("tensor {tensor:?}: data_offsets [{start}, {end}] end before they start")]
+    Offsets {
+        /// Tensor name.
+        tensor: String,
+        /// First byte.
+        start: u64,
+        /// End (exclusive).
+        end: u64,
+    },
+    /// A tensor whose offsets do not span the bytes its shape and dtype need.
+    #[error(
+        "tensor {tensor:?}: data_offsets [{start}, {end}] span {} bytes, but shape {shape:?} \
+         of {dtype} needs {expected}",
+        end - start
+    )]
+    Size {
+        /// Tensor name.
+        tensor: String,
+        /// The file's name for the dtype.
+        dtype: String,
+        /// The shape in the file.
+        shape: Vec<u64>,
+        /// First byte.
+        start: u64,
+        /// End (exclusive).
+        end: u64,
+        /// Bytes the shape and dtype need.
+        expected: u64,
+    },
+    /// Two tensors share bytes.
+    #[error(
+        "tensors {first:?} (bytes {first_start}..{first_end}) and {second:?} (bytes \
+         {second_start}..{second_end}) overlap"
+    )]
+    Overlap {
+        /// The tensor that starts first.
+        first: String,
+        /// Its first byte.
+        first_start: u64,
+        /// Its end.
+        first_end: u64,
+        /// The tensor that starts inside it.
+        second: String,
+        /// Its first byte.
+        second_start: u64,
+        /// Its end.
+        second_end: u64,
+    },
+    /// Bytes between tensors that no tensor holds (the format forbids holes).
+    #[error("bytes {start}..{end} of the data section belong to no tensor")]
+    Hole {
+        /// First byte of the hole.
+        start: u64,
+        /// Its end.
+        end: u64,
+    },
+    /// A tensor that ends past the end of the file.
+    #[error(
+        "tensor {tensor:?} ends at byte {end} of the data section, but the file holds only \
+         {data_bytes} bytes of data (truncated?)"
+    )]
+    PastEnd {
+        /// Tensor name.
+        tensor: String,
+        /// Its end.
+        end: u64,
+        /// Bytes of the data section.
+        data_bytes: u64,
+    },
+    /// Bytes after the last tensor.
+    #[error(
+        "its tensors end at byte {covered} of the data section, but the file holds \
+         {data_bytes} bytes of data: the rest belongs to no tensor"
+    )]
+    Trailing {
+        /// Where the last tensor ends.
+        covered: u64,
+        /// Bytes of the data section.
+        data_bytes: u64,
+    },
+    /// The file became shorter while it was imported.
+    #[error(
+        "tensor {tensor:?}: the file ended at {file_bytes} bytes while reading up to byte \
+         {needed} of it (it was truncated during the import)"
+    )]
+    Shrunk {
+        /// Tensor name.
+        tensor: String,
+        /// The file offset the read needed.
+        needed: u64,
+        /// The file's length when the read failed.
+        file_bytes: u64,
     },
 }
 
@@ -473,6 +675,20 @@ pub enum Corruption {
         #[source]
         source: RecordError,
     },
+    /// The database engine failed while it read the file's pages: redb does not checksum
+    /// its pages and trusts them, so a damaged page can make it panic (an index out of
+    /// range, a length past a page); the store turns that panic into this error at its
+    /// boundary. The file is damaged at the database level: restore it from a copy or a
+    /// remote.
+    #[error("store {path}: the database engine failed while {op} ({message}): the file's pages are damaged")]
+    Engine {
+        /// The store file.
+        path: std::path::PathBuf,
+        /// What the store was doing.
+        op: &'static str,
+        /// What the engine reported.
+        message: String,
+    },
 }
 
 /// A tiered read or operation that cannot give what was asked (Tier 0 without a policy, a rebuild that fails, data that is no longer exact, a frame stream).
@@ -550,14 +766,30 @@ pub enum TierFailure {
 }
 
 impl StoreError {
-    /// An I/O error of redb on the store file at `path` (a full disk, a failing device) as
-    /// [`StoreError::Io`] naming the file; any other error as it is.
+    /// An I/O error of redb on the store file at `path` (a full disk, a failing device, a
+    /// file that ends early) as [`StoreError::Io`] naming the file, also redb's
+    /// "previous I/O error" that follows one; any other error as it is.
     pub(crate) fn on_file(self, path: &std::path::Path) -> StoreError {
         match self {
             StoreError::Database { source, op } => match *source {
+                redb::Error::Io(source) if source.kind() == std::io::ErrorKind::UnexpectedEof => {
+                    StoreError::Io {
+                        path: path.to_path_buf(),
+                        source: std::io::Error::new(
+                            source.kind(),
+                            format!("the file ends before a page it points to (truncated?) while {op}: {source}"),
+                        ),
+                    }
+                }
                 redb::Error::Io(source) => StoreError::Io {
                     path: path.to_path_buf(),
                     source,
+                },
+                redb::Error::PreviousIo => StoreError::Io {
+                    path: path.to_path_buf(),
+                    source: std::io::Error::other(format!(
+                        "an earlier I/O error on this file stopped the database while {op}; reopen the store"
+                    )),
                 },
                 other => StoreError::Database {
                     op,
@@ -631,6 +863,18 @@ pub enum RemoteError {
         /// object_store's error.
         #[source]
         source: Box<object_store::Error>,
+    },
+    /// A request, its retries included, took longer than the remote's bound
+    /// ([`crate::remote::Remote::timeout`]: 60 s unless `STRATA_REMOTE_TIMEOUT` says otherwise):
+    /// a stalled server or a network that drops packets.
+    #[error("remote {op} of {object} timed out after {} s (a stalled server or network; STRATA_REMOTE_TIMEOUT sets the bound)", after.as_secs_f64())]
+    TimedOut {
+        /// The operation (`get`, `head`, `put`, `list`, `delete`).
+        op: &'static str,
+        /// The object's path in the bucket or folder.
+        object: String,
+        /// The bound that passed.
+        after: std::time::Duration,
     },
     /// A checkpoint already in the remote at this step holds different content.
     #[error("the remote already holds a different checkpoint at step {step} ({object}); refusing to replace it")]

@@ -17,7 +17,8 @@
 //!
 //! ```text
 //!  Store API   store.rs (open, transactions)   read.rs  write.rs  retain.rs  stats.rs
-//!              verify.rs  safetensors_io.rs    tiers/ (set_policy, maintain, rebuild, frames)
+//!              verify.rs  safetensors_io.rs  age.rs  compaction.rs (after a committed pass)
+//!              tiers/ (set_policy, maintain, rebuild, frames)
 //!                 |            uses                                  |
 //!  tier state  tiers/runtime.rs (scores, read recording)   tiers/rules.rs (pattern -> policy)
 //!                 |
@@ -52,10 +53,13 @@
 //! - **safetensors**: [`Store::import_safetensors`] saves a file as one checkpoint (its
 //!   `__metadata__` as the checkpoint's JSON metadata); [`Store::export_safetensors`] writes
 //!   one back, bit-exact (see [`ImportReport`] and the dtype mapping
-//!   [`dtype_from_safetensors`]).
+//!   [`dtype_from_safetensors`]). A file is checked whole before anything is written (a
+//!   name twice, offsets, length: [`SafeTensorsProblem`]); [`check_safetensors`] runs the
+//!   same checks alone.
 //! - **Aging** (ADR 0020): [`Store::age`] keeps the last N checkpoints, every K-th and the
 //!   tagged ones exact and re-encodes the others as quantized deltas under an error budget;
-//!   reads report [`Fidelity::Aged`] with the error measured when they were aged.
+//!   reads report [`Fidelity::Aged`] with the error measured when they were aged;
+//!   [`Store::age_dry_run`] runs the same pass and rolls it back.
 //! - **Retention**: [`Store::retain`] keeps the last N checkpoints, every K-th and the
 //!   tagged ones, deletes the rest in one transaction (re-basing what depended on them), and
 //!   compacts the file.
@@ -119,6 +123,7 @@
 #![forbid(unsafe_code)]
 
 mod age;
+mod compaction;
 mod engine;
 mod error;
 mod history;
@@ -128,6 +133,7 @@ mod reader;
 mod record;
 #[cfg(feature = "remote")]
 pub mod remote;
+mod repair;
 mod retain;
 mod safetensors_io;
 mod stats;
@@ -139,19 +145,24 @@ mod write;
 mod writer;
 
 pub use age::{AgePolicy, AgeReport, AgeRule, DEFAULT_AGE_CHAIN, DEFAULT_UPDATE_BUDGET};
-pub use error::{Corruption, InvalidInput, NotFound, OpenError, Result, StoreError, TierFailure};
+pub use error::{
+    Corruption, InvalidInput, NotFound, OpenError, Result, SafeTensorsProblem, StoreError,
+    TierFailure,
+};
 pub use options::{DeltaPolicy, FrameOptions, Options, PutOptions, TierOptions};
 pub use reader::{BlockRead, CheckpointReader};
 pub use record::{decode_manifest, ManifestError, RecordError};
 /// The redb crate, whose [`redb::StorageBackend`] [`Store::open_with_backend`] takes.
 pub use redb;
+pub use repair::REPAIR_WAIT;
 pub use retain::{RetainPolicy, RetainReport};
 /// The safetensors crate, whose types appear in [`StoreError::SafeTensors`] and
 /// [`dtype_from_safetensors`].
 pub use safetensors;
 pub use safetensors_io::{
-    dtype_from_safetensors, dtype_to_safetensors, metadata_from_text, metadata_to_text,
-    shape_from_safetensors, shape_to_safetensors, ExportReport, ImportReport, METADATA_KEY,
+    check_safetensors, dtype_from_safetensors, dtype_to_safetensors, metadata_from_text,
+    metadata_to_text, shape_from_safetensors, shape_to_safetensors, ExportReport, ImportReport,
+    SafeTensorsSummary, METADATA_KEY,
 };
 pub use stats::{StoreStats, TensorStats};
 pub use store::Store;

@@ -12,7 +12,7 @@ use crate::engine::{
 };
 use crate::error::{InvalidInput, NotFound, Result, StoreError, TierFailure};
 use crate::record::{Form, ResidualRef, VersionRecord, CHECKSUM_LEN};
-use crate::store::Store;
+use crate::store::{contain, Store};
 use crate::tensor::{BlockEncoding, CheckpointInfo, Fidelity, Tensor, TensorSlice, VersionInfo};
 
 /// Bytes reserved up front for a read; larger tensors grow as their blocks decode, so a
@@ -26,9 +26,11 @@ impl Store {
     /// [`crate::NotFound::Tensor`], [`crate::NotFound::Version`], and for a damaged
     /// store [`crate::Corruption::Segment`] and the other block errors, naming the block.
     pub fn get(&self, name: &str, step: u64) -> Result<Tensor> {
-        let r = self.read()?;
-        let rec = self.version_record(&r, name, step)?;
-        self.read_tensor(&r, name, step, &rec)
+        contain(&self.path, "reading a tensor", || {
+            let r = self.read()?;
+            let rec = self.version_record(&r, name, step)?;
+            self.read_tensor(&r, name, step, &rec)
+        })
     }
 
     /// Reads version `step` of `name` bit-exact: lossless blocks as stored, quantized blocks
@@ -38,44 +40,46 @@ impl Store {
     /// [`crate::TierFailure::NotExact`] naming the first block that holds only lossy (or no) data,
     /// and the errors of [`Store::get`].
     pub fn get_exact(&self, name: &str, step: u64) -> Result<Tensor> {
-        let r = self.read()?;
-        let rec = self.version_record(&r, name, step)?;
-        let mut t = self.read_tensor(&r, name, step, &rec)?;
-        if t.fidelity.is_exact() {
-            return Ok(t);
-        }
-        if rec.aged.is_some() {
-            // An aged version keeps no exact data (ADR 0020).
-            let block = rec.blocks.iter().position(|b| b.form == Form::Aged);
-            return Err(StoreError::Tier(TierFailure::NotExact {
-                tensor: name.to_string(),
-                step,
-                block: block.unwrap_or(0) as u64,
-                fidelity: t.fidelity,
-            }));
-        }
-        let size = rec.dtype.size() as u64;
-        for (b, block) in rec.blocks.iter().enumerate() {
-            let b = b as u64;
-            if block.form == Form::Lossless {
-                continue;
+        contain(&self.path, "reading a tensor", || {
+            let r = self.read()?;
+            let rec = self.version_record(&r, name, step)?;
+            let mut t = self.read_tensor(&r, name, step, &rec)?;
+            if t.fidelity.is_exact() {
+                return Ok(t);
             }
-            let row = r.required_tier_row(name, step, b)?;
-            let Some(ResidualRef::Exact { address, .. }) = row.residual else {
+            if rec.aged.is_some() {
+                // An aged version keeps no exact data (ADR 0020).
+                let block = rec.blocks.iter().position(|b| b.form == Form::Aged);
                 return Err(StoreError::Tier(TierFailure::NotExact {
                     tensor: name.to_string(),
                     step,
-                    block: b,
-                    fidelity: lossy::fidelity_of(row.precision, rec.dtype),
+                    block: block.unwrap_or(0) as u64,
+                    fidelity: t.fidelity,
                 }));
-            };
-            let lo = (b * rec.block_elems * size) as usize;
-            let hi = lo + (rec.block_len(b) * size) as usize;
-            let exact = r.apply_exact_residual(name, step, b, address, &t.data[lo..hi])?;
-            t.data[lo..hi].copy_from_slice(&exact);
-        }
-        t.fidelity = Fidelity::Exact;
-        Ok(t)
+            }
+            let size = rec.dtype.size() as u64;
+            for (b, block) in rec.blocks.iter().enumerate() {
+                let b = b as u64;
+                if block.form == Form::Lossless {
+                    continue;
+                }
+                let row = r.required_tier_row(name, step, b)?;
+                let Some(ResidualRef::Exact { address, .. }) = row.residual else {
+                    return Err(StoreError::Tier(TierFailure::NotExact {
+                        tensor: name.to_string(),
+                        step,
+                        block: b,
+                        fidelity: lossy::fidelity_of(row.precision, rec.dtype),
+                    }));
+                };
+                let lo = (b * rec.block_elems * size) as usize;
+                let hi = lo + (rec.block_len(b) * size) as usize;
+                let exact = r.apply_exact_residual(name, step, b, address, &t.data[lo..hi])?;
+                t.data[lo..hi].copy_from_slice(&exact);
+            }
+            t.fidelity = Fidelity::Exact;
+            Ok(t)
+        })
     }
 
     /// Reads the latest version of `name` at or before `step`; returns its step too.
@@ -84,18 +88,20 @@ impl Store {
     /// [`crate::NotFound::AtOrBefore`] (or [`crate::NotFound::Tensor`]), and the
     /// block errors of [`Store::get`].
     pub fn get_at(&self, name: &str, step: u64) -> Result<(u64, Tensor)> {
-        let r = self.read()?;
-        let Some((s, rec)) = r.at_or_before(name, step)? else {
-            return Err(self.missing(
-                &r,
-                name,
-                StoreError::NotFound(NotFound::AtOrBefore {
-                    tensor: name.to_string(),
-                    step,
-                }),
-            )?);
-        };
-        Ok((s, self.read_tensor(&r, name, s, &rec)?))
+        contain(&self.path, "reading a tensor", || {
+            let r = self.read()?;
+            let Some((s, rec)) = r.at_or_before(name, step)? else {
+                return Err(self.missing(
+                    &r,
+                    name,
+                    StoreError::NotFound(NotFound::AtOrBefore {
+                        tensor: name.to_string(),
+                        step,
+                    }),
+                )?);
+            };
+            Ok((s, self.read_tensor(&r, name, s, &rec)?))
+        })
     }
 
     /// The step of the latest version of `name` at or before `step`, without reading it.
@@ -103,18 +109,20 @@ impl Store {
     /// # Errors
     /// Those of [`Store::get_at`] but block errors.
     pub fn step_at_or_before(&self, name: &str, step: u64) -> Result<u64> {
-        let r = self.read()?;
-        match r.at_or_before(name, step)? {
-            Some((s, _)) => Ok(s),
-            None => Err(self.missing(
-                &r,
-                name,
-                StoreError::NotFound(NotFound::AtOrBefore {
-                    tensor: name.to_string(),
-                    step,
-                }),
-            )?),
-        }
+        contain(&self.path, "looking up a version", || {
+            let r = self.read()?;
+            match r.at_or_before(name, step)? {
+                Some((s, _)) => Ok(s),
+                None => Err(self.missing(
+                    &r,
+                    name,
+                    StoreError::NotFound(NotFound::AtOrBefore {
+                        tensor: name.to_string(),
+                        step,
+                    }),
+                )?),
+            }
+        })
     }
 
     /// Reads the latest version of `name`; returns its step too.
@@ -136,29 +144,31 @@ impl Store {
     /// # Errors
     /// [`crate::InvalidInput::Range`], and those of [`Store::get`].
     pub fn get_range(&self, name: &str, step: u64, elems: Range<u64>) -> Result<TensorSlice> {
-        let r = self.read()?;
-        let rec = self.version_record(&r, name, step)?;
-        if elems.start > elems.end || elems.end > rec.elements {
-            return Err(StoreError::Invalid(InvalidInput::Range {
-                tensor: name.to_string(),
-                step,
-                start: elems.start,
-                end: elems.end,
-                elements: rec.elements,
-            }));
-        }
-        let (data, fidelity) = self.read_elems(&r, name, step, &rec, elems.clone(), 0)?;
-        if elems.start < elems.end {
-            let first = elems.start / rec.block_elems;
-            let last = (elems.end - 1) / rec.block_elems;
-            self.record_read(name, step, first..last + 1);
-        }
-        Ok(TensorSlice {
-            dtype: rec.dtype,
-            shape: rec.shape,
-            elems,
-            data,
-            fidelity,
+        contain(&self.path, "reading part of a tensor", || {
+            let r = self.read()?;
+            let rec = self.version_record(&r, name, step)?;
+            if elems.start > elems.end || elems.end > rec.elements {
+                return Err(StoreError::Invalid(InvalidInput::Range {
+                    tensor: name.to_string(),
+                    step,
+                    start: elems.start,
+                    end: elems.end,
+                    elements: rec.elements,
+                }));
+            }
+            let (data, fidelity) = self.read_elems(&r, name, step, &rec, elems.clone(), 0)?;
+            if elems.start < elems.end {
+                let first = elems.start / rec.block_elems;
+                let last = (elems.end - 1) / rec.block_elems;
+                self.record_read(name, step, first..last + 1);
+            }
+            Ok(TensorSlice {
+                dtype: rec.dtype,
+                shape: rec.shape,
+                elems,
+                data,
+                fidelity,
+            })
         })
     }
 
@@ -167,14 +177,16 @@ impl Store {
     /// # Errors
     /// [`crate::NotFound::Tensor`], [`crate::NotFound::Version`].
     pub fn version_info(&self, name: &str, step: u64) -> Result<VersionInfo> {
-        let r = self.read()?;
-        let rec = self.version_record(&r, name, step)?;
-        let rows = r.tier_rows_by_block(name, step, rec.blocks.len())?;
-        let tiers: Vec<Tier> = rows
-            .iter()
-            .map(|row| row.as_ref().map_or(Tier::Exact, |row| row.tier))
-            .collect();
-        Ok(version_info(step, &rec, &tiers))
+        contain(&self.path, "reading a version record", || {
+            let r = self.read()?;
+            let rec = self.version_record(&r, name, step)?;
+            let rows = r.tier_rows_by_block(name, step, rec.blocks.len())?;
+            let tiers: Vec<Tier> = rows
+                .iter()
+                .map(|row| row.as_ref().map_or(Tier::Exact, |row| row.tier))
+                .collect();
+            Ok(version_info(step, &rec, &tiers))
+        })
     }
 
     /// Every version of `name`, in step order.
@@ -182,23 +194,25 @@ impl Store {
     /// # Errors
     /// [`crate::NotFound::Tensor`].
     pub fn versions(&self, name: &str) -> Result<Vec<VersionInfo>> {
-        let r = self.read()?;
-        let all = r.versions_of(name)?;
-        if all.is_empty() {
-            return Err(StoreError::NotFound(NotFound::Tensor {
-                tensor: name.to_string(),
-            }));
-        }
-        all.into_iter()
-            .map(|(step, rec)| {
-                let rows = r.tier_rows_by_block(name, step, rec.blocks.len())?;
-                let tiers: Vec<Tier> = rows
-                    .iter()
-                    .map(|row| row.as_ref().map_or(Tier::Exact, |row| row.tier))
-                    .collect();
-                Ok(version_info(step, &rec, &tiers))
-            })
-            .collect::<Result<Vec<_>>>()
+        contain(&self.path, "listing versions", || {
+            let r = self.read()?;
+            let all = r.versions_of(name)?;
+            if all.is_empty() {
+                return Err(StoreError::NotFound(NotFound::Tensor {
+                    tensor: name.to_string(),
+                }));
+            }
+            all.into_iter()
+                .map(|(step, rec)| {
+                    let rows = r.tier_rows_by_block(name, step, rec.blocks.len())?;
+                    let tiers: Vec<Tier> = rows
+                        .iter()
+                        .map(|row| row.as_ref().map_or(Tier::Exact, |row| row.tier))
+                        .collect();
+                    Ok(version_info(step, &rec, &tiers))
+                })
+                .collect::<Result<Vec<_>>>()
+        })
     }
 
     /// Names of every tensor with at least one version, sorted.
@@ -206,9 +220,11 @@ impl Store {
     /// # Errors
     /// Database errors only.
     pub fn tensors(&self) -> Result<Vec<String>> {
-        let mut names = tensor_names(&self.read()?.versions)?;
-        names.sort();
-        Ok(names)
+        contain(&self.path, "listing tensors", || {
+            let mut names = tensor_names(&self.read()?.versions)?;
+            names.sort();
+            Ok(names)
+        })
     }
 
     /// Steps of every checkpoint, ascending.
@@ -216,7 +232,9 @@ impl Store {
     /// # Errors
     /// Database errors only.
     pub fn checkpoints(&self) -> Result<Vec<u64>> {
-        checkpoint_steps(&self.read()?.checkpoints)
+        contain(&self.path, "listing checkpoints", || {
+            checkpoint_steps(&self.read()?.checkpoints)
+        })
     }
 
     /// The metadata text of the checkpoint at `step`.
@@ -224,10 +242,12 @@ impl Store {
     /// # Errors
     /// [`crate::NotFound::Checkpoint`].
     pub fn checkpoint_metadata(&self, step: u64) -> Result<String> {
-        self.read()?
-            .checkpoint(step)?
-            .map(|cp| cp.metadata)
-            .ok_or(StoreError::NotFound(NotFound::Checkpoint { step }))
+        contain(&self.path, "reading checkpoint metadata", || {
+            self.read()?
+                .checkpoint(step)?
+                .map(|cp| cp.metadata)
+                .ok_or(StoreError::NotFound(NotFound::Checkpoint { step }))
+        })
     }
 
     /// The tensor names and metadata of the checkpoint at `step`, without reading its data.
@@ -235,14 +255,16 @@ impl Store {
     /// # Errors
     /// [`crate::NotFound::Checkpoint`].
     pub fn checkpoint_info(&self, step: u64) -> Result<CheckpointInfo> {
-        self.read()?
-            .checkpoint(step)?
-            .map(|cp| CheckpointInfo {
-                step,
-                tensors: cp.tensors,
-                metadata: cp.metadata,
-            })
-            .ok_or(StoreError::NotFound(NotFound::Checkpoint { step }))
+        contain(&self.path, "reading a checkpoint record", || {
+            self.read()?
+                .checkpoint(step)?
+                .map(|cp| CheckpointInfo {
+                    step,
+                    tensors: cp.tensors,
+                    metadata: cp.metadata,
+                })
+                .ok_or(StoreError::NotFound(NotFound::Checkpoint { step }))
+        })
     }
 
     /// Every tag and the checkpoint step it names, sorted by tag.
@@ -250,7 +272,7 @@ impl Store {
     /// # Errors
     /// Database errors; a tag name that is not UTF-8 is a [`crate::Corruption::Record`].
     pub fn tags(&self) -> Result<Vec<(String, u64)>> {
-        tag_list(&self.read()?.tags)
+        contain(&self.path, "listing tags", || tag_list(&self.read()?.tags))
     }
 
     /// The record of a version, or the right not-found error.

@@ -4,13 +4,14 @@
 
 use std::collections::VecDeque;
 use std::ops::Range;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use crate::engine::{read_blocks, Fetcher, ReadTxn, Span, View};
 use crate::error::{InvalidInput, NotFound, Result, StoreError};
 use crate::read::RESERVE_LIMIT;
 use crate::record::VersionRecord;
-use crate::store::Store;
+use crate::store::{contain, CallerPanic, Store};
 use crate::tensor::{Checkpoint, Fidelity, Tensor};
 use crate::DType;
 
@@ -139,7 +140,8 @@ impl Iterator for CheckpointReader<'_> {
             return None;
         }
         if self.ready.is_empty() && !self.todo.is_empty() {
-            if let Err(e) = self.fill() {
+            let path = self.store.path.clone();
+            if let Err(e) = contain(&path, "reading a checkpoint", || self.fill()) {
                 self.done = true;
                 return Some(Err(e));
             }
@@ -171,18 +173,20 @@ impl Store {
     /// [`crate::NotFound::Checkpoint`] and database errors; the reader returns the block
     /// errors of [`Store::get`].
     pub fn read_checkpoint(&self, step: u64) -> Result<CheckpointReader<'_>> {
-        let r = self.read()?;
-        let cp = r
-            .checkpoint(step)?
-            .ok_or(StoreError::NotFound(NotFound::Checkpoint { step }))?;
-        Ok(CheckpointReader {
-            store: self,
-            r,
-            step,
-            metadata: cp.metadata,
-            todo: cp.tensors.into(),
-            ready: VecDeque::new(),
-            done: false,
+        contain(&self.path, "opening a checkpoint", || {
+            let r = self.read()?;
+            let cp = r
+                .checkpoint(step)?
+                .ok_or(StoreError::NotFound(NotFound::Checkpoint { step }))?;
+            Ok(CheckpointReader {
+                store: self,
+                r,
+                step,
+                metadata: cp.metadata,
+                todo: cp.tensors.into(),
+                ready: VecDeque::new(),
+                done: false,
+            })
         })
     }
 
@@ -192,13 +196,15 @@ impl Store {
     /// # Errors
     /// [`crate::NotFound::Checkpoint`], and the errors of [`Store::get`].
     pub fn load_checkpoint(&self, step: u64) -> Result<Checkpoint> {
-        let reader = self.read_checkpoint(step)?;
-        let metadata = reader.metadata.clone();
-        let tensors = reader.collect::<Result<Vec<_>>>()?;
-        Ok(Checkpoint {
-            step,
-            tensors,
-            metadata,
+        contain(&self.path, "loading a checkpoint", || {
+            let reader = self.read_checkpoint(step)?;
+            let metadata = reader.metadata.clone();
+            let tensors = reader.collect::<Result<Vec<_>>>()?;
+            Ok(Checkpoint {
+                step,
+                tensors,
+                metadata,
+            })
         })
     }
 
@@ -214,33 +220,38 @@ impl Store {
         step: u64,
         mut sink: impl FnMut(Range<u64>, &[u8]) -> Result<()>,
     ) -> Result<BlockRead> {
-        let r = self.read()?;
-        let rec = self.version_record(&r, name, step)?;
-        let span = Span {
-            name: Arc::from(name),
-            step,
-            rec: &rec,
-            blocks: 0..rec.blocks.len() as u64,
-            upto: None,
-        };
-        let mut fidelity = Fidelity::Exact;
-        let mut fetcher = Fetcher::streaming(&r, &self.cache);
-        read_blocks(
-            &mut fetcher,
-            &self.cache,
-            std::slice::from_ref(&span),
-            |_, job| self.rebuild_block(&r, job, &rec, 0),
-            |_, b, bytes, f| {
-                fidelity = fidelity.worst(f);
-                let start = b * rec.block_elems;
-                sink(start..start + rec.block_len(b), bytes)
-            },
-        )?;
-        self.record_read(name, step, 0..rec.blocks.len() as u64);
-        Ok(BlockRead {
-            dtype: rec.dtype,
-            shape: rec.shape.clone(),
-            fidelity,
+        contain(&self.path, "reading blocks", || {
+            let r = self.read()?;
+            let rec = self.version_record(&r, name, step)?;
+            let span = Span {
+                name: Arc::from(name),
+                step,
+                rec: &rec,
+                blocks: 0..rec.blocks.len() as u64,
+                upto: None,
+            };
+            let mut fidelity = Fidelity::Exact;
+            let mut fetcher = Fetcher::streaming(&r, &self.cache);
+            read_blocks(
+                &mut fetcher,
+                &self.cache,
+                std::slice::from_ref(&span),
+                |_, job| self.rebuild_block(&r, job, &rec, 0),
+                |_, b, bytes, f| {
+                    fidelity = fidelity.worst(f);
+                    let start = b * rec.block_elems;
+                    let elems = start..start + rec.block_len(b);
+                    // The caller's panic is the caller's: handed on, not taken for damage.
+                    catch_unwind(AssertUnwindSafe(|| sink(elems, bytes)))
+                        .unwrap_or_else(|p| resume_unwind(Box::new(CallerPanic(p))))
+                },
+            )?;
+            self.record_read(name, step, 0..rec.blocks.len() as u64);
+            Ok(BlockRead {
+                dtype: rec.dtype,
+                shape: rec.shape.clone(),
+                fidelity,
+            })
         })
     }
 
@@ -250,42 +261,44 @@ impl Store {
     /// # Errors
     /// [`InvalidInput::DataLength`] if `out` has another length, and those of [`Store::get`].
     pub fn get_into(&self, name: &str, step: u64, out: &mut [u8]) -> Result<BlockRead> {
-        {
-            let r = self.read()?;
-            let rec = self.version_record(&r, name, step)?;
-            if rec.raw_bytes() != out.len() as u64 {
+        contain(&self.path, "reading a tensor", || {
+            {
+                let r = self.read()?;
+                let rec = self.version_record(&r, name, step)?;
+                if rec.raw_bytes() != out.len() as u64 {
+                    return Err(StoreError::Invalid(InvalidInput::DataLength {
+                        tensor: name.to_string(),
+                        step,
+                        expected: rec.raw_bytes(),
+                        actual: out.len() as u64,
+                    }));
+                }
+            }
+            let mut at = 0usize;
+            let read = self.get_blocks(name, step, |_, bytes| {
+                let end = at + bytes.len();
+                let dst = out.get_mut(at..end).ok_or_else(|| {
+                    StoreError::Invalid(InvalidInput::DataLength {
+                        tensor: name.to_string(),
+                        step,
+                        expected: end as u64,
+                        actual: at as u64,
+                    })
+                })?;
+                dst.copy_from_slice(bytes);
+                at = end;
+                Ok(())
+            })?;
+            if at != out.len() {
+                // The version was replaced by one of another size between the two snapshots.
                 return Err(StoreError::Invalid(InvalidInput::DataLength {
                     tensor: name.to_string(),
                     step,
-                    expected: rec.raw_bytes(),
+                    expected: at as u64,
                     actual: out.len() as u64,
                 }));
             }
-        }
-        let mut at = 0usize;
-        let read = self.get_blocks(name, step, |_, bytes| {
-            let end = at + bytes.len();
-            let dst = out.get_mut(at..end).ok_or_else(|| {
-                StoreError::Invalid(InvalidInput::DataLength {
-                    tensor: name.to_string(),
-                    step,
-                    expected: end as u64,
-                    actual: at as u64,
-                })
-            })?;
-            dst.copy_from_slice(bytes);
-            at = end;
-            Ok(())
-        })?;
-        if at != out.len() {
-            // The version was replaced by one of another size between the two snapshots.
-            return Err(StoreError::Invalid(InvalidInput::DataLength {
-                tensor: name.to_string(),
-                step,
-                expected: at as u64,
-                actual: out.len() as u64,
-            }));
-        }
-        Ok(read)
+            Ok(read)
+        })
     }
 }

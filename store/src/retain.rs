@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::engine::{delete_versions, View};
 use crate::error::{InvalidInput, Result, StoreError};
-use crate::store::Store;
+use crate::store::{contain, Store};
 
 /// Which checkpoints [`Store::retain`] keeps: the union of its rules.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,6 +77,9 @@ pub struct RetainReport {
     /// ([`Store::open_read_only`]) has a read in progress: the freed pages are then reused by
     /// later writes instead, and a later `retain` or [`Store::compact`] shrinks the file.
     pub compacted: bool,
+    /// Why the file was not compacted, when it was not: a read in progress, or the error of
+    /// the compaction. The deletions are committed either way.
+    pub compaction_deferred: Option<String>,
 }
 
 impl Store {
@@ -88,50 +91,54 @@ impl Store {
     /// # Errors
     /// [`crate::InvalidInput::Options`] for a policy with neither `keep_last` nor `keep_every`
     /// (it would delete everything untagged) or with `keep_every` 0; the errors of
-    /// [`Store::delete`] (nothing is deleted then); [`StoreError::Compaction`] (but not for a
-    /// read in progress in another process: see [`RetainReport::compacted`]).
+    /// [`Store::delete`] (nothing is deleted then). Once the deletions are committed nothing
+    /// fails: a compaction that cannot run is [`RetainReport::compaction_deferred`].
     pub fn retain(&mut self, policy: &RetainPolicy) -> Result<RetainReport> {
-        policy.validate()?;
-        let file_bytes_before = self.file_bytes()?;
-        let (kept, removed, versions_removed) = {
-            let _writer = self.writer.lock();
-            let steps = self.checkpoints()?;
-            let tagged: BTreeSet<u64> = self.tags()?.into_iter().map(|(_, s)| s).collect();
-            let kept = policy.kept(&steps, &tagged);
-            let removed: Vec<u64> = steps
-                .iter()
-                .copied()
-                .filter(|s| !kept.contains(s))
-                .collect();
-            let versions_removed = self.write(|wt| {
-                // Per tensor, the steps to delete: each tensor's versions are read once.
-                let mut by_tensor: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-                for &step in &removed {
-                    let Some(cp) = wt.checkpoint(step)? else {
-                        continue;
-                    };
-                    for name in cp.tensors {
-                        by_tensor.entry(name).or_default().push(step);
+        let path = self.path.clone();
+        contain(&path, "applying retention", || {
+            policy.validate()?;
+            let file_bytes_before = self.file_bytes()?;
+            let (kept, removed, versions_removed) = {
+                let _writer = self.writer.lock();
+                let steps = self.checkpoints()?;
+                let tagged: BTreeSet<u64> = self.tags()?.into_iter().map(|(_, s)| s).collect();
+                let kept = policy.kept(&steps, &tagged);
+                let removed: Vec<u64> = steps
+                    .iter()
+                    .copied()
+                    .filter(|s| !kept.contains(s))
+                    .collect();
+                let versions_removed = self.write(|wt| {
+                    // Per tensor, the steps to delete: each tensor's versions are read once.
+                    let mut by_tensor: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+                    for &step in &removed {
+                        let Some(cp) = wt.checkpoint(step)? else {
+                            continue;
+                        };
+                        for name in cp.tensors {
+                            by_tensor.entry(name).or_default().push(step);
+                        }
+                        wt.remove_checkpoint(step)?;
                     }
-                    wt.remove_checkpoint(step)?;
-                }
-                let mut n = 0u64;
-                for (name, steps) in &by_tensor {
-                    delete_versions(wt, &self.cache, &self.opts, name, steps)?;
-                    n += steps.len() as u64;
-                }
-                Ok(n)
-            })?;
-            (kept.into_iter().collect(), removed, versions_removed)
-        };
-        let compacted = self.compact_if_idle()?;
-        Ok(RetainReport {
-            compacted,
-            kept,
-            removed,
-            versions_removed,
-            file_bytes_before,
-            file_bytes_after: self.file_bytes()?,
+                    let mut n = 0u64;
+                    for (name, steps) in &by_tensor {
+                        delete_versions(wt, &self.cache, &self.opts, name, steps)?;
+                        n += steps.len() as u64;
+                    }
+                    Ok(n)
+                })?;
+                (kept.into_iter().collect(), removed, versions_removed)
+            };
+            let compaction_deferred = self.compact_after_commit();
+            Ok(RetainReport {
+                compacted: compaction_deferred.is_none(),
+                compaction_deferred,
+                kept,
+                removed,
+                versions_removed,
+                file_bytes_before,
+                file_bytes_after: self.file_bytes()?,
+            })
         })
     }
 }

@@ -13,12 +13,15 @@
 //! `F6_E2M3`, `F6_E3M2`) are held as packed groups ([`DType::F4E2M1x2`], ...) whose last
 //! dimension counts groups, as PyTorch's `float4_e2m1fn_x2` does; a file tensor whose last
 //! dimension is not a whole number of groups, or of a dtype this version does not know, is a
-//! [`crate::InvalidInput::UnsupportedDType`] naming it. A file with a bad header or bad
-//! offsets is a [`StoreError::SafeTensors`] naming the file.
+//! [`crate::InvalidInput::UnsupportedDType`] naming it. A file with a bad header, bad
+//! offsets or the wrong length is an [`InvalidInput::SafeTensorsFile`] naming the file, and
+//! the tensor and numbers where there are some; the header is read key by key, so a tensor
+//! named twice is refused rather than one of the two silently kept.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
 use std::io::{BufWriter, Write};
+use std::marker::PhantomData;
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -26,10 +29,14 @@ use std::sync::Arc;
 
 use safetensors::tensor::{Metadata, TensorInfo};
 use safetensors::{Dtype, SafeTensorError};
+use serde::de::{Deserializer, MapAccess, Visitor};
+use serde::Deserialize;
+use serde_json::value::RawValue;
 
-use crate::engine::{read_blocks, Fetcher, Span, View};
-use crate::error::{InvalidInput, NotFound, Result, StoreError};
-use crate::store::Store;
+use crate::engine::{check_name, read_blocks, Fetcher, Span, View};
+use crate::error::{InvalidInput, NotFound, Result, SafeTensorsProblem, StoreError};
+use crate::record::MAX_DIMS;
+use crate::store::{contain, Store};
 use crate::tensor::TensorRef;
 use crate::DType;
 
@@ -209,78 +216,327 @@ struct Header {
     metadata: String,
 }
 
+/// What a safetensors file holds, by its header: [`check_safetensors`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SafeTensorsSummary {
+    /// Tensors in the file.
+    pub tensors: usize,
+    /// Raw bytes of those tensors.
+    pub raw_bytes: u64,
+    /// The metadata text an import saves with the checkpoint.
+    pub metadata: String,
+}
+
+/// Checks the safetensors file at `path` as [`Store::import_safetensors`] does before it
+/// writes anything (its header, every tensor's dtype, shape and offsets, and the file's
+/// length), without reading its data: what it holds, or why an import would refuse it.
+///
+/// # Errors
+/// [`StoreError::Io`] reading the file, [`InvalidInput::SafeTensorsFile`] for a bad header
+/// or length, [`InvalidInput::UnsupportedDType`] naming the tensor.
+pub fn check_safetensors(path: impl AsRef<Path>) -> Result<SafeTensorsSummary> {
+    let path = path.as_ref();
+    let file = File::open(path).map_err(io_error(path))?;
+    let header = read_header(&file, path)?;
+    Ok(SafeTensorsSummary {
+        tensors: header.tensors.len(),
+        raw_bytes: header
+            .tensors
+            .iter()
+            .map(|e| e.range.end - e.range.start)
+            .sum(),
+        metadata: header.metadata,
+    })
+}
+
+/// The error of an I/O failure on `path`.
+fn io_error(path: &Path) -> impl Fn(std::io::Error) -> StoreError + '_ {
+    move |source| StoreError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// The refusal of the file at `path` for `problem`.
+fn refuse(path: &Path, problem: SafeTensorsProblem) -> StoreError {
+    StoreError::Invalid(InvalidInput::SafeTensorsFile {
+        path: path.to_path_buf(),
+        problem: Box::new(problem),
+    })
+}
+
+/// Reads and checks the header of an open safetensors file.
+fn read_header(file: &File, path: &Path) -> Result<Header> {
+    let io = io_error(path);
+    let file_len = file.metadata().map_err(&io)?.len();
+    let mut head = vec![0u8; 8.min(file_len) as usize];
+    file.read_exact_at(&mut head, 0).map_err(&io)?;
+    let n = header_len(&head, file_len).map_err(|p| refuse(path, p))?;
+    head.resize(8 + n as usize, 0);
+    file.read_exact_at(&mut head[8..], 8).map_err(&io)?;
+    parse_header(&head, file_len, path)
+}
+
+/// A JSON object's entries in file order, every one of them: serde_json's maps (and the
+/// safetensors crate's `Metadata`, built on one) keep the last of two equal keys silently.
+struct Ordered<V>(Vec<(String, V)>);
+
+impl<'de, V: Deserialize<'de>> Deserialize<'de> for Ordered<V> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Entries<V>(PhantomData<V>);
+        impl<'de, V: Deserialize<'de>> Visitor<'de> for Entries<V> {
+            type Value = Ordered<V>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<Ordered<V>, A::Error> {
+                let mut entries = Vec::with_capacity(map.size_hint().unwrap_or(0).min(4096));
+                while let Some(entry) = map.next_entry()? {
+                    entries.push(entry);
+                }
+                Ok(Ordered(entries))
+            }
+        }
+        d.deserialize_map(Entries(PhantomData))
+    }
+}
+
+impl<V> Ordered<V> {
+    /// The first key that comes twice, if any.
+    fn duplicate(&self) -> Option<&str> {
+        let mut seen = HashSet::with_capacity(self.0.len());
+        self.0
+            .iter()
+            .map(|(k, _)| k.as_str())
+            .find(|k| !seen.insert(*k))
+    }
+}
+
+/// A tensor's entry in a header, as written.
+#[derive(Deserialize)]
+struct RawEntry {
+    dtype: String,
+    shape: Vec<u64>,
+    data_offsets: (u64, u64),
+}
+
 /// Parses and checks a safetensors header (`head` holds at least its first 8 bytes and, if
 /// they declare `n`, the `n` bytes after them); `file_len` is the size of the whole file.
-/// The safetensors crate checks the offsets (contiguous, each tensor's byte size) with checked
-/// arithmetic; this checks that the data section ends where the file does.
+/// Every key is seen (a name twice is refused), every tensor's dtype, shape and offsets are
+/// checked with checked arithmetic, and its tensors must tile the data section, which must
+/// end where the file does: each refusal names the tensor and the numbers.
 fn parse_header(head: &[u8], file_len: u64, path: &Path) -> Result<Header> {
-    let st_err = |source: SafeTensorError| StoreError::SafeTensors {
-        path: path.to_path_buf(),
-        source: Box::new(source),
-    };
-    let n = header_len(head, file_len).map_err(st_err)?;
-    let json = head
-        .get(8..8 + n as usize)
-        .ok_or_else(|| st_err(SafeTensorError::InvalidHeaderLength))?;
-    let meta: Metadata = serde_json::from_slice(json)
-        .map_err(|e| st_err(SafeTensorError::InvalidHeaderDeserialization(e)))?;
-    let data_start = 8 + n;
-    if data_start + meta.data_len() as u64 != file_len {
-        return Err(st_err(SafeTensorError::MetadataIncompleteBuffer));
+    let bad = |problem| refuse(path, problem);
+    let n = header_len(head, file_len).map_err(bad)?;
+    let json = head.get(8..8 + n as usize).ok_or_else(|| {
+        bad(SafeTensorsProblem::HeaderPastEnd {
+            declared: n,
+            available: head.len().saturating_sub(8) as u64,
+        })
+    })?;
+    let entries: Ordered<&RawValue> =
+        serde_json::from_slice(json).map_err(|error| bad(SafeTensorsProblem::Json { error }))?;
+    if let Some(key) = entries.duplicate() {
+        return Err(bad(SafeTensorsProblem::DuplicateKey {
+            key: key.to_string(),
+        }));
     }
-    let mut infos: Vec<(String, &TensorInfo)> = meta.tensors().into_iter().collect();
-    infos.sort_by_key(|(_, info)| info.data_offsets);
-    let mut tensors = Vec::with_capacity(infos.len());
-    for (name, info) in infos {
-        let Some(dtype) = dtype_from_safetensors(info.dtype) else {
-            return Err(StoreError::Invalid(InvalidInput::UnsupportedDType {
-                path: path.to_path_buf(),
-                tensor: name,
-                dtype: format!("{:?}", info.dtype),
-                reason: "this version of Strata does not know it".to_string(),
-            }));
+    let mut metadata = None;
+    let mut tensors = Vec::with_capacity(entries.0.len());
+    for (name, raw) in entries.0 {
+        if name == "__metadata__" {
+            let pairs: Ordered<String> = serde_json::from_str(raw.get())
+                .map_err(|error| bad(SafeTensorsProblem::Metadata { error }))?;
+            if let Some(key) = pairs.duplicate() {
+                return Err(bad(SafeTensorsProblem::DuplicateMetadataKey {
+                    key: key.to_string(),
+                }));
+            }
+            metadata = Some(pairs.0.into_iter().collect::<HashMap<_, _>>());
+            continue;
+        }
+        let raw: RawEntry = match serde_json::from_str(raw.get()) {
+            Ok(e) => e,
+            Err(error) => {
+                return Err(bad(SafeTensorsProblem::Entry {
+                    tensor: name,
+                    error,
+                }))
+            }
         };
-        let Some(shape) = shape_from_safetensors(dtype, &info.shape) else {
-            return Err(StoreError::Invalid(InvalidInput::UnsupportedDType {
-                path: path.to_path_buf(),
-                dtype: format!("{:?}", info.dtype),
-                reason: format!(
-                    "the last dimension of its shape {:?} is not a multiple of {}, the values \
-                     Strata packs in one element of this dtype",
-                    info.shape,
-                    dtype.values_per_element()
-                ),
-                tensor: name,
+        tensors.push(check_entry(name, raw, path)?);
+    }
+    tensors.sort_by_key(|e| (e.range.start, e.range.end));
+    let data_bytes = file_len - 8 - n;
+    let mut covered = 0u64;
+    let mut last: Option<&Entry> = None;
+    for e in &tensors {
+        if let (Some(prev), true) = (last, e.range.start < covered) {
+            return Err(bad(SafeTensorsProblem::Overlap {
+                first: prev.name.clone(),
+                first_start: prev.range.start,
+                first_end: prev.range.end,
+                second: e.name.clone(),
+                second_start: e.range.start,
+                second_end: e.range.end,
             }));
-        };
-        let (s, e) = info.data_offsets;
-        tensors.push(Entry {
-            name,
-            dtype,
-            shape,
-            range: s as u64..e as u64,
-        });
+        }
+        if e.range.start > covered {
+            return Err(bad(SafeTensorsProblem::Hole {
+                start: covered,
+                end: e.range.start,
+            }));
+        }
+        if e.range.end > data_bytes {
+            return Err(bad(SafeTensorsProblem::PastEnd {
+                tensor: e.name.clone(),
+                end: e.range.end,
+                data_bytes,
+            }));
+        }
+        covered = e.range.end;
+        last = Some(e);
+    }
+    if covered != data_bytes {
+        return Err(bad(SafeTensorsProblem::Trailing {
+            covered,
+            data_bytes,
+        }));
     }
     Ok(Header {
         tensors,
-        data_start,
-        metadata: metadata_to_text(meta.metadata().as_ref()),
+        data_start: 8 + n,
+        metadata: metadata_to_text(metadata.as_ref()),
+    })
+}
+
+/// Checks one tensor's entry: a name and a dtype Strata takes, a shape it can hold, offsets
+/// that span exactly the bytes the shape and dtype need.
+fn check_entry(name: String, raw: RawEntry, path: &Path) -> Result<Entry> {
+    if let Err(e) = check_name(&name) {
+        return Err(match e {
+            StoreError::Invalid(InvalidInput::Name { name, reason }) => refuse(
+                path,
+                SafeTensorsProblem::Name {
+                    tensor: name,
+                    reason,
+                },
+            ),
+            other => other,
+        });
+    }
+    if raw.shape.len() > MAX_DIMS {
+        return Err(refuse(
+            path,
+            SafeTensorsProblem::Dimensions {
+                tensor: name,
+                shape: raw.shape,
+                limit: MAX_DIMS,
+            },
+        ));
+    }
+    let unsupported = |name: String, reason: String| {
+        StoreError::Invalid(InvalidInput::UnsupportedDType {
+            path: path.to_path_buf(),
+            tensor: name,
+            dtype: raw.dtype.clone(),
+            reason,
+        })
+    };
+    let Some(dtype) = DType::from_safetensors_name(&raw.dtype) else {
+        return Err(unsupported(
+            name,
+            "this version of Strata does not know it".to_string(),
+        ));
+    };
+    let overflow = |name: String| {
+        refuse(
+            path,
+            SafeTensorsProblem::ShapeOverflow {
+                tensor: name,
+                dtype: raw.dtype.clone(),
+                shape: raw.shape.clone(),
+            },
+        )
+    };
+    let Some(file_shape) = raw
+        .shape
+        .iter()
+        .map(|&d| usize::try_from(d).ok())
+        .collect::<Option<Vec<usize>>>()
+    else {
+        return Err(overflow(name));
+    };
+    let Some(shape) = shape_from_safetensors(dtype, &file_shape) else {
+        let reason = format!(
+            "the last dimension of its shape {:?} is not a multiple of {}, the values Strata \
+             packs in one element of this dtype",
+            raw.shape,
+            dtype.values_per_element()
+        );
+        return Err(unsupported(name, reason));
+    };
+    let Some(expected) = shape
+        .iter()
+        .try_fold(1u64, |n, &d| n.checked_mul(d))
+        .and_then(|n| n.checked_mul(dtype.size() as u64))
+    else {
+        return Err(overflow(name));
+    };
+    let (start, end) = raw.data_offsets;
+    if end < start {
+        return Err(refuse(
+            path,
+            SafeTensorsProblem::Offsets {
+                tensor: name,
+                start,
+                end,
+            },
+        ));
+    }
+    if end - start != expected {
+        return Err(refuse(
+            path,
+            SafeTensorsProblem::Size {
+                tensor: name,
+                dtype: raw.dtype,
+                shape: raw.shape,
+                start,
+                end,
+                expected,
+            },
+        ));
+    }
+    Ok(Entry {
+        name,
+        dtype,
+        shape,
+        range: start..end,
     })
 }
 
 /// The header length a file declares in its first 8 bytes, checked against the format's
 /// limit and the file's size.
-fn header_len(head: &[u8], file_len: u64) -> std::result::Result<u64, SafeTensorError> {
+fn header_len(head: &[u8], file_len: u64) -> std::result::Result<u64, SafeTensorsProblem> {
     let n: [u8; 8] = head
         .get(..8)
         .and_then(|b| b.try_into().ok())
-        .ok_or(SafeTensorError::HeaderTooSmall)?;
+        .ok_or(SafeTensorsProblem::TooShort { len: file_len })?;
     let n = u64::from_le_bytes(n);
     if n > MAX_HEADER_BYTES {
-        return Err(SafeTensorError::HeaderTooLarge);
+        return Err(SafeTensorsProblem::HeaderTooLarge {
+            declared: n,
+            limit: MAX_HEADER_BYTES,
+        });
     }
     if 8 + n > file_len {
-        return Err(SafeTensorError::InvalidHeaderLength);
+        return Err(SafeTensorsProblem::HeaderPastEnd {
+            declared: n,
+            available: file_len - 8,
+        });
     }
     Ok(n)
 }
@@ -291,51 +547,61 @@ impl Store {
     /// memory stays bounded by [`crate::Options::window_bytes`] whatever the file's size.
     /// The metadata is the file's `__metadata__` as JSON text, or empty.
     ///
+    /// Nothing is written before the whole header is checked ([`check_safetensors`]): a name
+    /// twice, offsets that overlap, leave a hole, or run past the end of the file, a shape
+    /// that disagrees with its offsets are each refused, naming the tensor and the numbers.
+    ///
     /// # Errors
-    /// [`StoreError::Io`] reading the file (one that shrinks while it is read included),
-    /// [`StoreError::SafeTensors`] for a bad header or offsets,
+    /// [`StoreError::Io`] reading the file, [`InvalidInput::SafeTensorsFile`] for a bad
+    /// header or length (a file that shrinks while it is read included),
     /// [`crate::InvalidInput::UnsupportedDType`] naming the tensor, and those of
     /// [`Store::save_checkpoint`] (e.g. [`crate::InvalidInput::CheckpointExists`]). Nothing
     /// of the checkpoint is visible after an error.
     pub fn import_safetensors(&self, path: impl AsRef<Path>, step: u64) -> Result<ImportReport> {
-        let path = path.as_ref();
-        let io = |source| StoreError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        let file = File::open(path).map_err(io)?;
-        let file_len = file.metadata().map_err(io)?.len();
-        let mut head = vec![0u8; 8.min(file_len) as usize];
-        file.read_exact_at(&mut head, 0).map_err(io)?;
-        let n = header_len(&head, file_len).map_err(|source| StoreError::SafeTensors {
-            path: path.to_path_buf(),
-            source: Box::new(source),
-        })?;
-        head.resize(8 + n as usize, 0);
-        file.read_exact_at(&mut head[8..], 8).map_err(io)?;
-        let header = parse_header(&head, file_len, path)?;
-        let mut writer = self.begin_checkpoint(step, &header.metadata)?;
-        let mut raw_bytes = 0u64;
-        for e in &header.tensors {
-            let base = header.data_start + e.range.start;
-            let mut read = |offset: u64, buf: &mut [u8]| -> Result<()> {
-                file.read_exact_at(buf, base + offset).map_err(io)
-            };
-            writer.put_read(
-                &e.name,
-                e.dtype,
-                &e.shape,
-                e.range.end - e.range.start,
-                &mut read,
-            )?;
-            raw_bytes += e.range.end - e.range.start;
-        }
-        writer.commit()?;
-        Ok(ImportReport {
-            step,
-            tensors: header.tensors.len(),
-            raw_bytes,
-            metadata: header.metadata,
+        contain(&self.path, "importing a safetensors file", || {
+            let path = path.as_ref();
+            let io = io_error(path);
+            let file = File::open(path).map_err(&io)?;
+            let header = read_header(&file, path)?;
+            let mut writer = self.begin_checkpoint(step, &header.metadata)?;
+            let mut raw_bytes = 0u64;
+            for e in &header.tensors {
+                let base = header.data_start + e.range.start;
+                let mut read = |offset: u64, buf: &mut [u8]| -> Result<()> {
+                    let at = base + offset;
+                    file.read_exact_at(buf, at).map_err(|source| {
+                        if source.kind() != std::io::ErrorKind::UnexpectedEof {
+                            return io(source);
+                        }
+                        match file.metadata() {
+                            Ok(m) => refuse(
+                                path,
+                                SafeTensorsProblem::Shrunk {
+                                    tensor: e.name.clone(),
+                                    needed: at + buf.len() as u64,
+                                    file_bytes: m.len(),
+                                },
+                            ),
+                            Err(_) => io(source),
+                        }
+                    })
+                };
+                writer.put_read(
+                    &e.name,
+                    e.dtype,
+                    &e.shape,
+                    e.range.end - e.range.start,
+                    &mut read,
+                )?;
+                raw_bytes += e.range.end - e.range.start;
+            }
+            writer.commit()?;
+            Ok(ImportReport {
+                step,
+                tensors: header.tensors.len(),
+                raw_bytes,
+                metadata: header.metadata,
+            })
         })
     }
 
@@ -349,27 +615,29 @@ impl Store {
         step: u64,
         path: impl AsRef<Path>,
     ) -> Result<ImportReport> {
-        let path = path.as_ref();
-        let header = parse_header(bytes, bytes.len() as u64, path)?;
-        let mut writer = self.begin_checkpoint(step, &header.metadata)?;
-        let mut raw_bytes = 0u64;
-        for e in &header.tensors {
-            let start = (header.data_start + e.range.start) as usize;
-            let end = (header.data_start + e.range.end) as usize;
-            let t = TensorRef {
-                dtype: e.dtype,
-                shape: &e.shape,
-                bytes: &bytes[start..end],
-            };
-            writer.put(&e.name, &t)?;
-            raw_bytes += e.range.end - e.range.start;
-        }
-        writer.commit()?;
-        Ok(ImportReport {
-            step,
-            tensors: header.tensors.len(),
-            raw_bytes,
-            metadata: header.metadata,
+        contain(&self.path, "importing a safetensors file", || {
+            let path = path.as_ref();
+            let header = parse_header(bytes, bytes.len() as u64, path)?;
+            let mut writer = self.begin_checkpoint(step, &header.metadata)?;
+            let mut raw_bytes = 0u64;
+            for e in &header.tensors {
+                let start = (header.data_start + e.range.start) as usize;
+                let end = (header.data_start + e.range.end) as usize;
+                let t = TensorRef {
+                    dtype: e.dtype,
+                    shape: &e.shape,
+                    bytes: &bytes[start..end],
+                };
+                writer.put(&e.name, &t)?;
+                raw_bytes += e.range.end - e.range.start;
+            }
+            writer.commit()?;
+            Ok(ImportReport {
+                step,
+                tensors: header.tensors.len(),
+                raw_bytes,
+                metadata: header.metadata,
+            })
         })
     }
 
@@ -383,115 +651,117 @@ impl Store {
     /// [`crate::InvalidInput::Name`] for a tensor named `__metadata__`, and
     /// [`StoreError::SafeTensors`] or [`StoreError::Io`] writing the file.
     pub fn export_safetensors(&self, step: u64, path: impl AsRef<Path>) -> Result<ExportReport> {
-        let path = path.as_ref();
-        let io = |source| StoreError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        let r = self.read()?;
-        let cp = r
-            .checkpoint(step)?
-            .ok_or(StoreError::NotFound(NotFound::Checkpoint { step }))?;
-        let mut recs = Vec::with_capacity(cp.tensors.len());
-        let mut infos = Vec::with_capacity(cp.tensors.len());
-        let mut offset = 0usize;
-        for name in &cp.tensors {
-            if name == "__metadata__" {
-                return Err(StoreError::Invalid(InvalidInput::Name {
-                    name: name.clone(),
-                    reason: "reserved by the safetensors format",
-                }));
+        contain(&self.path, "exporting a checkpoint", || {
+            let path = path.as_ref();
+            let io = |source| StoreError::Io {
+                path: path.to_path_buf(),
+                source,
+            };
+            let r = self.read()?;
+            let cp = r
+                .checkpoint(step)?
+                .ok_or(StoreError::NotFound(NotFound::Checkpoint { step }))?;
+            let mut recs = Vec::with_capacity(cp.tensors.len());
+            let mut infos = Vec::with_capacity(cp.tensors.len());
+            let mut offset = 0usize;
+            for name in &cp.tensors {
+                if name == "__metadata__" {
+                    return Err(StoreError::Invalid(InvalidInput::Name {
+                        name: name.clone(),
+                        reason: "reserved by the safetensors format",
+                    }));
+                }
+                let rec = self.version_record(&r, name, step)?;
+                let bad_shape = || {
+                    StoreError::Invalid(InvalidInput::Shape {
+                        tensor: name.clone(),
+                        step,
+                        shape: rec.shape.clone(),
+                    })
+                };
+                let shape = shape_to_safetensors(rec.dtype, &rec.shape).ok_or_else(bad_shape)?;
+                let Some(dtype) = dtype_to_safetensors(rec.dtype) else {
+                    return Err(StoreError::Invalid(InvalidInput::UnsupportedDType {
+                        path: path.to_path_buf(),
+                        tensor: name.clone(),
+                        dtype: rec.dtype.to_string(),
+                        reason: "safetensors has no name for it".to_string(),
+                    }));
+                };
+                let len = usize::try_from(rec.raw_bytes()).map_err(|_| bad_shape())?;
+                let end = offset.checked_add(len).ok_or_else(bad_shape)?;
+                infos.push((
+                    name.clone(),
+                    TensorInfo {
+                        dtype,
+                        shape,
+                        data_offsets: (offset, end),
+                    },
+                ));
+                offset = end;
+                recs.push(rec);
             }
-            let rec = self.version_record(&r, name, step)?;
-            let bad_shape = || {
-                StoreError::Invalid(InvalidInput::Shape {
-                    tensor: name.clone(),
-                    step,
-                    shape: rec.shape.clone(),
-                })
+            let st_err = |source: SafeTensorError| StoreError::SafeTensors {
+                path: path.to_path_buf(),
+                source: Box::new(source),
             };
-            let shape = shape_to_safetensors(rec.dtype, &rec.shape).ok_or_else(bad_shape)?;
-            let Some(dtype) = dtype_to_safetensors(rec.dtype) else {
-                return Err(StoreError::Invalid(InvalidInput::UnsupportedDType {
-                    path: path.to_path_buf(),
-                    tensor: name.clone(),
-                    dtype: rec.dtype.to_string(),
-                    reason: "safetensors has no name for it".to_string(),
-                }));
+            let meta = Metadata::new(metadata_from_text(&cp.metadata), infos).map_err(st_err)?;
+            let mut header = serde_json::to_vec(&meta)
+                .map_err(|e| st_err(SafeTensorError::InvalidHeaderDeserialization(e)))?;
+            // As the safetensors crate writes it: padded with spaces to a multiple of 8 bytes.
+            header.resize(header.len().next_multiple_of(8), b' ');
+            let tmp = temp_path(path);
+            let written = (|| -> Result<u64> {
+                let file = File::create(&tmp).map_err(io)?;
+                let mut out = BufWriter::with_capacity(1 << 20, file);
+                out.write_all(&(header.len() as u64).to_le_bytes())
+                    .map_err(io)?;
+                out.write_all(&header).map_err(io)?;
+                let spans: Vec<Span<'_>> = cp
+                    .tensors
+                    .iter()
+                    .zip(&recs)
+                    .map(|(name, rec)| Span {
+                        name: Arc::from(name.as_str()),
+                        step,
+                        rec,
+                        blocks: 0..rec.blocks.len() as u64,
+                        upto: None,
+                    })
+                    .collect();
+                let mut fetcher = Fetcher::streaming(&r, &self.cache);
+                read_blocks(
+                    &mut fetcher,
+                    &self.cache,
+                    &spans,
+                    |si, job| self.rebuild_block(&r, job, spans[si].rec, 0),
+                    |_, _, bytes, _| out.write_all(bytes).map_err(io),
+                )?;
+                // Not synced: like the safetensors crate's own writer, an export is a copy that
+                // can be made again (the rename still keeps a failed export from showing).
+                out.flush().map_err(io)?;
+                Ok(8 + header.len() as u64 + offset as u64)
+            })();
+            let file_bytes = match written {
+                Ok(n) => n,
+                Err(e) => {
+                    let _ = std::fs::remove_file(&tmp);
+                    return Err(e);
+                }
             };
-            let len = usize::try_from(rec.raw_bytes()).map_err(|_| bad_shape())?;
-            let end = offset.checked_add(len).ok_or_else(bad_shape)?;
-            infos.push((
-                name.clone(),
-                TensorInfo {
-                    dtype,
-                    shape,
-                    data_offsets: (offset, end),
-                },
-            ));
-            offset = end;
-            recs.push(rec);
-        }
-        let st_err = |source: SafeTensorError| StoreError::SafeTensors {
-            path: path.to_path_buf(),
-            source: Box::new(source),
-        };
-        let meta = Metadata::new(metadata_from_text(&cp.metadata), infos).map_err(st_err)?;
-        let mut header = serde_json::to_vec(&meta)
-            .map_err(|e| st_err(SafeTensorError::InvalidHeaderDeserialization(e)))?;
-        // As the safetensors crate writes it: padded with spaces to a multiple of 8 bytes.
-        header.resize(header.len().next_multiple_of(8), b' ');
-        let tmp = temp_path(path);
-        let written = (|| -> Result<u64> {
-            let file = File::create(&tmp).map_err(io)?;
-            let mut out = BufWriter::with_capacity(1 << 20, file);
-            out.write_all(&(header.len() as u64).to_le_bytes())
-                .map_err(io)?;
-            out.write_all(&header).map_err(io)?;
-            let spans: Vec<Span<'_>> = cp
-                .tensors
-                .iter()
-                .zip(&recs)
-                .map(|(name, rec)| Span {
-                    name: Arc::from(name.as_str()),
-                    step,
-                    rec,
-                    blocks: 0..rec.blocks.len() as u64,
-                    upto: None,
-                })
-                .collect();
-            let mut fetcher = Fetcher::streaming(&r, &self.cache);
-            read_blocks(
-                &mut fetcher,
-                &self.cache,
-                &spans,
-                |si, job| self.rebuild_block(&r, job, spans[si].rec, 0),
-                |_, _, bytes, _| out.write_all(bytes).map_err(io),
-            )?;
-            // Not synced: like the safetensors crate's own writer, an export is a copy that
-            // can be made again (the rename still keeps a failed export from showing).
-            out.flush().map_err(io)?;
-            Ok(8 + header.len() as u64 + offset as u64)
-        })();
-        let file_bytes = match written {
-            Ok(n) => n,
-            Err(e) => {
+            std::fs::rename(&tmp, path).map_err(|e| {
                 let _ = std::fs::remove_file(&tmp);
-                return Err(e);
+                io(e)
+            })?;
+            for (name, rec) in cp.tensors.iter().zip(&recs) {
+                self.record_read(name, step, 0..rec.blocks.len() as u64);
             }
-        };
-        std::fs::rename(&tmp, path).map_err(|e| {
-            let _ = std::fs::remove_file(&tmp);
-            io(e)
-        })?;
-        for (name, rec) in cp.tensors.iter().zip(&recs) {
-            self.record_read(name, step, 0..rec.blocks.len() as u64);
-        }
-        Ok(ExportReport {
-            step,
-            tensors: recs.len(),
-            raw_bytes: offset as u64,
-            file_bytes,
+            Ok(ExportReport {
+                step,
+                tensors: recs.len(),
+                raw_bytes: offset as u64,
+                file_bytes,
+            })
         })
     }
 }

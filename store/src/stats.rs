@@ -7,7 +7,7 @@ use redb::{ReadableTable, ReadableTableMetadata};
 use crate::engine::{row_blobs, View};
 use crate::error::{Corruption, DbContext, Result, StoreError};
 use crate::record::{decode_version_key, segment_key, SegmentInfo, Stored, VersionRecord};
-use crate::store::Store;
+use crate::store::{contain, Store};
 use strata_tiering::Tier;
 
 /// Sizes of one tensor's history.
@@ -68,122 +68,169 @@ impl StoreStats {
     }
 }
 
+/// What a store holds, before redb's page layout: [`StoreStats::segment_bytes`] and
+/// [`StoreStats::metadata_bytes`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct StoredSizes {
+    /// Bytes of unique segments.
+    pub(crate) segment_bytes: u64,
+    /// Keys and values of every record.
+    pub(crate) metadata_bytes: u64,
+}
+
+impl StoredSizes {
+    /// `segment_bytes + metadata_bytes`: [`StoreStats::stored_bytes`].
+    pub(crate) fn total(self) -> u64 {
+        self.segment_bytes + self.metadata_bytes
+    }
+}
+
+/// The stored sizes of the tables of a read, or of a write in progress (an aging dry run
+/// measures what its pass would leave before rolling it back).
+pub(crate) fn stored_sizes(
+    segments: &impl ReadableTable<u128, &'static [u8]>,
+    versions: &impl ReadableTable<&'static [u8], &'static [u8]>,
+    tiers: &impl ReadableTable<&'static [u8], &'static [u8]>,
+    checkpoints: &impl ReadableTable<u64, &'static [u8]>,
+    tags: &impl ReadableTable<&'static [u8], u64>,
+) -> Result<StoredSizes> {
+    let mut s = StoredSizes {
+        segment_bytes: 0,
+        metadata_bytes: 0,
+    };
+    for e in segments.iter().ctx("reading the segment index")? {
+        let (k, v) = e.ctx("reading the segment index")?;
+        s.metadata_bytes += 16 + v.value().len() as u64;
+        s.segment_bytes += segment_len(k.value(), v.value())?;
+    }
+    for e in versions.iter().ctx("reading versions")? {
+        let (k, v) = e.ctx("reading versions")?;
+        s.metadata_bytes += (k.value().len() + v.value().len()) as u64;
+    }
+    for e in tiers.iter().ctx("reading tier rows")? {
+        let (k, v) = e.ctx("reading tier rows")?;
+        s.metadata_bytes += (k.value().len() + v.value().len()) as u64;
+    }
+    for e in checkpoints.iter().ctx("reading checkpoints")? {
+        let (_, v) = e.ctx("reading checkpoints")?;
+        s.metadata_bytes += 8 + v.value().len() as u64;
+    }
+    for e in tags.iter().ctx("reading tags")? {
+        let (k, _) = e.ctx("reading tags")?;
+        s.metadata_bytes += k.value().len() as u64 + 8;
+    }
+    Ok(s)
+}
+
+/// The length of the segment a segment index entry describes.
+fn segment_len(key: u128, stored: &[u8]) -> Result<u64> {
+    SegmentInfo::from_stored(&segment_key(key), stored)
+        .map(|info| info.len)
+        .map_err(|source| {
+            StoreError::Corrupt(Corruption::Record {
+                what: format!("segment index entry {key:032x}"),
+                source,
+            })
+        })
+}
+
 impl Store {
     /// Computes sizes by walking every record (no segment is decoded).
     ///
     /// # Errors
     /// Database and record errors.
     pub fn stats(&self) -> Result<StoreStats> {
-        let r = self.read()?;
-        let mut metadata_bytes = 0u64;
-        let mut segment_bytes = 0u64;
-        let mut seg_len: HashMap<u128, u64> = HashMap::new();
-        for e in r.segments.iter().ctx("reading the segment index")? {
-            let (k, v) = e.ctx("reading the segment index")?;
-            metadata_bytes += 16 + v.value().len() as u64;
-            let info =
-                SegmentInfo::from_stored(&segment_key(k.value()), v.value()).map_err(|source| {
+        contain(&self.path, "computing stats", || {
+            let r = self.read()?;
+            let StoredSizes {
+                segment_bytes,
+                metadata_bytes,
+            } = stored_sizes(&r.segments, &r.versions, &r.tiers, &r.checkpoints, &r.tags)?;
+            let mut seg_len: HashMap<u128, u64> = HashMap::new();
+            for e in r.segments.iter().ctx("reading the segment index")? {
+                let (k, v) = e.ctx("reading the segment index")?;
+                seg_len.insert(k.value(), segment_len(k.value(), v.value())?);
+            }
+            let mut per: BTreeMap<String, TensorStats> = BTreeMap::new();
+            let mut raw_bytes = 0u64;
+            let mut versions = 0u64;
+            let mut tier_bytes: BTreeMap<String, u64> = BTreeMap::new();
+            for e in r.versions.iter().ctx("reading versions")? {
+                let (k, v) = e.ctx("reading versions")?;
+                let (name, step) = decode_version_key(k.value()).unwrap_or(("?", 0));
+                let rec = VersionRecord::from_stored(k.value(), v.value()).map_err(|source| {
                     StoreError::Corrupt(Corruption::Record {
-                        what: format!("segment index entry {:032x}", k.value()),
+                        what: format!("version record of tensor {name:?} step {step}"),
                         source,
                     })
                 })?;
-            segment_bytes += info.len;
-            seg_len.insert(k.value(), info.len);
-        }
-        let mut per: BTreeMap<String, TensorStats> = BTreeMap::new();
-        let mut raw_bytes = 0u64;
-        let mut versions = 0u64;
-        let mut tier_bytes: BTreeMap<String, u64> = BTreeMap::new();
-        for e in r.versions.iter().ctx("reading versions")? {
-            let (k, v) = e.ctx("reading versions")?;
-            let (name, step) = decode_version_key(k.value()).unwrap_or(("?", 0));
-            let rec = VersionRecord::from_stored(k.value(), v.value()).map_err(|source| {
-                StoreError::Corrupt(Corruption::Record {
-                    what: format!("version record of tensor {name:?} step {step}"),
-                    source,
-                })
-            })?;
-            let record_bytes = (k.value().len() + v.value().len()) as u64;
-            metadata_bytes += record_bytes;
-            raw_bytes += rec.raw_bytes();
-            versions += 1;
-            let t = per.entry(name.to_string()).or_insert_with(|| TensorStats {
-                name: name.to_string(),
-                versions: 0,
-                raw_bytes: 0,
-                stored_bytes: 0,
-            });
-            t.versions += 1;
-            t.raw_bytes += rec.raw_bytes();
-            t.stored_bytes += record_bytes;
-            let rows = r.tier_rows_by_block(name, step, rec.blocks.len())?;
-            for (b, row) in rec.blocks.iter().zip(&rows) {
-                let row = row.as_ref();
-                let tier = row.map_or(Tier::Exact, |row| row.tier);
-                let mut bytes = if b.reference {
-                    0
-                } else {
-                    u64::from(b.segment_len)
-                };
-                if let Some(row) = row {
-                    for address in row_blobs(row) {
-                        if let Some(len) = seg_len.remove(&address) {
-                            t.stored_bytes += len;
-                            bytes += len;
+                let record_bytes = (k.value().len() + v.value().len()) as u64;
+                raw_bytes += rec.raw_bytes();
+                versions += 1;
+                let t = per.entry(name.to_string()).or_insert_with(|| TensorStats {
+                    name: name.to_string(),
+                    versions: 0,
+                    raw_bytes: 0,
+                    stored_bytes: 0,
+                });
+                t.versions += 1;
+                t.raw_bytes += rec.raw_bytes();
+                t.stored_bytes += record_bytes;
+                let rows = r.tier_rows_by_block(name, step, rec.blocks.len())?;
+                for (b, row) in rec.blocks.iter().zip(&rows) {
+                    let row = row.as_ref();
+                    let tier = row.map_or(Tier::Exact, |row| row.tier);
+                    let mut bytes = if b.reference {
+                        0
+                    } else {
+                        u64::from(b.segment_len)
+                    };
+                    if let Some(row) = row {
+                        for address in row_blobs(row) {
+                            if let Some(len) = seg_len.remove(&address) {
+                                t.stored_bytes += len;
+                                bytes += len;
+                            }
                         }
                     }
-                }
-                if bytes > 0 || b.has_segment() {
-                    *tier_bytes.entry(tier.name().to_string()).or_insert(0) += bytes;
-                }
-                // The first tensor to refer to a segment is charged for it.
-                if let Some(len) = seg_len.remove(&b.address) {
-                    t.stored_bytes += len;
+                    if bytes > 0 || b.has_segment() {
+                        *tier_bytes.entry(tier.name().to_string()).or_insert(0) += bytes;
+                    }
+                    // The first tensor to refer to a segment is charged for it.
+                    if let Some(len) = seg_len.remove(&b.address) {
+                        t.stored_bytes += len;
+                    }
                 }
             }
-        }
-        for e in r.tiers.iter().ctx("reading tier rows")? {
-            let (k, v) = e.ctx("reading tier rows")?;
-            metadata_bytes += (k.value().len() + v.value().len()) as u64;
-        }
-        let mut checkpoints = 0u64;
-        for e in r.checkpoints.iter().ctx("reading checkpoints")? {
-            let (_, v) = e.ctx("reading checkpoints")?;
-            metadata_bytes += 8 + v.value().len() as u64;
-            checkpoints += 1;
-        }
-        for e in r.tags.iter().ctx("reading tags")? {
-            let (k, _) = e.ctx("reading tags")?;
-            metadata_bytes += k.value().len() as u64 + 8;
-        }
-        let segments = r.segments.len().ctx("reading the segment index")?;
-        drop(r);
-        let file_bytes = self.file_bytes()?;
-        let disk_bytes = self.disk_bytes()?;
-        let allocated_bytes = if self.is_read_only() {
-            None
-        } else {
-            let _writer = self.writer.lock();
-            let txn = self.db.begin_write(&self.path, "reading database stats")?;
-            let s = txn.stats().ctx("reading database stats")?;
-            let bytes = s.allocated_pages() * s.page_size() as u64;
-            txn.abort().ctx("reading database stats")?;
-            Some(bytes)
-        };
-        Ok(StoreStats {
-            raw_bytes,
-            stored_bytes: segment_bytes + metadata_bytes,
-            segment_bytes,
-            metadata_bytes,
-            file_bytes,
-            disk_bytes,
-            allocated_bytes,
-            segments,
-            versions,
-            checkpoints,
-            tensors: per.into_values().collect(),
-            tier_bytes,
+            let checkpoints = r.checkpoints.len().ctx("reading checkpoints")?;
+            let segments = r.segments.len().ctx("reading the segment index")?;
+            drop(r);
+            let file_bytes = self.file_bytes()?;
+            let disk_bytes = self.disk_bytes()?;
+            let allocated_bytes = if self.is_read_only() {
+                None
+            } else {
+                let _writer = self.writer.lock();
+                let txn = self.db.begin_write(&self.path, "reading database stats")?;
+                let s = txn.stats().ctx("reading database stats")?;
+                let bytes = s.allocated_pages() * s.page_size() as u64;
+                txn.abort().ctx("reading database stats")?;
+                Some(bytes)
+            };
+            Ok(StoreStats {
+                raw_bytes,
+                stored_bytes: segment_bytes + metadata_bytes,
+                segment_bytes,
+                metadata_bytes,
+                file_bytes,
+                disk_bytes,
+                allocated_bytes,
+                segments,
+                versions,
+                checkpoints,
+                tensors: per.into_values().collect(),
+                tier_bytes,
+            })
         })
     }
 }

@@ -1,6 +1,6 @@
 //! The [`Store`] handle: opening a file, checking its format, transactions, compaction.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -17,6 +17,7 @@ use crate::engine::{
 use crate::error::{Corruption, DbContext, OpenError, Result, StoreError};
 use crate::options::Options;
 use crate::record::{FormatRecord, Rule};
+use crate::repair::{open_beside_repairs, RepairMarker, REPAIR_WAIT};
 use crate::tiers::rules::RuleSet;
 use crate::tiers::runtime::{tiering_reconstruct, Runtime};
 
@@ -37,6 +38,7 @@ use crate::tiers::runtime::{tiering_reconstruct, Runtime};
 #[derive(Debug)]
 pub struct Store {
     pub(crate) path: PathBuf,
+    /// The database; closed in [`Store`]'s `Drop`, where a panic of redb's is contained.
     pub(crate) db: Handle,
     pub(crate) opts: Options,
     pub(crate) cache: BlockCache,
@@ -84,7 +86,9 @@ impl Store {
         if !exists {
             create_file(&path, &opts)?;
         }
-        let db = guarded_open(&path, || builder(&opts).create(&path))?;
+        let db = open_beside_repairs(&path, REPAIR_WAIT, || {
+            guarded_open(&path, || builder(&opts).create(&path))
+        })?;
         Store::from_handle(path, Handle::Writer(db), opts)
     }
 
@@ -98,7 +102,9 @@ impl Store {
     ///
     /// A store whose last writer crashed needs the repair the next writer's open does, which a
     /// reader cannot do: if no writer holds it, this open recovers it first as a writer would
-    /// (the only case where it writes to the file).
+    /// (the only case where it writes to the file), holding a lock on a marker file beside it
+    /// (`<store>.repair`, deleted after) so that a writer opening meanwhile waits for the repair
+    /// instead of failing with `InUse` (at most [`crate::REPAIR_WAIT`]).
     ///
     /// # Errors
     /// Those of [`Store::open`] but `InUse` (a writer that opened the store with a Strata before
@@ -129,23 +135,32 @@ impl Store {
             }
             Err(source) => return Err(StoreError::Io { path, source }),
         }
-        let mut tries = 0;
+        let start = std::time::Instant::now();
         let db = loop {
             let opened = catch_unwind(AssertUnwindSafe(|| builder(&opts).open_read_only(&path)));
-            if !matches!(opened, Ok(Err(DatabaseError::RepairAborted))) || tries == 3 {
+            if !matches!(opened, Ok(Err(DatabaseError::RepairAborted)))
+                || start.elapsed() > REPAIR_WAIT
+            {
                 break guarded(&path, opened)?;
             }
             // The last writer crashed and no writer has opened the store since: a reader
             // cannot repair it. Recover it as the next writer would (this open writes), then
-            // read. A writer that holds it meanwhile (InUse) recovered it when it opened.
-            tries += 1;
-            match Store::open_with(&path, opts.clone()) {
+            // read. A writer that holds it meanwhile (InUse) is repairing it as it opens:
+            // wait for that, as long as a repair may take.
+            let marker = RepairMarker::hold(&path)?;
+            let repaired = guarded_open(&path, || builder(&opts).create(&path));
+            match repaired {
+                // The writer's handle closes before the marker does: a writer that waits
+                // for the marker then finds the file free.
                 Ok(writer) => drop(writer),
                 Err(StoreError::Open(OpenError::InUse { .. })) => {
+                    drop(marker);
                     std::thread::sleep(std::time::Duration::from_millis(20));
+                    continue;
                 }
                 Err(e) => return Err(e),
             }
+            drop(marker);
         };
         Store::from_handle(path, Handle::Reader(db), opts)
     }
@@ -199,7 +214,7 @@ impl Store {
             store.load_tiers()
         })) {
             Ok(Ok(())) => return store.start_upload(),
-            Ok(Err(e)) => e,
+            Ok(Err(e)) => first_read_error(e, &path),
             Err(panic) => StoreError::Open(OpenError::Damaged {
                 path,
                 reason: format!("redb failed reading it: {}", panic_message(&panic)),
@@ -273,18 +288,21 @@ impl Store {
     /// # Errors
     /// [`StoreError::Compaction`] if redb cannot compact (e.g. a read is in progress).
     pub fn compact(&mut self) -> Result<bool> {
-        // An upload holds a read snapshot, which compaction cannot move pages under.
-        #[cfg(feature = "remote")]
-        if let Some(u) = &self.uploader {
-            let _ = u.flush();
-        }
         let path = self.path.clone();
-        self.db
-            .writer_mut(&path, "compaction")?
-            .compact()
-            .map_err(|e| StoreError::Compaction {
-                source: Box::new(e),
-            })
+        contain(&path, "compacting", || {
+            // An upload holds a read snapshot, which compaction cannot move pages under.
+            #[cfg(feature = "remote")]
+            if let Some(u) = &self.uploader {
+                let _ = u.flush();
+            }
+            let path = self.path.clone();
+            self.db
+                .writer_mut(&path, "compaction")?
+                .compact()
+                .map_err(|e| StoreError::Compaction {
+                    source: Box::new(e),
+                })
+        })
     }
 
     /// [`Store::compact`] after a pass that rewrote many versions (retention and aging do it
@@ -296,7 +314,8 @@ impl Store {
     /// # Errors
     /// [`StoreError::Compaction`] for any other reason redb cannot compact.
     pub fn compact_if_idle(&mut self) -> Result<bool> {
-        match self.compact() {
+        let path = self.path.clone();
+        contain(&path, "compacting", || match self.compact() {
             Ok(_) => Ok(true),
             Err(StoreError::Compaction { source })
                 if matches!(*source, redb::CompactionError::TransactionInProgress) =>
@@ -304,7 +323,7 @@ impl Store {
                 Ok(false)
             }
             Err(e) => Err(e),
-        }
+        })
     }
 
     fn check_format(&self) -> Result<()> {
@@ -412,19 +431,21 @@ impl Store {
     /// # Errors
     /// [`StoreError::Io`] if the size cannot be read.
     pub fn disk_bytes(&self) -> Result<u64> {
-        if self.backend.is_some() {
-            return self.file_bytes();
-        }
-        let m = self.file_metadata()?;
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::MetadataExt;
-            Ok(m.blocks() * 512)
-        }
-        #[cfg(not(unix))]
-        {
-            Ok(m.len())
-        }
+        contain(&self.path, "measuring the file", || {
+            if self.backend.is_some() {
+                return self.file_bytes();
+            }
+            let m = self.file_metadata()?;
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::MetadataExt;
+                Ok(m.blocks() * 512)
+            }
+            #[cfg(not(unix))]
+            {
+                Ok(m.len())
+            }
+        })
     }
 
     /// Length of the file (or of the backend's storage); [`Store::disk_bytes`] is what it
@@ -552,6 +573,44 @@ fn builder(opts: &Options) -> redb::Builder {
 
 /// Runs redb's open of `path`, turning its errors, and a panic on a damaged file (redb trusts
 /// its own file), into [`StoreError`]s.
+/// A panic raised in a caller's code (a callback of [`Store::get_blocks`]) on its way through
+/// [`contain`], which hands it on instead of reporting damage.
+pub(crate) struct CallerPanic(pub(crate) Box<dyn std::any::Any + Send>);
+
+/// Runs `f`, a public operation `op` of the store at `path`, turning a panic inside it into
+/// [`Corruption::Engine`]. redb trusts its own pages: a damaged one can make it panic (an
+/// index out of range in its B-tree code) wherever it reads, past the open, in a listing, a
+/// lookup or the commit as the database closes. Every public method of [`Store`] and of the
+/// readers and writers it hands out runs inside this, so a damaged file gives an error that
+/// names it, never a panic (issue 26; the store_open fuzz target fails on any panic that
+/// escapes). A panic of the caller's own code ([`CallerPanic`]) goes on unwinding.
+pub(crate) fn contain<T>(
+    path: &Path,
+    op: &'static str,
+    f: impl FnOnce() -> Result<T>,
+) -> Result<T> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r.map_err(|e| e.on_file(path)),
+        Err(panic) => match panic.downcast::<CallerPanic>() {
+            Ok(caller) => resume_unwind(caller.0),
+            Err(panic) => Err(StoreError::Corrupt(Corruption::Engine {
+                path: path.to_path_buf(),
+                op,
+                message: panic_message(&panic),
+            })),
+        },
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        let db = std::mem::replace(&mut self.db, Handle::Closed);
+        // redb commits as a writer's database closes, and can panic there on a damaged
+        // file; a panic in a drop would abort a process that is already unwinding.
+        let _ = catch_unwind(AssertUnwindSafe(move || drop(db)));
+    }
+}
+
 fn guarded_open<D>(
     path: &Path,
     open: impl FnOnce() -> std::result::Result<D, DatabaseError>,
@@ -598,6 +657,24 @@ fn open_error(path: &Path, e: DatabaseError) -> StoreError {
             path,
             reason: other.to_string(),
         }),
+    }
+}
+
+/// An error of the first reads of a file just opened (its format record, its tier rows),
+/// naming the file: a read past its end means the file is shorter than the pages its header
+/// points to, a truncated store ([`OpenError::Damaged`]); redb checks that when a writer
+/// opens the file, not when a reader does.
+fn first_read_error(e: StoreError, path: &Path) -> StoreError {
+    match e.on_file(path) {
+        StoreError::Io { path, source } if source.kind() == std::io::ErrorKind::UnexpectedEof => {
+            StoreError::Open(OpenError::Damaged {
+                path,
+                reason: format!(
+                    "the file ends before the pages its header points to (truncated?): {source}"
+                ),
+            })
+        }
+        other => other,
     }
 }
 

@@ -9,7 +9,7 @@ use crate::engine::{decode_all, row_blobs, BlockCache, Fetcher, ReadTxn};
 use crate::error::{Corruption, DbContext, Result, StoreError};
 use crate::record::Stored;
 use crate::record::{decode_version_key, CheckpointRecord, SegmentInfo, VersionRecord};
-use crate::store::Store;
+use crate::store::{contain, Store};
 
 /// A problem [`Store::verify`] found.
 #[derive(Debug)]
@@ -112,101 +112,103 @@ impl Store {
     /// Only database errors that stop the walk; damage is reported in the
     /// [`VerifyReport`].
     pub fn verify(&self) -> Result<VerifyReport> {
-        let r = self.read()?;
-        let cache = BlockCache::new(self.opts.cache_bytes);
-        let mut fetcher = Fetcher::new(&r, &cache);
-        let mut report = VerifyReport::default();
-        let mut refs: HashMap<u128, u64> = HashMap::new();
-        let mut versions_seen: HashSet<(String, u64)> = HashSet::new();
+        contain(&self.path, "verifying", || {
+            let r = self.read()?;
+            let cache = BlockCache::new(self.opts.cache_bytes);
+            let mut fetcher = Fetcher::new(&r, &cache);
+            let mut report = VerifyReport::default();
+            let mut refs: HashMap<u128, u64> = HashMap::new();
+            let mut versions_seen: HashSet<(String, u64)> = HashSet::new();
 
-        let mut keys = Vec::new();
-        for e in r.versions.iter().ctx("verifying versions")? {
-            let (k, v) = e.ctx("verifying versions")?;
-            keys.push((
-                k.value().to_vec(),
-                VersionRecord::from_stored(k.value(), v.value()),
-            ));
-        }
-        for (key, rec) in keys {
-            report.versions += 1;
-            let Some((name, step)) = decode_version_key(&key) else {
-                report.issues.push(Issue::Version {
-                    tensor: String::from_utf8_lossy(&key).into_owned(),
-                    step: 0,
-                    error: StoreError::Corrupt(Corruption::Record {
-                        what: "a version key".into(),
-                        source: crate::record::RecordError::BadValue {
-                            field: "version key",
-                            value: key.len() as u64,
-                        },
-                    }),
-                });
-                continue;
-            };
-            versions_seen.insert((name.to_string(), step));
-            let rec = match rec {
-                Ok(rec) => rec,
-                Err(source) => {
+            let mut keys = Vec::new();
+            for e in r.versions.iter().ctx("verifying versions")? {
+                let (k, v) = e.ctx("verifying versions")?;
+                keys.push((
+                    k.value().to_vec(),
+                    VersionRecord::from_stored(k.value(), v.value()),
+                ));
+            }
+            for (key, rec) in keys {
+                report.versions += 1;
+                let Some((name, step)) = decode_version_key(&key) else {
                     report.issues.push(Issue::Version {
-                        tensor: name.to_string(),
-                        step,
+                        tensor: String::from_utf8_lossy(&key).into_owned(),
+                        step: 0,
                         error: StoreError::Corrupt(Corruption::Record {
-                            what: format!("version record of tensor {name:?} step {step}"),
-                            source,
+                            what: "a version key".into(),
+                            source: crate::record::RecordError::BadValue {
+                                field: "version key",
+                                value: key.len() as u64,
+                            },
                         }),
                     });
                     continue;
-                }
-            };
-            let name_arc: Arc<str> = Arc::from(name);
-            let mut jobs = Vec::new();
-            let mut blocks = Vec::new();
-            for (b, block) in rec.blocks.iter().enumerate() {
-                if block.has_segment() {
-                    *refs.entry(block.address).or_default() += 1;
-                }
-                report.blocks += 1;
-                match fetcher.fetch(&name_arc, step, &rec, b as u64) {
-                    Ok(job) if job.is_absent() => {
-                        // Tier 0: no data to decode; its rebuild's sources are checked by
-                        // reading it.
-                        if let Err(error) = self.rebuild_block(&r, &job, &rec, 0) {
-                            report.issues.push(Issue::Block {
-                                tensor: name.to_string(),
-                                step,
-                                block: b as u64,
-                                error,
-                            });
+                };
+                versions_seen.insert((name.to_string(), step));
+                let rec = match rec {
+                    Ok(rec) => rec,
+                    Err(source) => {
+                        report.issues.push(Issue::Version {
+                            tensor: name.to_string(),
+                            step,
+                            error: StoreError::Corrupt(Corruption::Record {
+                                what: format!("version record of tensor {name:?} step {step}"),
+                                source,
+                            }),
+                        });
+                        continue;
+                    }
+                };
+                let name_arc: Arc<str> = Arc::from(name);
+                let mut jobs = Vec::new();
+                let mut blocks = Vec::new();
+                for (b, block) in rec.blocks.iter().enumerate() {
+                    if block.has_segment() {
+                        *refs.entry(block.address).or_default() += 1;
+                    }
+                    report.blocks += 1;
+                    match fetcher.fetch(&name_arc, step, &rec, b as u64) {
+                        Ok(job) if job.is_absent() => {
+                            // Tier 0: no data to decode; its rebuild's sources are checked by
+                            // reading it.
+                            if let Err(error) = self.rebuild_block(&r, &job, &rec, 0) {
+                                report.issues.push(Issue::Block {
+                                    tensor: name.to_string(),
+                                    step,
+                                    block: b as u64,
+                                    error,
+                                });
+                            }
                         }
+                        Ok(job) => {
+                            jobs.push(job);
+                            blocks.push(b as u64);
+                        }
+                        Err(error) => report.issues.push(Issue::Block {
+                            tensor: name.to_string(),
+                            step,
+                            block: b as u64,
+                            error,
+                        }),
                     }
-                    Ok(job) => {
-                        jobs.push(job);
-                        blocks.push(b as u64);
+                }
+                for (b, res) in blocks.into_iter().zip(decode_all(jobs, &cache)) {
+                    if let Err(error) = res {
+                        report.issues.push(Issue::Block {
+                            tensor: name.to_string(),
+                            step,
+                            block: b,
+                            error,
+                        });
                     }
-                    Err(error) => report.issues.push(Issue::Block {
-                        tensor: name.to_string(),
-                        step,
-                        block: b as u64,
-                        error,
-                    }),
                 }
             }
-            for (b, res) in blocks.into_iter().zip(decode_all(jobs, &cache)) {
-                if let Err(error) = res {
-                    report.issues.push(Issue::Block {
-                        tensor: name.to_string(),
-                        step,
-                        block: b,
-                        error,
-                    });
-                }
-            }
-        }
 
-        self.audit_tier_rows(&r, &versions_seen, &mut refs, &mut report)?;
-        self.audit_segments(&r, &refs, &mut report)?;
-        self.audit_checkpoints(&r, &versions_seen, &mut report)?;
-        Ok(report)
+            self.audit_tier_rows(&r, &versions_seen, &mut refs, &mut report)?;
+            self.audit_segments(&r, &refs, &mut report)?;
+            self.audit_checkpoints(&r, &versions_seen, &mut report)?;
+            Ok(report)
+        })
     }
 
     /// Counts the blobs tier rows hold and reports rows that cannot be decoded or whose

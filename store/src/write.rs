@@ -5,7 +5,7 @@
 use crate::engine::{check_name, delete_version, delete_versions, View};
 use crate::error::{DbContext, NotFound, Result, StoreError};
 use crate::options::PutOptions;
-use crate::store::Store;
+use crate::store::{contain, Store};
 use crate::tensor::TensorRef;
 use crate::writer::Session;
 
@@ -16,7 +16,9 @@ impl Store {
     /// [`crate::InvalidInput::StepExists`] if the version exists (see [`Store::put_with`]),
     /// [`crate::InvalidInput::DataLength`], [`crate::InvalidInput::Shape`], [`crate::InvalidInput::Name`].
     pub fn put(&self, name: &str, step: u64, tensor: &TensorRef<'_>) -> Result<()> {
-        self.put_with(name, step, tensor, &PutOptions::default())
+        contain(&self.path, "writing a version", || {
+            self.put_with(name, step, tensor, &PutOptions::default())
+        })
     }
 
     /// Writes version `step` of tensor `name` with options (e.g. overwrite).
@@ -30,9 +32,11 @@ impl Store {
         tensor: &TensorRef<'_>,
         opts: &PutOptions,
     ) -> Result<()> {
-        let mut session = Session::begin(self, opts.overwrite)?;
-        session.put(step, name, tensor)?;
-        session.commit(step, |_| Ok(()))
+        contain(&self.path, "writing a version", || {
+            let mut session = Session::begin(self, opts.overwrite)?;
+            session.put(step, name, tensor)?;
+            session.commit(step, |_| Ok(()))
+        })
     }
 
     /// Writes every tensor of a checkpoint at `step` in one transaction: after a crash
@@ -50,11 +54,13 @@ impl Store {
         tensors: &[(&str, TensorRef<'_>)],
         metadata: &str,
     ) -> Result<()> {
-        let mut writer = self.begin_checkpoint(step, metadata)?;
-        for (name, t) in tensors {
-            writer.put(name, t)?;
-        }
-        writer.commit()
+        contain(&self.path, "saving a checkpoint", || {
+            let mut writer = self.begin_checkpoint(step, metadata)?;
+            for (name, t) in tensors {
+                writer.put(name, t)?;
+            }
+            writer.commit()
+        })
     }
 
     /// Deletes version `step` of `name`. Versions whose blocks are deltas against it are
@@ -65,9 +71,11 @@ impl Store {
     /// [`crate::NotFound::Tensor`], [`crate::NotFound::Version`], and block errors
     /// if a dependent cannot be decoded.
     pub fn delete(&self, name: &str, step: u64) -> Result<()> {
-        check_name(name)?;
-        let _writer = self.writer.lock();
-        self.write(|wt| delete_version(wt, &self.cache, &self.opts, name, step, true))
+        contain(&self.path, "deleting a version", || {
+            check_name(name)?;
+            let _writer = self.writer.lock();
+            self.write(|wt| delete_version(wt, &self.cache, &self.opts, name, step, true))
+        })
     }
 
     /// Deletes the checkpoint at `step` whole, in one transaction: every tensor version of it
@@ -78,16 +86,18 @@ impl Store {
     /// [`crate::NotFound::Checkpoint`], and block errors if a dependent cannot be decoded
     /// (nothing is deleted then).
     pub fn delete_checkpoint(&self, step: u64) -> Result<usize> {
-        let _writer = self.writer.lock();
-        self.write(|wt| {
-            let Some(cp) = wt.checkpoint(step)? else {
-                return Err(StoreError::NotFound(NotFound::Checkpoint { step }));
-            };
-            wt.remove_checkpoint(step)?;
-            for name in &cp.tensors {
-                delete_versions(wt, &self.cache, &self.opts, name, &[step])?;
-            }
-            Ok(cp.tensors.len())
+        contain(&self.path, "deleting a checkpoint", || {
+            let _writer = self.writer.lock();
+            self.write(|wt| {
+                let Some(cp) = wt.checkpoint(step)? else {
+                    return Err(StoreError::NotFound(NotFound::Checkpoint { step }));
+                };
+                wt.remove_checkpoint(step)?;
+                for name in &cp.tensors {
+                    delete_versions(wt, &self.cache, &self.opts, name, &[step])?;
+                }
+                Ok(cp.tensors.len())
+            })
         })
     }
 
@@ -96,14 +106,16 @@ impl Store {
     /// # Errors
     /// [`crate::NotFound::Checkpoint`], [`crate::InvalidInput::Name`] for an empty tag.
     pub fn tag(&self, tag: &str, step: u64) -> Result<()> {
-        check_name(tag)?;
-        let _writer = self.writer.lock();
-        self.write(|wt| {
-            if wt.checkpoint(step)?.is_none() {
-                return Err(StoreError::NotFound(NotFound::Checkpoint { step }));
-            }
-            wt.tags.insert(tag.as_bytes(), step).ctx("writing a tag")?;
-            Ok(())
+        contain(&self.path, "tagging", || {
+            check_name(tag)?;
+            let _writer = self.writer.lock();
+            self.write(|wt| {
+                if wt.checkpoint(step)?.is_none() {
+                    return Err(StoreError::NotFound(NotFound::Checkpoint { step }));
+                }
+                wt.tags.insert(tag.as_bytes(), step).ctx("writing a tag")?;
+                Ok(())
+            })
         })
     }
 
@@ -112,19 +124,21 @@ impl Store {
     /// # Errors
     /// [`crate::NotFound::Tag`].
     pub fn untag(&self, tag: &str) -> Result<()> {
-        let _writer = self.writer.lock();
-        self.write(|wt| {
-            if wt
-                .tags
-                .remove(tag.as_bytes())
-                .ctx("removing a tag")?
-                .is_none()
-            {
-                return Err(StoreError::NotFound(NotFound::Tag {
-                    tag: tag.to_string(),
-                }));
-            }
-            Ok(())
+        contain(&self.path, "untagging", || {
+            let _writer = self.writer.lock();
+            self.write(|wt| {
+                if wt
+                    .tags
+                    .remove(tag.as_bytes())
+                    .ctx("removing a tag")?
+                    .is_none()
+                {
+                    return Err(StoreError::NotFound(NotFound::Tag {
+                        tag: tag.to_string(),
+                    }));
+                }
+                Ok(())
+            })
         })
     }
 }

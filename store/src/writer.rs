@@ -34,7 +34,7 @@ use crate::engine::{
 };
 use crate::error::{DbContext, InvalidInput, Result, StoreError};
 use crate::record::{CheckpointRecord, Rebuild, ResidualRef, TierRow};
-use crate::store::Store;
+use crate::store::{contain, Store};
 use crate::tensor::TensorRef;
 use crate::tiers::runtime::{spec_of, tiering_reconstruct};
 use crate::DType;
@@ -627,10 +627,13 @@ impl<'s> CheckpointWriter<'s> {
     /// version at this step, the input errors of [`Store::put`], and database errors. After
     /// an error the checkpoint cannot be committed; drop the writer.
     pub fn put(&mut self, name: &str, tensor: &TensorRef<'_>) -> Result<()> {
-        self.check_new(name)?;
-        self.session.put(self.step, name, tensor)?;
-        self.claim(name);
-        Ok(())
+        let store = self.session.store;
+        contain(&store.path, "writing a checkpoint", || {
+            self.check_new(name)?;
+            self.session.put(self.step, name, tensor)?;
+            self.claim(name);
+            Ok(())
+        })
     }
 
     /// Adds a tensor of `len` bytes that `read(offset, buf)` fills in pieces (e.g. from a
@@ -643,11 +646,14 @@ impl<'s> CheckpointWriter<'s> {
         len: u64,
         read: &mut dyn FnMut(u64, &mut [u8]) -> Result<()>,
     ) -> Result<()> {
-        self.check_new(name)?;
-        self.session
-            .put_read(self.step, name, dtype, shape, len, read)?;
-        self.claim(name);
-        Ok(())
+        let store = self.session.store;
+        contain(&store.path, "writing a checkpoint", || {
+            self.check_new(name)?;
+            self.session
+                .put_read(self.step, name, dtype, shape, len, read)?;
+            self.claim(name);
+            Ok(())
+        })
     }
 
     fn check_new(&self, name: &str) -> Result<()> {
@@ -699,11 +705,13 @@ impl<'s> CheckpointWriter<'s> {
             tensors: names,
         };
         let store = session.store;
-        session.commit(step, |wt| {
-            if wt.checkpoint(step)?.is_some() {
-                return Err(StoreError::Invalid(InvalidInput::CheckpointExists { step }));
-            }
-            wt.put_checkpoint(step, &record)
+        contain(&store.path, "committing a checkpoint", || {
+            session.commit(step, |wt| {
+                if wt.checkpoint(step)?.is_some() {
+                    return Err(StoreError::Invalid(InvalidInput::CheckpointExists { step }));
+                }
+                wt.put_checkpoint(step, &record)
+            })
         })?;
         store.checkpoint_committed(step);
         Ok(())
@@ -726,10 +734,13 @@ impl Store {
                 ),
             }));
         }
-        let mut session = Session::begin(self, false)?;
-        if session.with_tables(|wt| wt.checkpoint(step))?.is_some() {
-            return Err(StoreError::Invalid(InvalidInput::CheckpointExists { step }));
-        }
+        let session = contain(&self.path, "starting a checkpoint", || {
+            let mut session = Session::begin(self, false)?;
+            if session.with_tables(|wt| wt.checkpoint(step))?.is_some() {
+                return Err(StoreError::Invalid(InvalidInput::CheckpointExists { step }));
+            }
+            Ok(session)
+        })?;
         Ok(CheckpointWriter {
             session,
             step,

@@ -228,6 +228,48 @@ fn truncated_store_file() {
 }
 
 #[test]
+fn truncated_store_file_opened_to_read_names_the_file() {
+    // A read-only open checks less than a writer's (redb compares the file's length with its
+    // layout for a writer only): its first reads run past the end of the file, in the format
+    // record or in the tier rows, by where the cut falls.
+    let (_d, path) = temp_store();
+    {
+        let store = Store::open(&path).expect("open");
+        for step in 1..=4u64 {
+            let data = f32_bytes(&common::noise(50_000, step));
+            store
+                .save_checkpoint(step, &[("w", t(&[50_000], &data))], "")
+                .expect("save");
+        }
+    }
+    let full = std::fs::read(&path).expect("read");
+    for keep in (1..=16).map(|k| full.len() * k / 17) {
+        std::fs::write(&path, &full[..keep]).expect("truncate");
+        // Cut late enough, the open reads only pages it still has: the reads after it fail,
+        // and name the file too.
+        let err = match Store::open_read_only(&path) {
+            Ok(store) => {
+                for step in 1..=4u64 {
+                    if let Err(e) = store.load_checkpoint(step) {
+                        let text = e.to_string();
+                        assert!(text.contains(path.to_str().expect("utf-8")), "{text}");
+                    }
+                }
+                continue;
+            }
+            Err(err) => err,
+        };
+        let text = err.to_string();
+        eprintln!("truncated to {keep} of {}: {text}", full.len());
+        assert!(
+            matches!(err, StoreError::Open(OpenError::Damaged { path: ref p, .. }) if *p == path),
+            "truncated to {keep}: {err:?}"
+        );
+        assert!(text.contains(path.to_str().expect("utf-8")), "{text}");
+    }
+}
+
+#[test]
 fn second_handle_is_refused() {
     let (_d, path) = temp_store();
     let _store = Store::open(&path).expect("open");

@@ -9,8 +9,8 @@ use common::temp_store;
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
 use strata_store::{
-    dtype_from_safetensors, dtype_to_safetensors, DType, InvalidInput, Store, StoreError,
-    METADATA_KEY,
+    check_safetensors, dtype_from_safetensors, dtype_to_safetensors, DType, InvalidInput,
+    SafeTensorsProblem, SafeTensorsSummary, Store, StoreError, METADATA_KEY,
 };
 
 /// Bytes of `n` elements of `size` bytes, deterministic per seed.
@@ -332,7 +332,9 @@ fn bad_files_are_errors_naming_the_file() {
             .join(format!("{}.safetensors", what.replace(' ', "_")));
         std::fs::write(&file, &bytes).expect("write");
         match store.import_safetensors(&file, 1) {
-            Err(StoreError::SafeTensors { path, .. }) => assert_eq!(path, file, "{what}"),
+            Err(StoreError::Invalid(InvalidInput::SafeTensorsFile { path, .. })) => {
+                assert_eq!(path, file, "{what}")
+            }
             other => panic!("{what}: expected a safetensors error, got {other:?}"),
         }
     }
@@ -343,6 +345,309 @@ fn bad_files_are_errors_naming_the_file() {
         Err(StoreError::Io { path, .. }) if path == missing
     ));
     assert!(store.checkpoints().expect("list").is_empty());
+}
+
+/// A safetensors file of `header` (JSON text, written as it is) and `data` bytes of data.
+fn raw_file(header: &str, data: usize) -> Vec<u8> {
+    let mut f = (header.len() as u64).to_le_bytes().to_vec();
+    f.extend_from_slice(header.as_bytes());
+    f.extend(std::iter::repeat_n(1u8, data));
+    f
+}
+
+/// The problem an import of `file` is refused for: the import must fail with
+/// [`InvalidInput::SafeTensorsFile`] naming `name`, write nothing, and [`check_safetensors`]
+/// must refuse the file for the same reason.
+fn refusal(store: &Store, dir: &std::path::Path, name: &str, file: &[u8]) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, file).expect("write");
+    let err = store
+        .import_safetensors(&path, 1)
+        .expect_err("a bad file must be refused");
+    let text = err.to_string();
+    assert!(
+        matches!(&err, StoreError::Invalid(InvalidInput::SafeTensorsFile { path: p, .. }) if *p == path),
+        "{name}: expected SafeTensorsFile, got {err:?}"
+    );
+    assert!(text.contains(name), "the message names the file: {text}");
+    let checked = check_safetensors(&path).expect_err("check_safetensors refuses it too");
+    assert_eq!(checked.to_string(), text);
+    assert!(store.checkpoints().expect("list").is_empty(), "{name}");
+    text
+}
+
+#[test]
+fn a_tensor_named_twice_is_refused_by_name() {
+    let (dir, path) = temp_store();
+    let store = Store::open(&path).expect("open");
+    // Both entries describe the same 8 bytes: a map that keeps the last key (serde_json's,
+    // the safetensors crate's) would import them as f32 [2] and never say that the file
+    // also called them bf16 [4].
+    let text = refusal(
+        &store,
+        dir.path(),
+        "twice.safetensors",
+        &raw_file(
+            r#"{"w":{"dtype":"BF16","shape":[4],"data_offsets":[0,8]},"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#,
+            8,
+        ),
+    );
+    assert!(text.contains(r#"names "w" twice"#), "{text}");
+    // __metadata__ twice, and a key twice inside it.
+    let text = refusal(
+        &store,
+        dir.path(),
+        "meta_twice.safetensors",
+        &raw_file(
+            r#"{"__metadata__":{"epoch":"1"},"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"__metadata__":{"epoch":"2"}}"#,
+            8,
+        ),
+    );
+    assert!(text.contains(r#"names "__metadata__" twice"#), "{text}");
+    let text = refusal(
+        &store,
+        dir.path(),
+        "meta_key_twice.safetensors",
+        &raw_file(
+            r#"{"__metadata__":{"epoch":"1","epoch":"2"},"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#,
+            8,
+        ),
+    );
+    assert!(
+        text.contains(r#"__metadata__ has the key "epoch" twice"#),
+        "{text}"
+    );
+    // A field twice inside a tensor's entry.
+    let text = refusal(
+        &store,
+        dir.path(),
+        "field_twice.safetensors",
+        &raw_file(
+            r#"{"w":{"dtype":"BF16","shape":[4],"dtype":"F32","data_offsets":[0,8]}}"#,
+            8,
+        ),
+    );
+    assert!(
+        text.contains(r#"tensor "w""#) && text.contains("duplicate field `dtype`"),
+        "{text}"
+    );
+}
+
+#[test]
+fn every_refusal_names_the_file_the_tensor_and_the_numbers() {
+    let (dir, path) = temp_store();
+    let store = Store::open(&path).expect("open");
+    let f32_entry = |name: &str, n: u64, start: u64| {
+        format!(
+            r#""{name}":{{"dtype":"F32","shape":[{n}],"data_offsets":[{start},{}]}}"#,
+            start + 4 * n
+        )
+    };
+    let two = |a: String, b: String| format!("{{{a},{b}}}");
+    // (file name, header, data bytes, the problem, what the message must say)
+    type Check = fn(&SafeTensorsProblem) -> bool;
+    let cases: Vec<(&str, String, usize, Check, Vec<&str>)> = vec![
+        (
+            "overlap.safetensors",
+            two(f32_entry("a", 2, 0), f32_entry("b", 2, 4)),
+            12,
+            |p| matches!(p, SafeTensorsProblem::Overlap { .. }),
+            vec![r#""a" (bytes 0..8)"#, r#""b" (bytes 4..12)"#, "overlap"],
+        ),
+        (
+            "past_end.safetensors",
+            two(f32_entry("a", 2, 0), f32_entry("b", 4, 8)),
+            16,
+            |p| matches!(p, SafeTensorsProblem::PastEnd { .. }),
+            vec![
+                r#"tensor "b" ends at byte 24"#,
+                "only 16 bytes",
+                "truncated",
+            ],
+        ),
+        (
+            "hole.safetensors",
+            two(f32_entry("a", 2, 0), f32_entry("b", 2, 12)),
+            20,
+            |p| matches!(p, SafeTensorsProblem::Hole { .. }),
+            vec!["bytes 8..12", "no tensor"],
+        ),
+        (
+            "trailing.safetensors",
+            format!("{{{}}}", f32_entry("a", 2, 0)),
+            12,
+            |p| matches!(p, SafeTensorsProblem::Trailing { .. }),
+            vec!["end at byte 8", "12 bytes of data"],
+        ),
+        (
+            "size.safetensors",
+            r#"{"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}}"#.into(),
+            8,
+            |p| matches!(p, SafeTensorsProblem::Size { .. }),
+            vec![
+                r#"tensor "a""#,
+                "[0, 8] span 8 bytes",
+                "[3] of F32 needs 12",
+            ],
+        ),
+        (
+            "backwards.safetensors",
+            r#"{"a":{"dtype":"U8","shape":[0],"data_offsets":[8,0]}}"#.into(),
+            8,
+            |p| matches!(p, SafeTensorsProblem::Offsets { .. }),
+            vec![r#"tensor "a""#, "[8, 0]"],
+        ),
+        (
+            "overflow.safetensors",
+            r#"{"a":{"dtype":"F64","shape":[4294967296,4294967296],"data_offsets":[0,8]}}"#.into(),
+            8,
+            |p| matches!(p, SafeTensorsProblem::ShapeOverflow { .. }),
+            vec![r#"tensor "a""#, "[4294967296, 4294967296]"],
+        ),
+        (
+            "entry.safetensors",
+            r#"{"a":{"dtype":"F32","shape":"2","data_offsets":[0,8]}}"#.into(),
+            8,
+            |p| matches!(p, SafeTensorsProblem::Entry { .. }),
+            vec![r#"tensor "a""#, "line 1"],
+        ),
+        (
+            "metadata.safetensors",
+            r#"{"__metadata__":{"epoch":3}}"#.into(),
+            0,
+            |p| matches!(p, SafeTensorsProblem::Metadata { .. }),
+            vec!["__metadata__", "string"],
+        ),
+        (
+            "empty_name.safetensors",
+            r#"{"":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#.into(),
+            8,
+            |p| matches!(p, SafeTensorsProblem::Name { .. }),
+            vec![r#"tensor """#, "empty"],
+        ),
+        (
+            "dimensions.safetensors",
+            format!(
+                r#"{{"a":{{"dtype":"U8","shape":[{}],"data_offsets":[0,1]}}}}"#,
+                vec!["1"; 33].join(",")
+            ),
+            1,
+            |p| matches!(p, SafeTensorsProblem::Dimensions { .. }),
+            vec![r#"tensor "a""#, "33 dimensions, more than 32"],
+        ),
+        (
+            "not_json.safetensors",
+            "{not json".into(),
+            0,
+            |p| matches!(p, SafeTensorsProblem::Json { .. }),
+            vec!["not a JSON object", "line 1 column 2"],
+        ),
+        (
+            "a_list.safetensors",
+            "[1, 2]".into(),
+            0,
+            |p| matches!(p, SafeTensorsProblem::Json { .. }),
+            vec!["expected a JSON object"],
+        ),
+    ];
+    for (name, header, data, check, says) in cases {
+        let file = dir.path().join(name);
+        std::fs::write(&file, raw_file(&header, data)).expect("write");
+        let err = store.import_safetensors(&file, 1).expect_err(name);
+        let text = err.to_string();
+        match &err {
+            StoreError::Invalid(InvalidInput::SafeTensorsFile { path, problem }) => {
+                assert_eq!(path, &file, "{text}");
+                assert!(check(problem), "{name}: {problem:?}");
+            }
+            other => panic!("{name}: expected SafeTensorsFile, got {other:?}"),
+        }
+        assert!(text.contains(name), "{text}");
+        for s in says {
+            assert!(text.contains(s), "{name}: {text:?} does not say {s:?}");
+        }
+    }
+
+    // A file cut short: where its header ends, and inside its data.
+    let good = file_with(&[("w", Dtype::F32, vec![4], vec![7; 16])], None);
+    let text = refusal(&store, dir.path(), "cut_header.safetensors", &good[..20]);
+    assert!(
+        text.contains("runs past the end of the file, which holds 12 bytes"),
+        "{text}"
+    );
+    let text = refusal(
+        &store,
+        dir.path(),
+        "cut_data.safetensors",
+        &good[..good.len() - 3],
+    );
+    assert!(
+        text.contains(r#"tensor "w" ends at byte 16"#) && text.contains("only 13 bytes"),
+        "{text}"
+    );
+    let text = refusal(&store, dir.path(), "tiny.safetensors", b"1234");
+    assert!(text.contains("4 bytes long"), "{text}");
+
+    // An F4 tensor of an odd count is refused by name, as is a dtype Strata does not know.
+    for (name, header, says) in [
+        (
+            "odd_f4.safetensors",
+            r#"{"fp4":{"dtype":"F4","shape":[3],"data_offsets":[0,2]}}"#,
+            vec![r#"tensor "fp4""#, "[3]", "multiple of 2"],
+        ),
+        (
+            "unknown.safetensors",
+            r#"{"q":{"dtype":"Q4_K","shape":[3],"data_offsets":[0,2]}}"#,
+            vec![r#"tensor "q""#, "Q4_K"],
+        ),
+    ] {
+        let file = dir.path().join(name);
+        std::fs::write(&file, raw_file(header, 2)).expect("write");
+        let err = store.import_safetensors(&file, 1).expect_err(name);
+        let text = err.to_string();
+        assert!(
+            matches!(&err, StoreError::Invalid(InvalidInput::UnsupportedDType { path, .. }) if *path == file),
+            "{name}: {err:?}"
+        );
+        for s in says {
+            assert!(text.contains(s), "{name}: {text:?} does not say {s:?}");
+        }
+    }
+    assert!(store.checkpoints().expect("list").is_empty());
+}
+
+#[test]
+fn check_safetensors_reads_only_the_header() {
+    let (dir, path) = temp_store();
+    let file = file_with(
+        &[
+            ("a", Dtype::F32, vec![4], vec![7; 16]),
+            ("b", Dtype::BF16, vec![2, 2], vec![1; 8]),
+        ],
+        Some(&[("epoch", "3")]),
+    );
+    let src = dir.path().join("ok.safetensors");
+    std::fs::write(&src, &file).expect("write");
+    let summary = check_safetensors(&src).expect("a good file");
+    assert_eq!(
+        summary,
+        SafeTensorsSummary {
+            tensors: 2,
+            raw_bytes: 24,
+            metadata: r#"{"epoch":"3"}"#.into(),
+        }
+    );
+    let store = Store::open(&path).expect("open");
+    let r = store.import_safetensors(&src, 3).expect("import");
+    assert_eq!(
+        (r.tensors, r.raw_bytes, r.metadata),
+        (2, 24, summary.metadata)
+    );
+    let missing = dir.path().join("missing.safetensors");
+    assert!(matches!(
+        check_safetensors(&missing),
+        Err(StoreError::Io { path, .. }) if path == missing
+    ));
 }
 
 #[test]

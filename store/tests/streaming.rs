@@ -390,7 +390,7 @@ fn imports_stream_from_files_and_bad_files_leave_nothing() {
     std::fs::write(&cut, &file[..file.len() - 1000]).unwrap();
     assert!(matches!(
         store.import_safetensors(&cut, 8).unwrap_err(),
-        StoreError::SafeTensors { .. }
+        StoreError::Invalid(InvalidInput::SafeTensorsFile { .. })
     ));
     // A header that claims an absurd length.
     let mut huge = file.clone();
@@ -399,7 +399,7 @@ fn imports_stream_from_files_and_bad_files_leave_nothing() {
     std::fs::write(&bad, &huge).unwrap();
     assert!(matches!(
         store.import_safetensors(&bad, 8).unwrap_err(),
-        StoreError::SafeTensors { .. }
+        StoreError::Invalid(InvalidInput::SafeTensorsFile { .. })
     ));
     std::fs::write(&bad, b"1234").unwrap();
     assert!(store.import_safetensors(&bad, 8).is_err());

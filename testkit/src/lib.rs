@@ -6,6 +6,8 @@
 //!   relative errors;
 //! - [`child`]: a child process whose printed lines are collected while it runs, to be
 //!   killed (SIGKILL) or waited for;
+//! - [`moto`]: moto's S3 server for the remote tests, started on 127.0.0.1 and stopped by
+//!   its PID (a skip outside CI, a failure under it, when it cannot be installed);
 //! - [`machine`]: the machine's name and this process's peak resident memory, for the
 //!   figures a benchmark prints;
 //! - [`retrying`]: a call repeated while it fails for a passing reason (a killed
@@ -18,6 +20,7 @@
 
 pub mod child;
 pub mod machine;
+pub mod moto;
 pub mod noise;
 pub mod series;
 

@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use redb::{
-    Database, ReadOnlyDatabase, ReadTransaction, ReadableDatabase, TransactionError,
+    Database, ReadOnlyDatabase, ReadTransaction, ReadableDatabase, StorageError, TransactionError,
     WriteTransaction,
 };
 
@@ -19,6 +19,8 @@ pub(crate) enum Handle {
     Writer(Database),
     /// This process only reads; a writer elsewhere may commit meanwhile.
     Reader(ReadOnlyDatabase),
+    /// Closed: what a dropped [`crate::Store`] leaves while its database closes.
+    Closed,
 }
 
 impl std::fmt::Debug for Handle {
@@ -26,6 +28,7 @@ impl std::fmt::Debug for Handle {
         f.write_str(match self {
             Handle::Writer(_) => "Handle::Writer",
             Handle::Reader(_) => "Handle::Reader",
+            Handle::Closed => "Handle::Closed",
         })
     }
 }
@@ -36,6 +39,9 @@ impl Handle {
         match self {
             Handle::Writer(db) => db.begin_read(),
             Handle::Reader(db) => db.begin_read(),
+            Handle::Closed => Err(TransactionError::Storage(StorageError::Io(
+                std::io::Error::other("the store is closed"),
+            ))),
         }
     }
 
@@ -43,10 +49,12 @@ impl Handle {
     pub(crate) fn writer(&self, path: &Path, op: &'static str) -> Result<&Database> {
         match self {
             Handle::Writer(db) => Ok(db),
-            Handle::Reader(_) => Err(StoreError::Invalid(InvalidInput::ReadOnly {
-                path: path.to_path_buf(),
-                op,
-            })),
+            Handle::Reader(_) | Handle::Closed => {
+                Err(StoreError::Invalid(InvalidInput::ReadOnly {
+                    path: path.to_path_buf(),
+                    op,
+                }))
+            }
         }
     }
 
@@ -54,10 +62,12 @@ impl Handle {
     pub(crate) fn writer_mut(&mut self, path: &Path, op: &'static str) -> Result<&mut Database> {
         match self {
             Handle::Writer(db) => Ok(db),
-            Handle::Reader(_) => Err(StoreError::Invalid(InvalidInput::ReadOnly {
-                path: path.to_path_buf(),
-                op,
-            })),
+            Handle::Reader(_) | Handle::Closed => {
+                Err(StoreError::Invalid(InvalidInput::ReadOnly {
+                    path: path.to_path_buf(),
+                    op,
+                }))
+            }
         }
     }
 

@@ -6,13 +6,17 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime};
 
+use super::lease::{remove_dead_leases, GcLease};
 use super::object::Remote;
 use super::pull::remote_tags;
-use super::sync::{fetch_manifest, RemoteState, REFRESH_AGE};
+use super::sync::{fetch_manifest, RemoteState};
 use crate::error::InvalidInput;
 use crate::error::RemoteError;
 use crate::retain::RetainPolicy;
 use crate::StoreError;
+
+/// The shortest grace period [`gc`] accepts.
+pub const MIN_GRACE: Duration = Duration::from_secs(3600);
 
 /// What a garbage collection did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -27,6 +31,9 @@ pub struct GcReport {
     pub segments_young: u64,
     /// Trashed manifests and abandoned parts deleted.
     pub manifests_deleted: u64,
+    /// Unnamed old segments left because the gc ran out of the time its lease allows for
+    /// deletes (ADR 0018: 8 minutes by default); the next gc goes on.
+    pub segments_left: u64,
 }
 
 /// Deletes the remote's checkpoints that `policy` does not keep (tagged steps count as the
@@ -85,14 +92,14 @@ pub fn retain(remote: &Remote, policy: &RetainPolicy) -> Result<Vec<u64>, Remote
 /// manifests and parts older than `grace`.
 ///
 /// # Errors
-/// [`InvalidInput::Options`] if `grace` is under twice the age past which a push re-sends
-/// an unnamed segment (one hour: pushes must finish within half the grace); request errors.
+/// [`InvalidInput::Options`] if `grace` is under [`MIN_GRACE`] (one hour: what a reader of
+/// a checkpoint that is being deleted has to finish); request errors.
 pub fn gc(remote: &Remote, grace: Duration) -> Result<GcReport, RemoteError> {
-    if grace < 2 * REFRESH_AGE {
+    if grace < MIN_GRACE {
         return Err(StoreError::Invalid(InvalidInput::Options {
             reason: format!(
-                "the grace period must be at least {} s, twice the age at which a push re-sends a segment",
-                (2 * REFRESH_AGE).as_secs()
+                "the grace period must be at least {} s: a reader that listed a checkpoint before it was deleted has that long to finish",
+                MIN_GRACE.as_secs()
             ),
         })
         .into());
@@ -101,54 +108,111 @@ pub fn gc(remote: &Remote, grace: Duration) -> Result<GcReport, RemoteError> {
 }
 
 /// [`gc`] as if the time were `now` (tests move the clock instead of waiting).
+///
+/// The gc holds a lease (`leases/gc-...`, module `lease`) from before its first listing to
+/// after its last delete, so that no push decides what to send while it may delete. It lists
+/// the intents of pushes in progress, then parts, then checkpoints, then the trash, then the
+/// segments: a checkpoint a push creates before it withdraws its intent, one `commit_parts`
+/// creates before it deletes the parts, or one `retain` moves to the trash before deleting
+/// it, is seen in one of the two listings.
 #[doc(hidden)]
 pub fn gc_at(remote: &Remote, grace: Duration, now: SystemTime) -> Result<GcReport, RemoteError> {
-    let old = |t: SystemTime| now.duration_since(t).unwrap_or_default() >= grace;
+    gc_clocks(remote, grace, now, now)
+}
+
+/// [`gc`] judging the segments' ages as if the clock were `ahead` later (tests: every
+/// unnamed segment counts as old, so a gc deletes whatever no intent or manifest names;
+/// the protocol must keep pushes safe whatever the segments' ages). Intents, parts and the
+/// trash keep their real ages.
+#[doc(hidden)]
+pub fn gc_with_segments_aged(
+    remote: &Remote,
+    grace: Duration,
+    ahead: Duration,
+) -> Result<GcReport, RemoteError> {
+    let now = SystemTime::now();
+    gc_clocks(remote, grace, now, now + ahead)
+}
+
+/// A gc judging manifests' ages at `now` and segments' at `segments_now`.
+fn gc_clocks(
+    remote: &Remote,
+    grace: Duration,
+    now: SystemTime,
+    segments_now: SystemTime,
+) -> Result<GcReport, RemoteError> {
     remote.block_on(async {
-        let mut report = GcReport::default();
         if !remote.check_format(false).await? {
-            return Ok(report);
+            return Ok(GcReport::default());
         }
-        let mut state = RemoteState::default();
-        state.refresh(remote).await?;
-        let mut named: BTreeSet<u128> = state
-            .checkpoints
-            .values()
-            .flat_map(|m| m.segments().into_keys())
-            .collect();
-        for meta in remote.list("trash").await? {
-            if old(meta.last_modified.into()) {
-                remote.delete(&meta.location).await?;
-                report.manifests_deleted += 1;
-            } else if let Some(m) = fetch_manifest(remote, &meta.location).await? {
-                named.extend(m.segments().into_keys());
-            }
-        }
-        for meta in remote.list("parts").await? {
-            if old(meta.last_modified.into()) {
-                remote.delete(&meta.location).await?;
-                report.manifests_deleted += 1;
-            } else if let Some(m) = fetch_manifest(remote, &meta.location).await? {
-                named.extend(m.segments().into_keys());
-            }
-        }
-        for meta in remote.list("segments").await? {
-            let Some(address) = remote
-                .name_in(&meta.location, "segments")
-                .and_then(|n| u128::from_str_radix(n, 16).ok())
-            else {
-                continue;
-            };
-            if named.contains(&address) {
-                report.segments_kept += 1;
-            } else if old(meta.last_modified.into()) {
-                remote.delete(&meta.location).await?;
-                report.segments_deleted += 1;
-                report.bytes_deleted += meta.size;
-            } else {
-                report.segments_young += 1;
-            }
-        }
+        let lease = GcLease::take(remote).await?;
+        let result = collect(remote, grace, (now, segments_now), &lease).await;
+        // Released even after an error: a push would otherwise wait for it to expire.
+        let released = lease.release(remote).await;
+        let report = result?;
+        released?;
+        remove_dead_leases(remote, now).await?;
         Ok(report)
     })
+}
+
+/// The listings and deletes of a gc that holds `lease`.
+async fn collect(
+    remote: &Remote,
+    grace: Duration,
+    (now, segments_now): (SystemTime, SystemTime),
+    lease: &GcLease,
+) -> Result<GcReport, RemoteError> {
+    let old = |t: SystemTime| now.duration_since(t).unwrap_or_default() >= grace;
+    let old_segment = |t: SystemTime| segments_now.duration_since(t).unwrap_or_default() >= grace;
+    let mut report = GcReport::default();
+    // Intents of pushes in progress; one older than the grace period is a killed push's.
+    let mut intents = BTreeSet::new();
+    for meta in remote.list("intents").await? {
+        if old(meta.last_modified.into()) && lease.may_delete(remote) {
+            remote.delete(&meta.location).await?;
+            report.manifests_deleted += 1;
+        } else if let Some(m) = fetch_manifest(remote, &meta.location).await? {
+            intents.extend(m.segments().into_keys());
+        }
+    }
+    let mut state = RemoteState::default();
+    state.refresh(remote).await?;
+    let mut named = intents;
+    named.extend(state.named.iter().copied());
+    for meta in remote.list("trash").await? {
+        if old(meta.last_modified.into()) && lease.may_delete(remote) {
+            remote.delete(&meta.location).await?;
+            report.manifests_deleted += 1;
+        } else if let Some(m) = fetch_manifest(remote, &meta.location).await? {
+            named.extend(m.segments().into_keys());
+        }
+    }
+    // An abandoned part's segments stay named this time; the next gc may delete them.
+    for ((step, part), pushed) in &state.part_times {
+        if old(*pushed) && lease.may_delete(remote) {
+            remote.delete(&remote.part_path(*step, part)).await?;
+            report.manifests_deleted += 1;
+        }
+    }
+    for meta in remote.list("segments").await? {
+        let Some(address) = remote
+            .name_in(&meta.location, "segments")
+            .and_then(|n| u128::from_str_radix(n, 16).ok())
+        else {
+            continue;
+        };
+        if named.contains(&address) {
+            report.segments_kept += 1;
+        } else if !old_segment(meta.last_modified.into()) {
+            report.segments_young += 1;
+        } else if lease.may_delete(remote) {
+            remote.delete(&meta.location).await?;
+            report.segments_deleted += 1;
+            report.bytes_deleted += meta.size;
+        } else {
+            report.segments_left += 1;
+        }
+    }
+    Ok(report)
 }

@@ -23,6 +23,10 @@ const FORMAT_OBJECT: &str = "strata-remote.json";
 const REMOTE_FORMAT: u64 = 1;
 /// Segments larger than this are fetched in ranges of this size, in parallel.
 pub(crate) const RANGE_BYTES: u64 = 8 << 20;
+/// The default bound on one request, its retries included (ADR 0018).
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+/// The environment variable that sets the bound on one request, in seconds.
+pub const TIMEOUT_ENV: &str = "STRATA_REMOTE_TIMEOUT";
 
 /// Requests made and bytes moved through a [`Remote`] since it was opened.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -50,6 +54,27 @@ pub struct Remote {
     prefix: Path,
     runtime: Arc<tokio::runtime::Runtime>,
     counters: Arc<Counters>,
+    timeout: Duration,
+}
+
+/// The bound on one request from the environment ([`TIMEOUT_ENV`], seconds, fractions
+/// allowed), else [`DEFAULT_REQUEST_TIMEOUT`].
+///
+/// # Errors
+/// [`RemoteError::BadUrl`] naming the variable when it is set but not a positive number.
+fn timeout_from_env(url: &str) -> Result<Duration, RemoteError> {
+    let Ok(text) = std::env::var(TIMEOUT_ENV) else {
+        return Ok(DEFAULT_REQUEST_TIMEOUT);
+    };
+    match text.trim().parse::<f64>() {
+        Ok(s) if s.is_finite() && s > 0.0 && s <= 86_400.0 => Ok(Duration::from_secs_f64(s)),
+        _ => Err(RemoteError::BadUrl {
+            url: url.to_string(),
+            reason: format!(
+                "{TIMEOUT_ENV}={text:?} is not a number of seconds between 0 and 86400"
+            ),
+        }),
+    }
 }
 
 impl std::fmt::Debug for Remote {
@@ -64,10 +89,15 @@ impl Remote {
     /// server, `AWS_ALLOW_HTTP=true` or an `http://` endpoint for one without TLS), or
     /// `file:///path` (a folder, created if missing). Nothing is requested yet.
     ///
+    /// Every request, its retries included, fails with [`RemoteError::TimedOut`] once it has
+    /// taken [`DEFAULT_REQUEST_TIMEOUT`] (60 s), or the seconds in [`TIMEOUT_ENV`]
+    /// (`STRATA_REMOTE_TIMEOUT`); [`Remote::with_timeout`] sets it in code.
+    ///
     /// # Errors
     /// [`RemoteError::BadUrl`] for a URL of another scheme, without a bucket, or S3 without
-    /// credentials in the environment.
+    /// credentials in the environment, or a [`TIMEOUT_ENV`] that is not a number of seconds.
     pub fn open(url: &str) -> Result<Remote, RemoteError> {
+        let timeout = timeout_from_env(url)?;
         let bad = |reason: &str| RemoteError::BadUrl {
             url: url.to_string(),
             reason: reason.to_string(),
@@ -78,7 +108,7 @@ impl Remote {
                 if bucket.is_empty() {
                     return Err(bad("no bucket: use s3://bucket/prefix"));
                 }
-                (Arc::new(s3(bucket).map_err(|r| bad(&r))?), prefix)
+                (Arc::new(s3(bucket, timeout).map_err(|r| bad(&r))?), prefix)
             } else if let Some(path) = url.strip_prefix("file://") {
                 if !path.starts_with('/') {
                     return Err(bad("a file URL needs an absolute path: file:///path"));
@@ -91,7 +121,37 @@ impl Remote {
                 return Err(bad("expected s3://bucket/prefix or file:///path"));
             };
         let prefix = Path::parse(prefix.trim_matches('/')).map_err(|e| bad(&e.to_string()))?;
-        Ok(Remote::with_objects(url, objects, prefix))
+        Ok(Remote::with_objects(url, objects, prefix).with_timeout(timeout))
+    }
+
+    /// The same remote with every request, its retries included, bounded by `timeout`.
+    #[must_use]
+    pub fn with_timeout(mut self, timeout: Duration) -> Remote {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The bound on one request, its retries included.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Runs request `op` on `p` within the remote's bound on one request.
+    async fn bounded<T>(
+        &self,
+        op: &'static str,
+        p: &Path,
+        request: impl std::future::Future<Output = Result<T, RemoteError>>,
+    ) -> Result<T, RemoteError> {
+        tokio::time::timeout(self.timeout, request)
+            .await
+            .unwrap_or_else(|_| {
+                Err(RemoteError::TimedOut {
+                    op,
+                    object: p.to_string(),
+                    after: self.timeout,
+                })
+            })
     }
 
     /// A remote in this process's memory (object_store's `InMemory`), for tests.
@@ -111,6 +171,7 @@ impl Remote {
             prefix,
             runtime: Arc::new(runtime),
             counters: Arc::default(),
+            timeout: DEFAULT_REQUEST_TIMEOUT,
         }
     }
 
@@ -171,15 +232,31 @@ impl Remote {
     /// The object's bytes, or `None` if it does not exist.
     pub(crate) async fn get(&self, p: &Path) -> Result<Option<Bytes>, RemoteError> {
         self.count(0);
-        match self.objects.get(p).await {
-            Ok(r) => {
-                let bytes = r.bytes().await.map_err(RemoteError::request("get", p))?;
-                self.received(bytes.len() as u64);
-                Ok(Some(bytes))
+        self.bounded("get", p, async {
+            match self.objects.get(p).await {
+                Ok(r) => {
+                    let bytes = r.bytes().await.map_err(RemoteError::request("get", p))?;
+                    self.received(bytes.len() as u64);
+                    Ok(Some(bytes))
+                }
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(e) => Err(RemoteError::request("get", p)(e)),
             }
-            Err(object_store::Error::NotFound { .. }) => Ok(None),
-            Err(e) => Err(RemoteError::request("get", p)(e)),
-        }
+        })
+        .await
+    }
+
+    /// The object's size and last-modified time, or `None` if it does not exist.
+    pub(crate) async fn head(&self, p: &Path) -> Result<Option<ObjectMeta>, RemoteError> {
+        self.count(0);
+        self.bounded("head", p, async {
+            match self.objects.head(p).await {
+                Ok(meta) => Ok(Some(meta)),
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(e) => Err(RemoteError::request("head", p)(e)),
+            }
+        })
+        .await
     }
 
     /// Bytes `range` of an object.
@@ -190,10 +267,13 @@ impl Remote {
     ) -> Result<Bytes, RemoteError> {
         self.count(0);
         let bytes = self
-            .objects
-            .get_range(p, range)
-            .await
-            .map_err(RemoteError::request("get", p))?;
+            .bounded("get", p, async {
+                self.objects
+                    .get_range(p, range)
+                    .await
+                    .map_err(RemoteError::request("get", p))
+            })
+            .await?;
         self.received(bytes.len() as u64);
         Ok(bytes)
     }
@@ -206,48 +286,60 @@ impl Remote {
             mode: PutMode::Create,
             ..PutOptions::default()
         };
-        match self
-            .objects
-            .put_opts(p, PutPayload::from_bytes(bytes), opts)
-            .await
-        {
-            Ok(_) => Ok(true),
-            Err(
-                object_store::Error::AlreadyExists { .. }
-                | object_store::Error::Precondition { .. },
-            ) => Ok(false),
-            Err(e) => Err(RemoteError::request("put", p)(e)),
-        }
+        self.bounded("put", p, async {
+            match self
+                .objects
+                .put_opts(p, PutPayload::from_bytes(bytes), opts)
+                .await
+            {
+                Ok(_) => Ok(true),
+                Err(
+                    object_store::Error::AlreadyExists { .. }
+                    | object_store::Error::Precondition { .. },
+                ) => Ok(false),
+                Err(e) => Err(RemoteError::request("put", p)(e)),
+            }
+        })
+        .await
     }
 
     /// Writes an object, replacing any.
     pub(crate) async fn put(&self, p: &Path, bytes: Bytes) -> Result<(), RemoteError> {
         self.count(bytes.len() as u64);
-        self.objects
-            .put(p, PutPayload::from_bytes(bytes))
-            .await
-            .map(|_| ())
-            .map_err(RemoteError::request("put", p))
+        self.bounded("put", p, async {
+            self.objects
+                .put(p, PutPayload::from_bytes(bytes))
+                .await
+                .map(|_| ())
+                .map_err(RemoteError::request("put", p))
+        })
+        .await
     }
 
     /// Every object under `rel` (a folder of the layout).
     pub(crate) async fn list(&self, rel: &str) -> Result<Vec<ObjectMeta>, RemoteError> {
         self.count(0);
         let p = self.path(rel);
-        self.objects
-            .list(Some(&p))
-            .try_collect()
-            .await
-            .map_err(RemoteError::request("list", &p))
+        self.bounded("list", &p, async {
+            self.objects
+                .list(Some(&p))
+                .try_collect()
+                .await
+                .map_err(RemoteError::request("list", &p))
+        })
+        .await
     }
 
     /// Deletes an object (one that is already gone is not an error).
     pub(crate) async fn delete(&self, p: &Path) -> Result<(), RemoteError> {
         self.count(0);
-        match self.objects.delete(p).await {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(RemoteError::request("delete", p)(e)),
-        }
+        self.bounded("delete", p, async {
+            match self.objects.delete(p).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                Err(e) => Err(RemoteError::request("delete", p)(e)),
+            }
+        })
+        .await
     }
 
     /// Counts one request sending `bytes_out` body bytes.
@@ -306,8 +398,9 @@ impl Remote {
     }
 }
 
-/// An S3 client from the environment for `bucket`.
-fn s3(bucket: &str) -> Result<object_store::aws::AmazonS3, String> {
+/// An S3 client from the environment for `bucket`, whose requests and retries stop within
+/// `timeout` (each request is also bounded as a whole by [`Remote::bounded`]).
+fn s3(bucket: &str, timeout: Duration) -> Result<object_store::aws::AmazonS3, String> {
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
     let skip = env("AWS_SKIP_SIGNATURE").is_some_and(|v| v == "true" || v == "1");
     if !skip
@@ -330,12 +423,14 @@ fn s3(bucket: &str) -> Result<object_store::aws::AmazonS3, String> {
                 base: 2.0,
             },
             max_retries: 5,
-            retry_timeout: Duration::from_secs(60),
+            retry_timeout: timeout,
         })
+        // One second past the bound, so that the whole request's bound in Remote::bounded,
+        // whose error says it timed out, fires first.
         .with_client_options(
             ClientOptions::new()
-                .with_connect_timeout(Duration::from_secs(5))
-                .with_timeout(Duration::from_secs(120)),
+                .with_connect_timeout(Duration::from_secs(5).min(timeout))
+                .with_timeout(timeout + Duration::from_secs(1)),
         );
     if env("AWS_ENDPOINT_URL")
         .or_else(|| env("AWS_ENDPOINT"))

@@ -16,6 +16,7 @@ use crate::error::RemoteError;
 use crate::error::StoreError;
 use crate::record::Kind;
 use crate::record::{CheckpointRecord, VersionRecord};
+use crate::store::contain;
 use crate::Store;
 
 /// Downloads in flight at once.
@@ -48,73 +49,79 @@ pub fn pull(
     store: &Store,
     progress: Option<&(dyn Fn(Progress) + Sync)>,
 ) -> Result<PullReport, RemoteError> {
-    let mut report = PullReport::default();
-    let mut state = RemoteState::default();
-    let exists = remote.block_on(async {
-        if !remote.check_format(false).await? {
-            return Ok::<_, RemoteError>(false);
-        }
-        state.refresh(remote).await?;
-        Ok(true)
-    })?;
-    if !exists {
-        return Ok(report);
-    }
-    let local: BTreeSet<u64> = checkpoint_steps(&store.read()?.checkpoints)?
-        .into_iter()
-        .collect();
-    let mut conflict = None;
-    let total: u64 = state
-        .checkpoints
-        .iter()
-        .filter(|(s, _)| !local.contains(s))
-        .map(|(_, m)| m.segments().values().map(|l| u64::from(*l)).sum::<u64>())
-        .sum();
-    let done = AtomicU64::new(0);
-    let tick = |len: u64| {
-        let d = done.fetch_add(len, Ordering::Relaxed) + len;
-        if let Some(p) = progress {
-            p(Progress {
-                bytes_done: d,
-                bytes_total: total,
-            });
-        }
-    };
-    for (step, m) in &state.checkpoints {
-        if local.contains(step) {
-            let mine = of_checkpoint(&store.read()?, *step, Kind::Checkpoint);
-            match mine {
-                Ok(mine) if mine == *m => report.steps_present += 1,
-                _ => {
-                    conflict.get_or_insert(*step);
+    Ok(contain(store.path(), "pulling", || {
+        (|| {
+            let mut report = PullReport::default();
+            let mut state = RemoteState::default();
+            let exists = remote.block_on(async {
+                if !remote.check_format(false).await? {
+                    return Ok::<_, RemoteError>(false);
+                }
+                state.refresh(remote).await?;
+                Ok(true)
+            })?;
+            if !exists {
+                return Ok(report);
+            }
+            let local: BTreeSet<u64> = checkpoint_steps(&store.read()?.checkpoints)?
+                .into_iter()
+                .collect();
+            let mut conflict = None;
+            let total: u64 = state
+                .checkpoints
+                .iter()
+                .filter(|(s, _)| !local.contains(s))
+                .map(|(_, m)| m.segments().values().map(|l| u64::from(*l)).sum::<u64>())
+                .sum();
+            let done = AtomicU64::new(0);
+            let tick = |len: u64| {
+                let d = done.fetch_add(len, Ordering::Relaxed) + len;
+                if let Some(p) = progress {
+                    p(Progress {
+                        bytes_done: d,
+                        bytes_total: total,
+                    });
+                }
+            };
+            for (step, m) in &state.checkpoints {
+                if local.contains(step) {
+                    let mine = of_checkpoint(&store.read()?, *step, Kind::Checkpoint);
+                    match mine {
+                        Ok(mine) if mine == *m => report.steps_present += 1,
+                        _ => {
+                            conflict.get_or_insert(*step);
+                        }
+                    }
+                    continue;
+                }
+                let cp = CheckpointRecord {
+                    metadata: m.metadata.clone(),
+                    tensors: m.tensors.clone(),
+                };
+                let (segments, bytes) =
+                    apply(store, remote, &m.versions, Some((*step, &cp)), &tick)?;
+                report.segments_received += segments;
+                report.bytes_received += bytes;
+                report.steps_received.push(*step);
+            }
+            for (name, step) in remote_tags(remote)? {
+                if state.checkpoints.contains_key(&step)
+                    && store.tags()?.iter().all(|t| *t != (name.clone(), step))
+                {
+                    store.tag(&name, step)?;
+                    report.tags_received += 1;
                 }
             }
-            continue;
-        }
-        let cp = CheckpointRecord {
-            metadata: m.metadata.clone(),
-            tensors: m.tensors.clone(),
-        };
-        let (segments, bytes) = apply(store, remote, &m.versions, Some((*step, &cp)), &tick)?;
-        report.segments_received += segments;
-        report.bytes_received += bytes;
-        report.steps_received.push(*step);
-    }
-    for (name, step) in remote_tags(remote)? {
-        if state.checkpoints.contains_key(&step)
-            && store.tags()?.iter().all(|t| *t != (name.clone(), step))
-        {
-            store.tag(&name, step)?;
-            report.tags_received += 1;
-        }
-    }
-    match conflict {
-        Some(step) => Err(RemoteError::Conflict {
-            step,
-            object: remote.manifest_path(step).to_string(),
-        }),
-        None => Ok(report),
-    }
+            match conflict {
+                Some(step) => Err(RemoteError::Conflict {
+                    step,
+                    object: remote.manifest_path(step).to_string(),
+                }),
+                None => Ok(report),
+            }
+        })()
+        .map_err(StoreError::from)
+    })?)
 }
 
 /// The remote's tags, as (name, step).

@@ -8,11 +8,13 @@ use bytes::Bytes;
 use super::manifest::of_checkpoint;
 use super::object::Remote;
 use super::sync::{
-    create_manifest, fetch_manifest, push_steps, send_segments, Progress, PushReport, RemoteState,
+    create_manifest, fetch_manifest, push_steps, upload_segments, Intent, Progress, PushReport,
+    RemoteState,
 };
 use crate::engine::{checkpoint_steps, tag_list};
 use crate::error::{InvalidInput, RemoteError, StoreError};
 use crate::record::{Kind, Manifest};
+use crate::store::contain;
 use crate::Store;
 
 /// Pushes every checkpoint of `store` the remote lacks, and the tags of the pushed
@@ -29,16 +31,20 @@ pub fn push(
     remote: &Remote,
     progress: Option<&(dyn Fn(Progress) + Sync)>,
 ) -> Result<PushReport, RemoteError> {
-    let r = store.read()?;
-    let steps = checkpoint_steps(&r.checkpoints)?;
-    let tags = tag_list(&r.tags)?;
-    remote.block_on(async {
-        remote.check_format(true).await?;
-        let mut state = RemoteState::default();
-        state.refresh(remote).await?;
-        state.list_segments(remote).await?;
-        push_steps(remote, &r, &mut state, &steps, &tags, progress).await
-    })
+    Ok(contain(store.path(), "pushing", || {
+        (|| {
+            let r = store.read()?;
+            let steps = checkpoint_steps(&r.checkpoints)?;
+            let tags = tag_list(&r.tags)?;
+            remote.block_on(async {
+                remote.check_format(true).await?;
+                let mut state = RemoteState::default();
+                state.refresh(remote).await?;
+                push_steps(remote, &r, &mut state, &steps, &tags, progress, true).await
+            })
+        })()
+        .map_err(StoreError::from)
+    })?)
 }
 
 /// Pushes checkpoint `step` of `store` as part `part` of the remote's checkpoint `step` (one
@@ -52,38 +58,52 @@ pub fn push_part(
     step: u64,
     part: &str,
 ) -> Result<PushReport, RemoteError> {
-    if part.is_empty() {
-        return Err(StoreError::Invalid(InvalidInput::Name {
-            name: part.to_string(),
-            reason: "a part name must not be empty",
-        })
-        .into());
-    }
-    let r = store.read()?;
-    let m = of_checkpoint(&r, step, Kind::Part)?;
-    remote.block_on(async {
-        remote.check_format(true).await?;
-        let mut state = RemoteState::default();
-        state.refresh(remote).await?;
-        state.list_segments(remote).await?;
-        let mut report = PushReport::default();
-        send_segments(remote, &r, &state, &m.segments(), None, &mut report).await?;
-        let p = remote.part_path(step, part);
-        let bytes = Bytes::from(m.encode());
-        if !remote.create(&p, bytes).await? {
-            let same = fetch_manifest(remote, &p)
-                .await?
-                .is_some_and(|old| old == m);
-            if !same {
-                return Err(RemoteError::Parts {
-                    step,
-                    reason: format!("part {part:?} exists with other content ({p})"),
-                });
+    Ok(contain(store.path(), "pushing a part", || {
+        (|| {
+            if part.is_empty() {
+                return Err(StoreError::Invalid(InvalidInput::Name {
+                    name: part.to_string(),
+                    reason: "a part name must not be empty",
+                })
+                .into());
             }
-        }
-        report.steps_sent.push(step);
-        Ok(report)
-    })
+            let r = store.read()?;
+            let m = of_checkpoint(&r, step, Kind::Part)?;
+            remote.block_on(async {
+                remote.check_format(true).await?;
+                let intent = Intent::declare(remote, &m).await?;
+                let mut state = RemoteState::default();
+                state.list_segments(remote).await?;
+                let mut report = PushReport::default();
+                let mut send = Vec::new();
+                for (a, l) in m.segments() {
+                    if state.has(a) {
+                        report.segments_present += 1;
+                    } else {
+                        send.push((a, l));
+                    }
+                }
+                upload_segments(remote, &r, send, None, &mut report).await?;
+                let p = remote.part_path(step, part);
+                let bytes = Bytes::from(m.encode());
+                if !remote.create(&p, bytes).await? {
+                    let same = fetch_manifest(remote, &p)
+                        .await?
+                        .is_some_and(|old| old == m);
+                    if !same {
+                        return Err(RemoteError::Parts {
+                            step,
+                            reason: format!("part {part:?} exists with other content ({p})"),
+                        });
+                    }
+                }
+                intent.withdraw(remote).await?;
+                report.steps_sent.push(step);
+                Ok(report)
+            })
+        })()
+        .map_err(StoreError::from)
+    })?)
 }
 
 /// Joins the parts pushed for `step` into one checkpoint with `metadata`, visible whole or

@@ -5,11 +5,12 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 
+use super::lease::wait_for_gc;
 use super::manifest::of_checkpoint;
 use super::object::{unhex, Remote};
 use crate::engine::{ReadTxn, View};
@@ -18,10 +19,6 @@ use crate::record::{Kind, Manifest};
 
 /// Uploads in flight at once.
 const PARALLEL: usize = 8;
-/// A segment already in the remote but named by no manifest is sent again (refreshing its
-/// age) once older than this: [`super::gc`] removes unnamed segments only past its grace
-/// period, which must be at least twice this (ADR 0018).
-pub(crate) const REFRESH_AGE: Duration = Duration::from_secs(30 * 60);
 
 /// How far a push or pull has come, for progress bars.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,6 +42,9 @@ pub struct PushReport {
     pub bytes_sent: u64,
     /// Segments the new manifests name that the remote held already.
     pub segments_present: u64,
+    /// Segments sent again because a manifest of the store's checkpoints named them and the
+    /// remote had lost them (a garbage collection racing an earlier push).
+    pub segments_repaired: u64,
     /// Tags written.
     pub tags_sent: usize,
 }
@@ -57,15 +57,36 @@ pub(crate) struct RemoteState {
     pub(crate) checkpoints: BTreeMap<u64, Manifest>,
     /// Part manifests by (step, part name).
     pub(crate) parts: BTreeMap<(u64, String), Manifest>,
+    /// When each part was pushed.
+    pub(crate) part_times: BTreeMap<(u64, String), SystemTime>,
     /// Segments some manifest names.
     pub(crate) named: BTreeSet<u128>,
     /// Segments present, with their last-modified time (only after [`RemoteState::list_segments`]).
     pub(crate) segments: HashMap<u128, SystemTime>,
+    /// Whether `segments` holds a listing.
+    pub(crate) listed: bool,
 }
 
 impl RemoteState {
-    /// Lists the remote's manifests and fetches those not known yet (all on the first call).
+    /// Lists the remote's manifests and fetches those not known yet (all on the first call):
+    /// parts first, then checkpoints, so that a checkpoint `commit_parts` creates before it
+    /// deletes the parts is seen in one of the two listings.
     pub(crate) async fn refresh(&mut self, remote: &Remote) -> Result<(), RemoteError> {
+        self.parts.clear();
+        self.part_times.clear();
+        for meta in remote.list("parts").await? {
+            let Some((step, part)) = remote.name_in(&meta.location, "parts").and_then(|n| {
+                let (s, p) = n.split_once('/')?;
+                Some((s.parse::<u64>().ok()?, unhex(p)?))
+            }) else {
+                continue;
+            };
+            if let Some(m) = fetch_manifest(remote, &meta.location).await? {
+                self.part_times
+                    .insert((step, part.clone()), meta.last_modified.into());
+                self.parts.insert((step, part), m);
+            }
+        }
         let listed = remote.list("checkpoints").await?;
         let mut live = BTreeSet::new();
         let mut todo = Vec::new();
@@ -95,18 +116,6 @@ impl RemoteState {
                 self.checkpoints.insert(step, m);
             }
         }
-        self.parts.clear();
-        for meta in remote.list("parts").await? {
-            let Some((step, part)) = remote.name_in(&meta.location, "parts").and_then(|n| {
-                let (s, p) = n.split_once('/')?;
-                Some((s.parse::<u64>().ok()?, unhex(p)?))
-            }) else {
-                continue;
-            };
-            if let Some(m) = fetch_manifest(remote, &meta.location).await? {
-                self.parts.insert((step, part), m);
-            }
-        }
         self.named = self
             .checkpoints
             .values()
@@ -119,6 +128,7 @@ impl RemoteState {
     /// Lists the remote's segments with their ages.
     pub(crate) async fn list_segments(&mut self, remote: &Remote) -> Result<(), RemoteError> {
         self.segments.clear();
+        self.listed = true;
         for meta in remote.list("segments").await? {
             if let Some(a) = remote
                 .name_in(&meta.location, "segments")
@@ -130,15 +140,16 @@ impl RemoteState {
         Ok(())
     }
 
-    /// Whether a push may leave segment `address` out: a manifest names it, or it is
-    /// present and young enough that no garbage collection can remove it before the push
-    /// ends.
-    fn has(&self, address: u128, now: SystemTime) -> bool {
-        self.named.contains(&address)
-            || self
-                .segments
-                .get(&address)
-                .is_some_and(|t| now.duration_since(*t).unwrap_or_default() < REFRESH_AGE)
+    /// Whether the remote holds segment `address`, as far as a push that declared an
+    /// [`Intent`] naming it knows: in the listing taken after the intent; without a
+    /// listing, named by a manifest live after the intent (which keeps it as long as it
+    /// lives; the intent keeps it after).
+    pub(crate) fn has(&self, address: u128) -> bool {
+        if self.listed {
+            self.segments.contains_key(&address)
+        } else {
+            self.named.contains(&address)
+        }
     }
 }
 
@@ -179,8 +190,13 @@ fn check_step(m: &Manifest, step: u64, p: &object_store::path::Path) -> Result<(
     })
 }
 
-/// Pushes `steps` of the snapshot `r`: segments the remote lacks, then one manifest per
-/// step, then the tags naming pushed steps.
+/// Pushes `steps` of the snapshot `r` (the remote's manifests already in `state`), then the
+/// tags naming pushed steps. For the new checkpoints, and the ones the remote holds
+/// identical, the segments are made safe first ([`Intent`]): the remote's listing then says
+/// what to send (with `list`), or, without it (the background uploader, which does not list a
+/// growing remote for every checkpoint), every segment no live manifest names is sent. A
+/// checkpoint the remote holds already whose segments it lost (an older push that a gc raced)
+/// is repaired: the missing segments are sent again (with `list`).
 pub(crate) async fn push_steps(
     remote: &Remote,
     r: &ReadTxn,
@@ -188,10 +204,13 @@ pub(crate) async fn push_steps(
     steps: &[u64],
     tags: &[(String, u64)],
     progress: Option<&(dyn Fn(Progress) + Sync)>,
+    list: bool,
 ) -> Result<PushReport, RemoteError> {
     let mut report = PushReport::default();
     let mut todo = Vec::new();
     let mut conflict = None;
+    // Segments of the checkpoints the remote holds already, identical: checked, not trusted.
+    let mut present: BTreeMap<u128, u32> = BTreeMap::new();
     // Versions the remote holds, by (tensor, step): a new checkpoint whose chain holds a
     // different version at one of them builds on a history the remote does not have.
     let known: HashMap<(&str, u64), &crate::record::VersionRecord> = state
@@ -210,7 +229,12 @@ pub(crate) async fn push_steps(
             .iter()
             .any(|((n, s), rec)| known.get(&(n.as_str(), *s)).is_some_and(|old| *old != rec));
         match state.checkpoints.get(&step) {
-            Some(old) if *old == m => report.steps_present += 1,
+            Some(old) if *old == m => {
+                report.steps_present += 1;
+                if list {
+                    present.extend(m.segments());
+                }
+            }
             Some(_) => {
                 conflict.get_or_insert(step);
             }
@@ -221,24 +245,61 @@ pub(crate) async fn push_steps(
         }
     }
     drop(known);
-    let mut needed = BTreeMap::new();
-    for m in &todo {
-        needed.extend(m.segments());
-    }
-    send_segments(remote, r, state, &needed, progress, &mut report).await?;
-    for m in todo {
-        let step = m.step;
-        match create_manifest(remote, &m).await {
-            Ok(()) => {}
-            Err(RemoteError::Conflict { .. }) => {
-                conflict.get_or_insert(step);
-                continue;
-            }
-            Err(e) => return Err(e),
+    if !todo.is_empty() || !present.is_empty() {
+        // A present checkpoint's segments need no intent: its live manifest (or, once
+        // retained, its trashed one) keeps them from every gc that lists it.
+        let mut versions = BTreeMap::new();
+        for m in &todo {
+            versions.extend(m.versions.iter().map(|(k, v)| (k.clone(), v.clone())));
         }
-        state.named.extend(m.segments().into_keys());
-        state.checkpoints.insert(step, m);
-        report.steps_sent.push(step);
+        let needed = Manifest {
+            kind: Kind::Part,
+            step: todo.first().map_or(0, |m| m.step),
+            metadata: String::new(),
+            tensors: Vec::new(),
+            versions,
+        };
+        let intent = match todo.is_empty() {
+            true => None,
+            false => Some(Intent::declare(remote, &needed).await?),
+        };
+        if list {
+            state.list_segments(remote).await?;
+        } else {
+            state.refresh(remote).await?;
+        }
+        let mut send = Vec::new();
+        for (a, l) in needed.segments() {
+            if state.has(a) {
+                report.segments_present += 1;
+            } else {
+                send.push((a, l));
+            }
+        }
+        for (a, l) in &present {
+            if !state.has(*a) && !send.iter().any(|(s, _)| s == a) {
+                report.segments_repaired += 1;
+                send.push((*a, *l));
+            }
+        }
+        upload_segments(remote, r, send, progress, &mut report).await?;
+        for m in todo {
+            let step = m.step;
+            match create_manifest(remote, &m).await {
+                Ok(()) => {}
+                Err(RemoteError::Conflict { .. }) => {
+                    conflict.get_or_insert(step);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            }
+            state.named.extend(m.segments().into_keys());
+            state.checkpoints.insert(step, m);
+            report.steps_sent.push(step);
+        }
+        if let Some(intent) = intent {
+            intent.withdraw(remote).await?;
+        }
     }
     for (name, step) in tags {
         if !state.checkpoints.contains_key(step) {
@@ -260,6 +321,49 @@ pub(crate) async fn push_steps(
     }
 }
 
+/// A push's declaration of the segments it is about to name, `intents/<nonce>` (a part
+/// manifest without tensors), which every garbage collection that lists it keeps alive
+/// (module `lease`). Declared before the push decides what the remote holds, withdrawn once
+/// its manifests exist.
+#[derive(Debug)]
+pub(crate) struct Intent {
+    path: object_store::path::Path,
+}
+
+impl Intent {
+    /// Writes the intent naming the segments of `needed`, then waits for every
+    /// gc that may not have listed it (its lease is as old as the intent) to finish: from
+    /// then on no gc deletes a segment the intent names.
+    pub(crate) async fn declare(remote: &Remote, needed: &Manifest) -> Result<Intent, RemoteError> {
+        let nonce = xxhash_rust::xxh3::xxh3_64(
+            format!(
+                "{}-{:?}-{:?}",
+                std::process::id(),
+                std::thread::current().id(),
+                SystemTime::now()
+            )
+            .as_bytes(),
+        );
+        let ms = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis();
+        let path = remote.path(&format!("intents/{ms:013}-{nonce:016x}"));
+        remote.put(&path, Bytes::from(needed.encode())).await?;
+        let stamp = remote
+            .head(&path)
+            .await?
+            .map_or_else(SystemTime::now, |meta| meta.last_modified.into());
+        wait_for_gc(remote, stamp).await?;
+        Ok(Intent { path })
+    }
+
+    /// Deletes the intent (the manifests it stood for exist now).
+    pub(crate) async fn withdraw(self, remote: &Remote) -> Result<(), RemoteError> {
+        remote.delete(&self.path).await
+    }
+}
+
 /// Creates the manifest object of `m`; an existing identical one counts as created (the
 /// response of an earlier attempt was lost), a different one is a conflict.
 pub(crate) async fn create_manifest(remote: &Remote, m: &Manifest) -> Result<(), RemoteError> {
@@ -276,22 +380,14 @@ pub(crate) async fn create_manifest(remote: &Remote, m: &Manifest) -> Result<(),
     }
 }
 
-/// Sends the segments of `needed` the remote lacks, [`PARALLEL`] at a time.
-pub(crate) async fn send_segments(
+/// Sends the segments `send` (address, length) of the snapshot, [`PARALLEL`] at a time.
+pub(crate) async fn upload_segments(
     remote: &Remote,
     r: &ReadTxn,
-    state: &RemoteState,
-    needed: &BTreeMap<u128, u32>,
+    send: Vec<(u128, u32)>,
     progress: Option<&(dyn Fn(Progress) + Sync)>,
     report: &mut PushReport,
 ) -> Result<(), RemoteError> {
-    let now = SystemTime::now();
-    let send: Vec<(u128, u32)> = needed
-        .iter()
-        .filter(|(a, _)| !state.has(**a, now))
-        .map(|(a, l)| (*a, *l))
-        .collect();
-    report.segments_present += (needed.len() - send.len()) as u64;
     let total: u64 = send.iter().map(|(_, l)| u64::from(*l)).sum();
     let done = AtomicU64::new(0);
     if let Some(p) = progress {

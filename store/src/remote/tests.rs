@@ -337,6 +337,108 @@ fn gc_keeps_what_manifests_name_and_waits_out_the_grace() {
 }
 
 #[test]
+fn a_push_repairs_a_checkpoint_whose_segments_the_remote_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = open(&dir, "src.strata");
+    fill(&src, &[10, 20], 11);
+    let remote = Remote::in_memory();
+    push(&src, &remote, None).unwrap();
+    // What a gc racing an older push left: a manifest naming a segment that is gone.
+    let m = of_checkpoint(&src.read().unwrap(), 20, Kind::Checkpoint).unwrap();
+    let lost = *m.segments().keys().last().unwrap();
+    remote
+        .block_on(remote.delete(&remote.segment_path(lost)))
+        .unwrap();
+    let err = pull(&remote, &open(&dir, "broken.strata"), None).unwrap_err();
+    assert!(err.to_string().contains("missing"), "{err}");
+    // Pushing again sends it again.
+    let again = push(&src, &remote, None).unwrap();
+    assert_eq!(again.segments_repaired, 1, "{again:?}");
+    assert_eq!(again.steps_present, 2);
+    let dst = open(&dir, "dst.strata");
+    pull(&remote, &dst, None).unwrap();
+    same_checkpoints(&src, &dst);
+}
+
+#[test]
+fn a_push_waits_for_a_gc_that_may_not_have_listed_its_intent() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = open(&dir, "src.strata");
+    fill(&src, &[10], 12);
+    let remote = Remote::in_memory();
+    push(
+        &Store::open(dir.path().join("empty.strata")).unwrap(),
+        &remote,
+        None,
+    )
+    .unwrap();
+    // A gc holds a lease taken before the push starts.
+    let lease = remote.path("leases/gc-0000000000000-test");
+    remote
+        .block_on(remote.put(&lease, Bytes::from_static(b"{}")))
+        .unwrap();
+    let pusher = {
+        let remote = remote.clone();
+        let path = dir.path().join("src.strata");
+        drop(src);
+        std::thread::spawn(move || {
+            let src = Store::open_with(path, small_blocks()).unwrap();
+            push(&src, &remote, None).unwrap()
+        })
+    };
+    let listed = |folder: &str| remote.block_on(remote.list(folder)).unwrap().len();
+    let t = std::time::Instant::now();
+    while listed("intents") == 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "no intent was declared"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // While the lease is held the push sends nothing and creates no manifest.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(listed("segments"), 0, "segments sent while a gc may delete");
+    assert_eq!(listed("checkpoints"), 0);
+    remote.block_on(remote.delete(&lease)).unwrap();
+    let report = pusher.join().unwrap();
+    assert_eq!(report.steps_sent, vec![10]);
+    assert_eq!(listed("intents"), 0, "the intent was not withdrawn");
+    assert!(listed("segments") > 0);
+}
+
+#[test]
+fn gc_keeps_what_an_intent_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = open(&dir, "src.strata");
+    fill(&src, &[10], 13);
+    let remote = Remote::in_memory();
+    let r = src.read().unwrap();
+    let m = of_checkpoint(&r, 10, Kind::Part).unwrap();
+    // A push in progress: its intent declared and its segments sent, no manifest yet.
+    let report = remote
+        .block_on(async {
+            remote.check_format(true).await?;
+            let intent = sync::Intent::declare(&remote, &m).await?;
+            let mut report = PushReport::default();
+            let send = m.segments().into_iter().collect();
+            sync::upload_segments(&remote, &r, send, None, &mut report).await?;
+            Ok::<_, RemoteError>((intent, report))
+        })
+        .unwrap();
+    let (intent, sent) = report;
+    // A gc for which every segment is old keeps them all: the intent names them.
+    let hour = Duration::from_secs(3600);
+    let g = gc_with_segments_aged(&remote, hour, 2 * hour).unwrap();
+    assert_eq!(g.segments_deleted, 0, "{g:?}");
+    assert_eq!(g.segments_kept, sent.segments_sent);
+    // Withdrawn, with no manifest naming them, they go.
+    remote.block_on(intent.withdraw(&remote)).unwrap();
+    let g = gc_with_segments_aged(&remote, hour, 2 * hour).unwrap();
+    assert_eq!(g.segments_deleted, sent.segments_sent, "{g:?}");
+    assert_eq!(remote.block_on(remote.list("leases")).unwrap().len(), 0);
+}
+
+#[test]
 fn damaged_objects_are_named() {
     let dir = tempfile::tempdir().unwrap();
     let src = open(&dir, "src.strata");

@@ -164,7 +164,7 @@ fn upload(
         // One small request per checkpoint; it also finds a remote that was emptied.
         remote.check_format(true).await?;
         state.refresh(remote).await?;
-        push_steps(remote, r, state, &list, &tags, None)
+        push_steps(remote, r, state, &list, &tags, None, false)
             .await
             .map(|_| ())
     })

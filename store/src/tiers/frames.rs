@@ -21,7 +21,7 @@ use strata_tiering::{Policy, Precision, Tier};
 use crate::engine::{address_of, check_name, put_row, ReadTxn, View};
 use crate::error::{InvalidInput, Result, StoreError, TierFailure};
 use crate::record::{BlockRecord, Form, Rebuild, TierRow, VersionRecord};
-use crate::store::Store;
+use crate::store::{contain, Store};
 use crate::tiers::runtime::{spec_of, tiering_reconstruct, Stream};
 
 /// What [`Store::append_frame`] did.
@@ -65,134 +65,138 @@ impl Store {
     /// [`crate::InvalidInput::StepExists`], [`crate::InvalidInput::StepNotAfter`], [`crate::TierFailure::Frame`] for
     /// NaN or infinite values or an empty frame, [`crate::InvalidInput::Name`].
     pub fn append_frame(&self, name: &str, step: u64, values: &[f32]) -> Result<FrameAppend> {
-        check_name(name)?;
-        let _writer = self.writer.lock();
-        let frame_err = |source| {
-            StoreError::Tier(TierFailure::Frame {
-                tensor: name.to_string(),
-                step,
-                address: 0,
-                source: Box::new(source),
-            })
-        };
-        let policy = self.rules.read().resolve(name);
-        let tier = frame_tier(policy.policy);
-        let bits = tier
-            .quant_bits()
-            .unwrap_or(strata_codec::quant::QuantBits::B8);
-        let fo = self.opts.tiering.frames;
-        let params = FrameParams::new(bits)
-            .with_group_size(self.opts.tiering.config.group_size)
-            .with_drift(fo.drift)
-            .with_max_frames(fo.max_frames);
+        contain(&self.path, "appending a frame", || {
+            check_name(name)?;
+            let _writer = self.writer.lock();
+            let frame_err = |source| {
+                StoreError::Tier(TierFailure::Frame {
+                    tensor: name.to_string(),
+                    step,
+                    address: 0,
+                    source: Box::new(source),
+                })
+            };
+            let policy = self.rules.read().resolve(name);
+            let tier = frame_tier(policy.policy);
+            let bits = tier
+                .quant_bits()
+                .unwrap_or(strata_codec::quant::QuantBits::B8);
+            let fo = self.opts.tiering.frames;
+            let params = FrameParams::new(bits)
+                .with_group_size(self.opts.tiering.config.group_size)
+                .with_drift(fo.drift)
+                .with_max_frames(fo.max_frames);
 
-        let taken = self.tiers.lock().streams.remove(name);
-        let mut stream = {
-            let r = self.read()?;
-            let latest = r.at_or_before(name, u64::MAX)?;
-            if let Some((latest_step, _)) = &latest {
-                if *latest_step == step {
-                    return Err(StoreError::Invalid(InvalidInput::StepExists {
-                        tensor: name.to_string(),
-                        step,
-                    }));
+            let taken = self.tiers.lock().streams.remove(name);
+            let mut stream = {
+                let r = self.read()?;
+                let latest = r.at_or_before(name, u64::MAX)?;
+                if let Some((latest_step, _)) = &latest {
+                    if *latest_step == step {
+                        return Err(StoreError::Invalid(InvalidInput::StepExists {
+                            tensor: name.to_string(),
+                            step,
+                        }));
+                    }
+                    if *latest_step > step {
+                        return Err(StoreError::Invalid(InvalidInput::StepNotAfter {
+                            tensor: name.to_string(),
+                            step,
+                            latest: *latest_step,
+                        }));
+                    }
                 }
-                if *latest_step > step {
-                    return Err(StoreError::Invalid(InvalidInput::StepNotAfter {
-                        tensor: name.to_string(),
-                        step,
-                        latest: *latest_step,
-                    }));
+                match taken {
+                    Some(s)
+                        if s.encoder.frame_len() == values.len()
+                            && s.encoder.params() == &params =>
+                    {
+                        s
+                    }
+                    _ => self.resume_stream(&r, name, latest, values.len(), params)?,
                 }
-            }
-            match taken {
-                Some(s)
-                    if s.encoder.frame_len() == values.len() && s.encoder.params() == &params =>
-                {
-                    s
-                }
-                _ => self.resume_stream(&r, name, latest, values.len(), params)?,
-            }
-        };
-        let push = stream.encoder.push(values).map_err(frame_err)?;
-        let (frame, new_epoch) = match push {
-            FramePush::Reused { frame } => (frame, false),
-            FramePush::NewEpoch { .. } => {
-                stream.steps.clear();
-                (0, true)
-            }
-        };
-        let segment = stream
-            .encoder
-            .snapshot()
-            .ok_or_else(|| frame_err(strata_codec::frames::FrameError::EmptyFrame))?;
-        let address = address_of(&segment);
-        let old = stream.address;
-        let n = values.len() as u64;
-        let precision = Precision::Lossy {
-            min_bits: bits.bits(),
-            bound_rel: (1.0 + f64::from(fo.drift)).powi(2) * bits.relative_error_bound(),
-        };
-        let row_policy = match policy.policy {
-            Policy::Tiered { start } if start == tier => Policy::Tiered { start },
-            _ => Policy::Pinned(tier),
-        };
-        let reconstruct = tiering_reconstruct(&policy.reconstruct);
-        let steps = stream.steps.clone();
-        self.write(|wt| {
-            let record =
-                |index: u32| BlockRecord::standalone(address, segment.len(), Form::Frame { index });
-            // Earlier frames of the open epoch move to the new copy of the segment.
-            for &s in &steps {
-                let Some(mut rec) = wt.version(name, s)? else {
-                    continue;
-                };
-                let Some(Form::Frame { index }) = rec.blocks.first().map(|b| b.form) else {
-                    continue;
-                };
-                if rec.blocks[0].address != old {
-                    continue;
-                }
-                wt.add_ref(name, s, 0, address, Some(&segment))?;
-                wt.release(name, s, 0, old)?;
-                rec.blocks[0] = record(index);
-                wt.put_version(name, s, &rec)?;
-            }
-            let rec = VersionRecord {
-                dtype: DType::F32,
-                shape: vec![n],
-                elements: n,
-                block_elems: n,
-                blocks: vec![record(frame)],
-                aged: None,
             };
-            wt.add_ref(name, step, 0, address, Some(&segment))?;
-            wt.put_version(name, step, &rec)?;
-            let id = wt.take_block_ids(1)?;
-            let row = TierRow {
-                id,
-                tier,
-                policy: row_policy,
-                since: self.opts.tiering.clock.now(),
-                precision,
-                residual: None,
-                rebuild: Rebuild::None,
-                stats: None,
+            let push = stream.encoder.push(values).map_err(frame_err)?;
+            let (frame, new_epoch) = match push {
+                FramePush::Reused { frame } => (frame, false),
+                FramePush::NewEpoch { .. } => {
+                    stream.steps.clear();
+                    (0, true)
+                }
             };
-            put_row(wt, name, step, 0, &row)?;
-            let spec = spec_of(&row, n as u32, reconstruct);
-            wt.tier_changes
-                .registered
-                .push(((Arc::from(name), step), 0, spec));
-            Ok(())
-        })?;
-        stream.address = address;
-        stream.steps.push(step);
-        self.tiers.lock().streams.insert(Arc::from(name), stream);
-        Ok(FrameAppend {
-            frame,
-            new_epoch,
-            segment_bytes: segment.len() as u64,
+            let segment = stream
+                .encoder
+                .snapshot()
+                .ok_or_else(|| frame_err(strata_codec::frames::FrameError::EmptyFrame))?;
+            let address = address_of(&segment);
+            let old = stream.address;
+            let n = values.len() as u64;
+            let precision = Precision::Lossy {
+                min_bits: bits.bits(),
+                bound_rel: (1.0 + f64::from(fo.drift)).powi(2) * bits.relative_error_bound(),
+            };
+            let row_policy = match policy.policy {
+                Policy::Tiered { start } if start == tier => Policy::Tiered { start },
+                _ => Policy::Pinned(tier),
+            };
+            let reconstruct = tiering_reconstruct(&policy.reconstruct);
+            let steps = stream.steps.clone();
+            self.write(|wt| {
+                let record = |index: u32| {
+                    BlockRecord::standalone(address, segment.len(), Form::Frame { index })
+                };
+                // Earlier frames of the open epoch move to the new copy of the segment.
+                for &s in &steps {
+                    let Some(mut rec) = wt.version(name, s)? else {
+                        continue;
+                    };
+                    let Some(Form::Frame { index }) = rec.blocks.first().map(|b| b.form) else {
+                        continue;
+                    };
+                    if rec.blocks[0].address != old {
+                        continue;
+                    }
+                    wt.add_ref(name, s, 0, address, Some(&segment))?;
+                    wt.release(name, s, 0, old)?;
+                    rec.blocks[0] = record(index);
+                    wt.put_version(name, s, &rec)?;
+                }
+                let rec = VersionRecord {
+                    dtype: DType::F32,
+                    shape: vec![n],
+                    elements: n,
+                    block_elems: n,
+                    blocks: vec![record(frame)],
+                    aged: None,
+                };
+                wt.add_ref(name, step, 0, address, Some(&segment))?;
+                wt.put_version(name, step, &rec)?;
+                let id = wt.take_block_ids(1)?;
+                let row = TierRow {
+                    id,
+                    tier,
+                    policy: row_policy,
+                    since: self.opts.tiering.clock.now(),
+                    precision,
+                    residual: None,
+                    rebuild: Rebuild::None,
+                    stats: None,
+                };
+                put_row(wt, name, step, 0, &row)?;
+                let spec = spec_of(&row, n as u32, reconstruct);
+                wt.tier_changes
+                    .registered
+                    .push(((Arc::from(name), step), 0, spec));
+                Ok(())
+            })?;
+            stream.address = address;
+            stream.steps.push(step);
+            self.tiers.lock().streams.insert(Arc::from(name), stream);
+            Ok(FrameAppend {
+                frame,
+                new_epoch,
+                segment_bytes: segment.len() as u64,
+            })
         })
     }
 

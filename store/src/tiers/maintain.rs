@@ -25,7 +25,7 @@ use crate::engine::{
 };
 use crate::error::{Result, StoreError};
 use crate::record::{BlockRecord, Form, Rebuild, ResidualRef, SourceAt, TierRow, VersionRecord};
-use crate::store::Store;
+use crate::store::{contain, Store};
 use crate::tiers::policy::{self, Reconstruct, Residual, SourceStep, TierPolicy};
 use crate::tiers::runtime::{spec_of, tier_error, tiering_reconstruct};
 
@@ -71,54 +71,56 @@ impl Store {
     /// # Errors
     /// Block errors if data to re-encode cannot be read; nothing changes then.
     pub fn maintain(&self, now: Tick) -> Result<MaintainReport> {
-        let _writer = self.writer.lock();
-        let (plan, pending) = {
-            let rt = self.tiers.lock();
-            if rt.is_idle() {
-                return Ok(MaintainReport::default());
-            }
-            let plan = rt.state.plan(now, self.opts.tiering.budget);
-            let room = self.opts.tiering.budget.max_ops as usize;
-            let pending: Vec<VersionId> = rt
-                .pending
-                .iter()
-                .take(room.saturating_sub(plan.moves.len()))
-                .cloned()
-                .collect();
-            (plan, pending)
-        };
-        let (prepared, converted) = {
-            let r = self.read()?;
-            let prepared = self.prepare_moves(&r, &plan)?;
-            let converted = self.prepare_conversions(&r, &pending)?;
-            (prepared, converted)
-        };
-        let applied: Vec<Move> = prepared.iter().map(|p| p.mv).collect();
-        let stats = self.stats_to_save();
-        let (bytes_written, stats_saved) = self.write(|wt| {
-            let mut bytes = 0u64;
-            for c in &converted {
-                bytes += self.write_conversion(wt, c, now)?;
-            }
-            bytes += self.write_moves(wt, &prepared, now)?;
-            Ok((bytes, save_stats(wt, &stats)?))
-        })?;
-        let done = Plan {
-            now,
-            moves: applied,
-            bytes_reencoded: plan.bytes_reencoded,
-            warm_bytes_before: plan.warm_bytes_before,
-            warm_bytes_after: plan.warm_bytes_after,
-            deferred: plan.deferred,
-        };
-        let mut rt = self.tiers.lock();
-        rt.state.apply(&done).map_err(tier_error)?;
-        rt.read_since_save.clear();
-        Ok(MaintainReport {
-            bytes_written,
-            converted: converted.len(),
-            stats_saved,
-            ..MaintainReport::from_plan(&plan, &done.moves, &rt.state)
+        contain(&self.path, "maintaining tiers", || {
+            let _writer = self.writer.lock();
+            let (plan, pending) = {
+                let rt = self.tiers.lock();
+                if rt.is_idle() {
+                    return Ok(MaintainReport::default());
+                }
+                let plan = rt.state.plan(now, self.opts.tiering.budget);
+                let room = self.opts.tiering.budget.max_ops as usize;
+                let pending: Vec<VersionId> = rt
+                    .pending
+                    .iter()
+                    .take(room.saturating_sub(plan.moves.len()))
+                    .cloned()
+                    .collect();
+                (plan, pending)
+            };
+            let (prepared, converted) = {
+                let r = self.read()?;
+                let prepared = self.prepare_moves(&r, &plan)?;
+                let converted = self.prepare_conversions(&r, &pending)?;
+                (prepared, converted)
+            };
+            let applied: Vec<Move> = prepared.iter().map(|p| p.mv).collect();
+            let stats = self.stats_to_save();
+            let (bytes_written, stats_saved) = self.write(|wt| {
+                let mut bytes = 0u64;
+                for c in &converted {
+                    bytes += self.write_conversion(wt, c, now)?;
+                }
+                bytes += self.write_moves(wt, &prepared, now)?;
+                Ok((bytes, save_stats(wt, &stats)?))
+            })?;
+            let done = Plan {
+                now,
+                moves: applied,
+                bytes_reencoded: plan.bytes_reencoded,
+                warm_bytes_before: plan.warm_bytes_before,
+                warm_bytes_after: plan.warm_bytes_after,
+                deferred: plan.deferred,
+            };
+            let mut rt = self.tiers.lock();
+            rt.state.apply(&done).map_err(tier_error)?;
+            rt.read_since_save.clear();
+            Ok(MaintainReport {
+                bytes_written,
+                converted: converted.len(),
+                stats_saved,
+                ..MaintainReport::from_plan(&plan, &done.moves, &rt.state)
+            })
         })
     }
 

@@ -16,7 +16,7 @@ use strata_tiering::{AccessStats, Policy, Precision, Tier};
 use crate::engine::{check_name, put_row, remove_rows, View, WriteTxn};
 use crate::error::{DbContext, InvalidInput, NotFound, Result, StoreError};
 use crate::record::{Rebuild, Rule, TierRow};
-use crate::store::Store;
+use crate::store::{contain, Store};
 use crate::tiers::policy::TierPolicy;
 use crate::tiers::rules::RuleSet;
 use crate::tiers::runtime::{spec_of, tiering_reconstruct};
@@ -38,7 +38,9 @@ impl Store {
     /// # Errors
     /// [`crate::InvalidInput::Policy`], [`crate::InvalidInput::Name`] for an empty pattern.
     pub fn set_policy(&self, pattern: &str, policy: TierPolicy) -> Result<()> {
-        self.change_rule(pattern, Some((false, policy)))
+        contain(&self.path, "setting a policy", || {
+            self.change_rule(pattern, Some((false, policy)))
+        })
     }
 
     /// Pins tensors matching `pattern` exact: they are stored losslessly and never move,
@@ -47,7 +49,9 @@ impl Store {
     /// # Errors
     /// Those of [`Store::set_policy`].
     pub fn pin(&self, pattern: &str) -> Result<()> {
-        self.change_rule(pattern, Some((true, TierPolicy::exact())))
+        contain(&self.path, "pinning", || {
+            self.change_rule(pattern, Some((true, TierPolicy::exact())))
+        })
     }
 
     /// Removes the rule with this exact pattern.
@@ -55,7 +59,9 @@ impl Store {
     /// # Errors
     /// [`crate::NotFound::Policy`].
     pub fn remove_policy(&self, pattern: &str) -> Result<()> {
-        self.change_rule(pattern, None)
+        contain(&self.path, "removing a policy", || {
+            self.change_rule(pattern, None)
+        })
     }
 
     /// Every rule: pattern, whether it is a pin, and its policy, by priority.
