@@ -5,15 +5,16 @@ A checkpoint is laid out as Strata's Hugging Face drop-in (``python/strata/hf.py
 store holds:
 
 - the model's ``state_dict()`` under its own names (``blocks.0.attn.in_proj_weight``, ...);
-- ``{"optimizer": ..., "lr_scheduler": ..., "rng": ...}`` flattened by ``strata.flatten``'s rule
-  (``python/strata/_flatten.py``: keys joined with ``/``) under the prefix ``__trainer__/``:
-  ``__trainer__/optimizer/state/N/exp_avg``, ``.../exp_avg_sq``, ``.../step`` (AdamW's step
-  counter, a 0-d f32 tensor), and the RNG state of Hugging Face's ``rng_state.pth``
-  (``__trainer__/rng/cpu``: torch's CPU generator, u8; ``__trainer__/rng/numpy/1``: NumPy's
-  MT19937 keys, u32);
-- what is not a tensor (param groups and their hyper-parameters, the scheduler's counters, Python's
-  RNG state, the tensors' places) pickled, base64, in the metadata key ``strata.hf.trainer_state``,
-  as the drop-in keeps it; the generator's settings as JSON under ``strata.trainstate.config``.
+- the drop-in's trainer state, ``{"rng_state": ..., "optimizer": ..., "param_names": ...,
+  "lr_scheduler": ...}``, flattened by ``strata.flatten``'s rule (``python/strata/_flatten.py``:
+  keys joined with ``/``) under the prefix ``__trainer__/``: ``__trainer__/optimizer/state/N/exp_avg``,
+  ``.../exp_avg_sq``, ``.../step`` (AdamW's step counter, a 0-d f32 tensor), and the RNG states of
+  the Trainer's ``rng_state.pth`` (``__trainer__/rng_state/cpu``: torch's CPU generator, u8;
+  ``__trainer__/rng_state/numpy/1``: NumPy's MT19937 keys, u32);
+- what is not a tensor (param groups and their hyper-parameters, the parameters' names per group,
+  the scheduler's counters, Python's RNG state, the tensors' places) pickled, base64, in the
+  metadata key ``strata.hf.trainer_state``, as the drop-in keeps it; the generator's settings as
+  JSON under ``strata.trainstate.config``.
 
 Variants: ``f32`` trains an f32 model with ``torch.optim.AdamW`` over its parameters. ``bf16`` is
 the mixed-precision layout: the model's parameters are bf16, AdamW updates f32 master copies, and the
@@ -191,11 +192,13 @@ class TrainState:
     def checkpoint(self) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
         """The tensors and metadata of a checkpoint of the current state."""
         tensors = {k: v.detach().contiguous().clone() for k, v in self.model.state_dict().items()}
+        names = [n for n, _ in self.model.named_parameters()]
         trainer = {
+            "rng_state": {"python": random.getstate(), "numpy": np.random.get_state(),
+                          "cpu": torch.get_rng_state()},
             "optimizer": self._optimizer_state(),
+            "param_names": [names],
             "lr_scheduler": self.scheduler.state_dict(),
-            "rng": {"python": random.getstate(), "numpy": np.random.get_state(),
-                    "cpu": torch.get_rng_state()},
         }
         flat, skeleton = flatten(trainer)
         for name, t in flat.items():
@@ -239,7 +242,7 @@ class TrainState:
             opt = opt["optimizer"]
         st.optimizer.load_state_dict(opt)
         st.scheduler.load_state_dict(trainer["lr_scheduler"])
-        rng = trainer["rng"]
+        rng = trainer["rng_state"]
         random.setstate(rng["python"])
         kind, keys, pos, has_gauss, gauss = rng["numpy"]
         np.random.set_state((kind, keys.numpy(), pos, has_gauss, gauss))

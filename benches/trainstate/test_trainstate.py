@@ -70,9 +70,11 @@ def test_names_are_the_hf_dropins(series):
             assert tensors[master].dtype == torch.float32 and role(master) == "master"
     want_dtype = torch.bfloat16 if st.config.variant == "bf16" else torch.float32
     assert tensors["blocks.0.mlp.0.weight"].dtype == want_dtype
-    assert tensors[f"{TRAINER_PREFIX}rng/cpu"].dtype == torch.uint8
+    assert tensors[f"{TRAINER_PREFIX}rng_state/cpu"].dtype == torch.uint8
+    assert tensors[f"{TRAINER_PREFIX}rng_state/numpy/1"].dtype == torch.uint32
     skeleton = pickle.loads(base64.b64decode(meta[TRAINER_KEY]))
     assert skeleton["optimizer"] is not None and "lr_scheduler" in skeleton
+    assert skeleton["param_names"] == [[n for n, _ in st.model.named_parameters()]]
     # The drop-in's own rule gives the same names for the same state.
     flat, _ = flatten({"optimizer": st._optimizer_state(), "lr_scheduler": st.scheduler.state_dict()})
     assert {TRAINER_PREFIX + k for k in flat} <= tensors.keys()
