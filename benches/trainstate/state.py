@@ -52,14 +52,18 @@ from model import GPT, THREADS
 
 
 def _strata_flatten() -> types.ModuleType:
-    """``strata._flatten`` from the repository's source, without the package's ``__init__`` (which
-    loads the native module): the names here are the drop-ins' by construction."""
-    name = "_strata_source"
-    if name not in sys.modules:
-        pkg = types.ModuleType(name)
-        pkg.__path__ = [str(Path(__file__).resolve().parents[2] / "python" / "strata")]
-        sys.modules[name] = pkg
-    return importlib.import_module(name + "._flatten")
+    """``strata._flatten``: the installed package's, or else the repository's source registered
+    under that name without the package's ``__init__`` (which loads the native module). The
+    skeleton's ``Slot`` objects pickle as ``strata._flatten.Slot`` either way, so the drop-ins
+    (``strata.hf``) unpickle these checkpoints' metadata, as they do their own."""
+    try:
+        return importlib.import_module("strata._flatten")
+    except ImportError:
+        pass
+    pkg = types.ModuleType("strata")
+    pkg.__path__ = [str(Path(__file__).resolve().parents[2] / "python" / "strata")]
+    sys.modules["strata"] = pkg
+    return importlib.import_module("strata._flatten")
 
 
 _flat = _strata_flatten()
