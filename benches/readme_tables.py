@@ -7,7 +7,7 @@ Tables, each between markers in README.md, with the date, the machine and the co
 - `<!-- codec-bench:start -->` ... `<!-- codec-bench:end -->`: codec-bench on MiniLM (f32 and its
   bf16 cast) and one bf16 training checkpoint;
 - `<!-- store-series:start -->` ... `<!-- store-series:end -->`: every series in ../shared/data/series
-  imported with the `strata` CLI, raw / file bytes from `strata stats --json`, beside ZipNN's
+  imported with the `strata` CLI, the store's ratio (raw / bytes on disk) from `strata stats --json`, beside ZipNN's
   XOR-delta figure from ../shared/data/README.md;
 - `<!-- tier-sim:start -->` ... `<!-- tier-sim:end -->`: the tier simulation through the store
   (`examples/tier-sim.rs`) at 100 000 blocks and 1 000 000 reads;
@@ -110,7 +110,7 @@ def store_table():
         "chain deltas, at most 6 segments per read), one checkpoint per file, then compacted (`strata compact`, "
         "not in the import time).",
         "",
-        "| series | steps | raw MB | file MB | Strata raw/file | ZipNN XOR-delta | Strata / ZipNN | import MB/s |",
+        "| series | steps | raw MB | MB on disk | Strata ratio (raw / disk) | ZipNN XOR-delta | Strata / ZipNN | import MB/s |",
         "|---|---|---|---|---|---|---|---|",
     ]
     cmds = []
@@ -126,7 +126,7 @@ def store_table():
             s = json.loads(run([strata, "stats", store, "--json"]))
             ratio = s["ratio"]
             lines.append(
-                f"| {name} | {steps} | {s['raw_bytes'] / 1e6:.2f} | {s['file_bytes'] / 1e6:.2f} | {ratio:.3f} | {zipnn:.3f} | {ratio / zipnn:.2f} | {s['raw_bytes'] / 1e6 / secs:.0f} |"
+                f"| {name} | {steps} | {s['raw_bytes'] / 1e6:.2f} | {s['disk_bytes'] / 1e6:.2f} | {ratio:.3f} | {zipnn:.3f} | {ratio / zipnn:.2f} | {s['raw_bytes'] / 1e6 / secs:.0f} |"
             )
             cmds.append(f"strata import STORE ../shared/data/series/{name} && strata compact STORE && strata stats STORE --json")
     return "\n".join(lines + ["", "Commands (`target/release/strata`):", "", "```"] + cmds + ["```"])

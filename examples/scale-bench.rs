@@ -864,7 +864,7 @@ impl Ctx<'_> {
             "segment_bytes": s.segment_bytes,
             "metadata_bytes": s.metadata_bytes,
             "versions": s.versions,
-            "ratio": s.file_ratio(),
+            "ratio": s.ratio(),
         }));
         Ok(())
     }

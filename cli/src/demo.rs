@@ -95,10 +95,10 @@ pub(crate) fn run(out: &Output, dir: Option<&Path>, synthetic: bool) -> CliResul
         String::new()
     };
     say!(
-        "\nratio: {} raw -> {} on disk = {:.2}x (raw / file bytes){reference}",
+        "\nratio: {} raw -> {} on disk = {:.2}x (raw / bytes on disk){reference}",
         mb(s.raw_bytes),
-        mb(s.file_bytes),
-        s.file_ratio()
+        mb(s.disk_bytes),
+        s.ratio()
     );
     drop(store);
 

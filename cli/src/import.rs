@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use strata_store::{check_safetensors, Store, StoreStats};
+use strata_store::{check_safetensors, Options, Store, StoreStats};
 
 use crate::fmt::{mb, mb_s};
 use crate::maintain::warn_not_compacted;
@@ -199,14 +199,16 @@ pub(crate) fn import_files(
     Ok(totals)
 }
 
-/// Whether the file holds more than an eighth of free pages on disk (pages of versions the
-/// import replaced, or left by earlier deletes), so that compacting it is worth a pass over
-/// every page. The room redb reserves at the end as the file grows is a hole until written:
-/// it is not on disk, and trimming it cost up to a third of a fresh import's time (ADR
-/// 0023).
-fn holds_free_pages(s: &StoreStats) -> bool {
-    s.allocated_bytes
-        .is_some_and(|allocated| free_pages_worth_compacting(s.disk_bytes, allocated))
+/// Whether compacting the store after an import is worth a pass over every page: the file
+/// holds more than an eighth of free pages on disk (pages of versions the import replaced, or
+/// left by earlier deletes; ADR 0023), or its length exceeds its bytes on disk by more than a
+/// tenth (the room redb reserves for growth, a hole that `ls -l` counts: the trim a writer's
+/// close does, ADR 0028, done here so that the sizes printed are the file's after the import).
+fn worth_compacting(s: &StoreStats) -> bool {
+    let free_pages = s
+        .allocated_bytes
+        .is_some_and(|allocated| free_pages_worth_compacting(s.disk_bytes, allocated));
+    free_pages || s.worth_trimming()
 }
 
 fn free_pages_worth_compacting(disk_bytes: u64, allocated_bytes: u64) -> bool {
@@ -218,7 +220,11 @@ fn free_pages_worth_compacting(disk_bytes: u64, allocated_bytes: u64) -> bool {
 /// warning, not an error exit.
 pub(crate) fn run(out: &Output, store: &Path, paths: &[PathBuf], flags: &Flags) -> CliResult {
     let files = plan(paths, flags.step)?;
-    let mut store = Store::open(store)?;
+    let opts = Options {
+        trim_on_close: flags.compact,
+        ..Options::default()
+    };
+    let mut store = Store::open_with(store, opts)?;
     preflight(&store, &files, flags.skip_existing)?;
     let totals = import_files(out, &store, &files, flags.skip_existing)?;
     say!(
@@ -232,7 +238,7 @@ pub(crate) fn run(out: &Output, store: &Path, paths: &[PathBuf], flags: &Flags) 
     let Some(mut s) = stats_after_commit(&store, what) else {
         return Ok(());
     };
-    if flags.compact && holds_free_pages(&s) {
+    if flags.compact && worth_compacting(&s) {
         let spinner = out.spinner("compacting");
         let compacted = store.compact();
         spinner.finish_and_clear();
@@ -249,7 +255,7 @@ pub(crate) fn run(out: &Output, store: &Path, paths: &[PathBuf], flags: &Flags) 
         s.raw_bytes,
         s.file_bytes,
         s.disk_bytes,
-        s.raw_bytes as f64 / s.disk_bytes.max(1) as f64
+        s.ratio()
     );
     Ok(())
 }

@@ -170,11 +170,13 @@ pub(crate) fn print_checkpoints(rows: &[CheckpointRow]) -> CliResult {
     Ok(())
 }
 
-/// `strata stats`.
+/// `strata stats`. The one ratio is raw bytes over bytes on disk
+/// ([`strata_store::StoreStats::ratio`]);
+/// per tensor, raw bytes over stored bytes is named as such.
 pub(crate) fn stats(store: &Path, json: bool) -> CliResult {
     let store = Store::open_read_only(store)?;
     let s = store.stats()?;
-    let ratio = |raw: u64, stored: u64| raw as f64 / stored.max(1) as f64;
+    let raw_over_stored = |raw: u64, stored: u64| raw as f64 / stored.max(1) as f64;
     if json {
         let tensors: Vec<serde_json::Value> = s
             .tensors
@@ -185,7 +187,6 @@ pub(crate) fn stats(store: &Path, json: bool) -> CliResult {
                     "versions": t.versions,
                     "raw_bytes": t.raw_bytes,
                     "stored_bytes": t.stored_bytes,
-                    "ratio": ratio(t.raw_bytes, t.stored_bytes),
                 })
             })
             .collect();
@@ -198,8 +199,7 @@ pub(crate) fn stats(store: &Path, json: bool) -> CliResult {
             "file_bytes": s.file_bytes,
             "disk_bytes": s.disk_bytes,
             "allocated_bytes": s.allocated_bytes,
-            "ratio": s.file_ratio(),
-            "stored_ratio": s.stored_ratio(),
+            "ratio": s.ratio(),
             "segments": s.segments,
             "versions": s.versions,
             "checkpoints": s.checkpoints,
@@ -210,34 +210,33 @@ pub(crate) fn stats(store: &Path, json: bool) -> CliResult {
         return Ok(());
     }
     say!(
-        "{:40}  {:>8}  {:>12}  {:>12}  {:>7}",
+        "{:40}  {:>8}  {:>12}  {:>12}  {:>10}",
         "tensor",
         "versions",
         "raw bytes",
         "stored bytes",
-        "ratio"
+        "raw/stored"
     );
     for t in &s.tensors {
         say!(
-            "{:40}  {:>8}  {:>12}  {:>12}  {:>7.3}",
+            "{:40}  {:>8}  {:>12}  {:>12}  {:>10.3}",
             t.name,
             t.versions,
             t.raw_bytes,
             t.stored_bytes,
-            ratio(t.raw_bytes, t.stored_bytes)
+            raw_over_stored(t.raw_bytes, t.stored_bytes)
         );
     }
     say!(
-        "total: {} versions, {} checkpoints, raw {} bytes, stored {} bytes (ratio {:.3}), \
-         file {} bytes, {} on disk (ratio raw / file {:.3})",
+        "total: {} versions, {} checkpoints, raw {} bytes, stored {} bytes, file {} bytes \
+         ({} on disk), ratio {:.3} (raw / bytes on disk)",
         s.versions,
         s.checkpoints,
         s.raw_bytes,
         s.stored_bytes,
-        s.stored_ratio(),
         s.file_bytes,
         s.disk_bytes,
-        s.file_ratio()
+        s.ratio()
     );
     Ok(())
 }

@@ -63,7 +63,8 @@ struct Cli {
 enum Command {
     /// Import safetensors files, one checkpoint per file (every file is checked before the
     /// first is imported); compact the store after if its file holds more than an eighth of
-    /// free pages on disk (a warning, not an error, if it cannot).
+    /// free pages on disk, or is longer than its bytes on disk by more than a tenth (a
+    /// warning, not an error, if it cannot).
     Import {
         /// The store file (created if missing).
         store: PathBuf,
@@ -76,7 +77,7 @@ enum Command {
         /// Skip files whose step already has a checkpoint (resume an interrupted import).
         #[arg(long)]
         skip_existing: bool,
-        /// Never compact the store at the end.
+        /// Never compact the store at the end (its close does not trim it either).
         #[arg(long)]
         no_compact: bool,
     },
@@ -139,7 +140,8 @@ enum Command {
         /// A tensor name: list its versions.
         tensor: Option<String>,
     },
-    /// Raw, stored and on-disk sizes, per tensor and in total.
+    /// Raw, stored, file and on-disk sizes, per tensor and in total, and the store's ratio
+    /// (raw bytes / bytes on disk).
     Stats {
         /// The store file.
         store: PathBuf,
@@ -152,8 +154,9 @@ enum Command {
         /// The store file.
         store: PathBuf,
     },
-    /// Move the file's pages to its front and trim the free space after them (imports leave
-    /// the room redb reserved for growth, a hole that takes no disk until written).
+    /// Move the file's pages to its front and trim the free space after them (free pages,
+    /// and the room redb reserves for growth, which a writer's close trims only when it is
+    /// over a tenth of the bytes on disk; `import --no-compact` keeps it).
     Compact {
         /// The store file.
         store: PathBuf,
@@ -200,9 +203,10 @@ enum Command {
         #[arg(long)]
         dry_run: bool,
         /// Largest error of a block relative to its distance from the newer version it is a
-        /// delta against (below 1: an old checkpoint never turns into a newer one).
-        #[arg(long, default_value_t = strata_store::DEFAULT_UPDATE_BUDGET, conflicts_with = "no_update_budget")]
-        update_budget: f64,
+        /// delta against (below 1: an old checkpoint never turns into a newer one; default
+        /// 0.5, 0.8 with --training-state).
+        #[arg(long, conflicts_with = "no_update_budget")]
+        update_budget: Option<f64>,
         /// No bound relative to the distance from the newer version: --budget alone.
         #[arg(long)]
         no_update_budget: bool,
@@ -221,6 +225,30 @@ enum Command {
         /// against an exact one).
         #[arg(long, default_value_t = strata_store::DEFAULT_AGE_CHAIN)]
         max_chain: u8,
+        /// Largest relative Frobenius error of a block of an optimizer's first moment
+        /// (Adam's exp_avg; ADR 0027; 1: may read back as zeros; default 1e-2, 1 with
+        /// --training-state).
+        #[arg(long)]
+        first_moment_budget: Option<f64>,
+        /// Largest relative error of each element of an optimizer's second moment (Adam's
+        /// exp_avg_sq), aged in the log-relative mode: never below zero (default 1e-2, 0.5
+        /// with --training-state).
+        #[arg(long)]
+        second_moment_budget: Option<f64>,
+        /// Full training-state checkpoints (weights and optimizer state): the budgets
+        /// measured to keep training resumed from every aged checkpoint within 1 % of the
+        /// exact one (weights 5e-2 and update budget 0.8, first moments 1, second moments
+        /// 0.5; ADR 0027). Explicit flags beat it; it counts as a budget (no --yes needed).
+        #[arg(long)]
+        training_state: bool,
+        /// Keep optimizer moments exact (weights still age).
+        #[arg(long)]
+        exact_moments: bool,
+        /// The role of tensors matching a pattern, as PATTERN=ROLE (weight, first-moment,
+        /// second-moment, counter, state; repeatable, first match first): where the names do
+        /// not say (roles are read from the names trainers give optimizer state).
+        #[arg(long, value_name = "PATTERN=ROLE")]
+        role: Vec<String>,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
@@ -478,6 +506,11 @@ fn main() -> ExitCode {
             budget_for,
             steps,
             max_chain,
+            first_moment_budget,
+            second_moment_budget,
+            exact_moments,
+            training_state,
+            role,
             json,
         } => maintain::age(
             &store,
@@ -488,11 +521,17 @@ fn main() -> ExitCode {
                 budget,
                 yes,
                 dry_run,
-                update_budget: (!no_update_budget).then_some(update_budget),
+                update_budget,
+                no_update_budget,
                 exact,
                 budget_for,
                 steps,
                 max_chain,
+                first_moment_budget,
+                second_moment_budget,
+                exact_moments,
+                training_state,
+                roles: role,
             },
             json,
         ),

@@ -5,7 +5,8 @@ use std::path::Path;
 use std::time::Instant;
 
 use strata_store::{
-    AgePolicy, AgeReport, AgeRule, Issue, RetainPolicy, Store, StoreError, VerifyReport,
+    AgePolicy, AgeReport, AgeRule, Issue, RetainPolicy, Role, RoleRule, Store, StoreError,
+    VerifyReport,
 };
 
 use crate::fmt::ms;
@@ -176,19 +177,30 @@ pub(crate) struct AgeArgs {
     pub(crate) yes: bool,
     pub(crate) dry_run: bool,
     pub(crate) update_budget: Option<f64>,
+    pub(crate) no_update_budget: bool,
     pub(crate) exact: Vec<String>,
     pub(crate) budget_for: Vec<String>,
     pub(crate) steps: Option<Vec<u64>>,
     pub(crate) max_chain: u8,
+    pub(crate) first_moment_budget: Option<f64>,
+    pub(crate) second_moment_budget: Option<f64>,
+    pub(crate) exact_moments: bool,
+    pub(crate) training_state: bool,
+    pub(crate) roles: Vec<String>,
 }
 
 /// `strata age`: needs `--budget` (or `--yes`), since it cannot be undone; `--dry-run` runs
 /// the pass and rolls it back.
 pub(crate) fn age(store: &Path, args: AgeArgs, json: bool) -> CliResult {
-    let default = AgePolicy::default().budget;
+    let preset = if args.training_state {
+        AgePolicy::training_state()
+    } else {
+        AgePolicy::default()
+    };
+    let default = preset.budget;
     let budget = match args.budget {
         Some(b) => b,
-        None if args.yes || args.dry_run => default,
+        None if args.yes || args.dry_run || args.training_state => default,
         None => {
             return Err(CliError::Usage(format!(
                 "aging rewrites old checkpoints lossily and cannot be undone: give --budget E \
@@ -220,6 +232,22 @@ pub(crate) fn age(store: &Path, args: AgeArgs, json: bool) -> CliResult {
             budget: Some(budget),
         });
     }
+    let mut roles = Vec::new();
+    for spec in &args.roles {
+        let parsed = spec
+            .rsplit_once('=')
+            .and_then(|(p, r)| Some((p, Role::parse(r)?)));
+        let Some((pattern, role)) = parsed.filter(|(p, _)| !p.is_empty()) else {
+            return Err(CliError::Usage(format!(
+                "--role {spec:?}: expected PATTERN=ROLE with a role of weight, first-moment, \
+                 second-moment, counter or state, e.g. 'opt.*.v=second-moment'"
+            )));
+        };
+        roles.push(RoleRule {
+            pattern: pattern.to_string(),
+            role,
+        });
+    }
     let path = store;
     let mut store = Store::open(store)?;
     let policy = AgePolicy {
@@ -227,10 +255,21 @@ pub(crate) fn age(store: &Path, args: AgeArgs, json: bool) -> CliResult {
         keep_exact_every: args.keep_exact_every,
         keep_tagged: args.keep_tagged,
         budget,
-        update_budget: args.update_budget,
+        update_budget: if args.no_update_budget {
+            None
+        } else {
+            args.update_budget.or(preset.update_budget)
+        },
         rules,
         steps: args.steps,
         max_chain: args.max_chain,
+        roles,
+        first_moment_budget: (!args.exact_moments)
+            .then(|| args.first_moment_budget.or(preset.first_moment_budget))
+            .flatten(),
+        second_moment_budget: (!args.exact_moments)
+            .then(|| args.second_moment_budget.or(preset.second_moment_budget))
+            .flatten(),
     };
     let r = if args.dry_run {
         store.age_dry_run(&policy)?

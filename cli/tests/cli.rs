@@ -14,7 +14,7 @@ use std::process::{Command, Output};
 use common::{f32_bytes, load_series, noise, series_root};
 use npy::parse_npy_header;
 use safetensors::SafeTensors;
-use strata_store::{DType, Fidelity, Store, TensorRef};
+use strata_store::{DType, Fidelity, Options, Store, TensorRef};
 
 fn strata(args: &[&str]) -> Output {
     let out = Command::new(env!("CARGO_BIN_EXE_strata"))
@@ -101,15 +101,22 @@ fn cli_round_trip_on_dev_ft_bf16() {
     }
     let raw: u64 = series.iter().map(|c| c.raw_bytes()).sum();
     assert_eq!(json["raw_bytes"].as_u64(), Some(raw));
-    // Raw bytes over what the store takes on disk (an import leaves redb's growth room, a
-    // hole, in the file's length: ADR 0023).
+    // The one ratio: raw bytes over what the store takes on disk (ADR 0028).
     let disk = json["disk_bytes"].as_u64().expect("disk bytes");
-    assert!(raw as f64 / disk as f64 > 3.0, "{json}");
+    let ratio = json["ratio"].as_f64().expect("ratio");
+    assert_eq!(ratio, raw as f64 / disk as f64, "{json}");
+    assert!(ratio > 3.0, "{json}");
+    assert_eq!(keys_naming_a_ratio(&json), ["ratio"], "{json}");
     assert_eq!(
         json["tensors"].as_array().expect("tensors").len(),
         series[0].tensors.len()
     );
-    ok(&["stats", p(&store)]);
+    let text = ok(&["stats", p(&store)]);
+    assert_eq!(text.matches("ratio").count(), 1, "{text}");
+    assert!(
+        text.contains(&format!("ratio {ratio:.3} (raw / bytes on disk)")),
+        "{text}"
+    );
 
     let out = ok(&["verify", p(&store)]);
     assert!(out.starts_with("verify OK"), "{out}");
@@ -208,24 +215,59 @@ fn number_after(text: &str, before: &str) -> u64 {
         .expect("a number after the label")
 }
 
+/// Every key of a JSON document, nested ones included, that names a ratio.
+fn keys_naming_a_ratio(doc: &serde_json::Value) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut todo = vec![doc];
+    while let Some(v) = todo.pop() {
+        match v {
+            serde_json::Value::Object(map) => {
+                for (k, v) in map {
+                    if k.contains("ratio") {
+                        found.push(k.clone());
+                    }
+                    todo.push(v);
+                }
+            }
+            serde_json::Value::Array(items) => todo.extend(items),
+            _ => {}
+        }
+    }
+    found
+}
+
 #[test]
-fn import_leaves_growth_room_that_compact_trims() {
+fn import_trims_the_growth_room_unless_told_not_to() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let store = dir.path().join("ft.strata");
     let src = series_root().join("dev_ft/bf16");
+    let sizes = |store: &Path| {
+        let stats: serde_json::Value =
+            serde_json::from_str(&ok(&["stats", p(store), "--json"])).expect("stats json");
+        let number = |key: &str| stats[key].as_u64().expect("a size in stats");
+        (
+            number("file_bytes"),
+            number("disk_bytes"),
+            number("stored_bytes"),
+        )
+    };
+
+    // The file's length tells its size: within a tenth of its bytes on disk (ADR 0028).
+    let store = dir.path().join("ft.strata");
     let out = ok(&["import", p(&store), p(&src)]);
     assert!(out.contains("on disk), ratio"), "{out}");
-    let stats: serde_json::Value =
-        serde_json::from_str(&ok(&["stats", p(&store), "--json"])).expect("stats json");
-    let number = |key: &str| stats[key].as_u64().expect("a size in stats");
-    let (file, disk, stored) = (
-        number("file_bytes"),
-        number("disk_bytes"),
-        number("stored_bytes"),
+    let (file, disk, stored) = sizes(&store);
+    assert!(disk >= stored && file * 10 <= disk * 11, "{out}");
+    let printed = number_after(&out, "file ");
+    assert_eq!(
+        printed, file,
+        "the import printed the size before its trim: {out}"
     );
-    // What is on disk holds what is stored, and the room redb reserved past it is a hole: a
-    // fresh import leaves no free pages worth compacting for.
-    assert!(disk >= stored && disk < file, "{stats}");
+
+    // --no-compact keeps the room redb reserved past the pages in use, a hole (ADR 0023).
+    let store = dir.path().join("room.strata");
+    ok(&["import", p(&store), p(&src), "--no-compact"]);
+    let (file, disk, stored) = sizes(&store);
+    assert!(disk >= stored && file * 10 > disk * 11, "{file} {disk}");
 
     let out = ok(&["compact", p(&store)]);
     assert_eq!(number_after(&out, "file "), file, "{out}");
@@ -241,8 +283,13 @@ fn import_compacts_a_file_whose_free_pages_take_disk() {
     let store = dir.path().join("freed.strata");
     {
         // Pages written, then freed below pages still in use: 8 MiB of noise saved, a small
-        // checkpoint after it, and the first deleted.
-        let s = Store::open(&store).expect("open");
+        // checkpoint after it, and the first deleted; kept as they are when this handle
+        // closes.
+        let opts = Options {
+            trim_on_close: false,
+            ..Options::default()
+        };
+        let s = Store::open_with(&store, opts).expect("open");
         for (step, n) in [(1, 1 << 21), (2, 1024)] {
             let bytes = f32_bytes(&noise(n, step));
             let t = TensorRef {

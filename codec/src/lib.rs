@@ -40,6 +40,7 @@ pub mod bits;
 pub mod chain;
 pub mod convert;
 mod cpu;
+pub mod domain;
 mod dtype;
 pub mod frames;
 pub mod hpdkv;

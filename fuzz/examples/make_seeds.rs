@@ -360,23 +360,15 @@ fn aged_seeds(seeds: &mut Seeds) -> Result<(), Box<dyn Error>> {
             aged::encode(dtype, data, base, budget, &opts)?
                 .ok_or_else(|| Box::<dyn Error>::from(format!("{dtype}: budget {budget} not met")))
         };
-        // Without a base: weights, 2-byte words.
+        // Without a base: weights (1- or 2-byte words, as the codec chooses).
         let data = as_dtype(dtype, &v);
-        seeds.add_aged(
-            &format!("{dtype}-nobase"),
-            dtype,
-            &blob(&data, None, 1e-2)?,
-            2,
-        )?;
+        let block = blob(&data, None, 1e-2)?;
+        seeds.add_aged(&format!("{dtype}-nobase"), dtype, &block, block.bytes[7])?;
         // With the target's base: a small step of it.
         let base = base_pattern(n * dtype.size());
         let step = marked_step(dtype, &base, &mut rng);
-        seeds.add_aged(
-            &format!("{dtype}-base"),
-            dtype,
-            &blob(&step, Some(&base), 1e-3)?,
-            2,
-        )?;
+        let block = blob(&step, Some(&base), 1e-3)?;
+        seeds.add_aged(&format!("{dtype}-base"), dtype, &block, block.bytes[7])?;
         // 4-byte words: spikes 4-5 orders of magnitude above the rest, a fine budget; then
         // the same spikes in the step above.
         let data = as_dtype(dtype, &spiky);
@@ -404,7 +396,7 @@ fn aged_seeds(seeds: &mut Seeds) -> Result<(), Box<dyn Error>> {
     let step = marked_step(DType::BF16, &base, &mut rng);
     let block = aged::encode(DType::BF16, &step, Some(&base), 1e-3, &opts)?
         .ok_or("bf16 1500: budget not met")?;
-    seeds.add_aged("bf16-base-1500", DType::BF16, &block, 2)?;
+    seeds.add_aged("bf16-base-1500", DType::BF16, &block, block.bytes[7])?;
     // The base itself: every q is 0.
     let base = base_pattern(256 * 4);
     let block = aged::encode(DType::F32, &base, Some(&base), 1e-3, &opts)?
@@ -412,7 +404,24 @@ fn aged_seeds(seeds: &mut Seeds) -> Result<(), Box<dyn Error>> {
     if !block.all_zero {
         return Err("the zero-delta seed has a q other than 0".into());
     }
-    seeds.add_aged("f32-base-zero", DType::F32, &block, 2)?;
+    seeds.add_aged("f32-base-zero", DType::F32, &block, block.bytes[7])?;
+    // The log-relative mode (flag bit 1, ADR 0027): non-negative values with zeros, without a
+    // base and over the target's base (whose negative elements make escapes).
+    let moments: Vec<f32> = v
+        .iter()
+        .enumerate()
+        .map(|(i, x)| if i % 37 == 0 { 0.0 } else { x * x })
+        .collect();
+    for dtype in [DType::BF16, DType::F16, DType::F32] {
+        let data = as_dtype(dtype, &moments);
+        let base = base_pattern(n * dtype.size());
+        for (name, base) in [("log-nobase", None), ("log-base", Some(base.as_slice()))] {
+            let block = aged::encode_log(dtype, &data, base, 0.05, &opts)?
+                .ok_or_else(|| format!("{dtype} {name}: budget not met"))?;
+            let width = block.bytes[7];
+            seeds.add_aged(&format!("{dtype}-{name}"), dtype, &block, width)?;
+        }
+    }
     Ok(())
 }
 

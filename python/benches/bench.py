@@ -13,7 +13,8 @@ Each (tool, operation, data set) runs in its own subprocess, which repeats it `-
 (fresh output each time for saves) and reports the median seconds and its peak RSS
 (ru_maxrss, which includes the ~0.3-0.5 GB of importing torch: the `import only` row is that
 baseline). Bytes on disk: the files the save wrote, and for Strata also after `compact()`
-(the saves leave redb's growth slack; neither the CLI's import of a fresh store nor `save_checkpoint` compacts, ADR 0023). Every load is checked bit-exact against
+(closing the store trims redb's growth room when it exceeds a tenth of the bytes on disk, ADR
+0028, so the two differ by less than that). Every load is checked bit-exact against
 the input in the child. Prints a markdown table (and JSON with --json). Figures depend on the
 machine and its load: this workplace's machines have 2 shared cores.
 """

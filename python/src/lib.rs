@@ -24,8 +24,8 @@ use pyo3::types::PyDict;
 mod remote;
 
 use strata_store::{
-    AgePolicy, AgeRule, DType, Fidelity, OpenError, Options, Residual, RetainPolicy, Store,
-    StoreError, Tensor, TensorRef, Tier, TierPolicy,
+    AgePolicy, AgeRule, DType, Fidelity, OpenError, Options, Residual, RetainPolicy, Role,
+    RoleRule, Store, StoreError, Tensor, TensorRef, Tier, TierPolicy,
 };
 
 create_exception!(
@@ -644,7 +644,7 @@ impl PyStore {
     /// Ages old checkpoints ([`Store::age`]), or with `dry_run` measures what it would do
     /// and rolls it back ([`Store::age_dry_run`]): `rules` are (pattern, budget or None for
     /// exact), first match first.
-    #[pyo3(signature = (keep_exact_last, keep_exact_every, keep_tagged, budget, update_budget, rules, steps, dry_run))]
+    #[pyo3(signature = (keep_exact_last, keep_exact_every, keep_tagged, budget, update_budget, rules, steps, dry_run, first_moment_budget, second_moment_budget, roles))]
     #[allow(clippy::too_many_arguments)]
     fn age<'py>(
         &self,
@@ -657,7 +657,20 @@ impl PyStore {
         rules: Vec<(String, Option<f64>)>,
         steps: Option<Vec<u64>>,
         dry_run: bool,
+        first_moment_budget: Option<f64>,
+        second_moment_budget: Option<f64>,
+        roles: Vec<(String, String)>,
     ) -> PyResult<Bound<'py, PyDict>> {
+        let roles = roles
+            .into_iter()
+            .map(|(pattern, role)| {
+                Role::parse(&role).map(|role| RoleRule { pattern, role }).ok_or_else(|| {
+                    PyValueError::new_err(format!(
+                        "unknown role {role:?}: one of weight, first-moment, second-moment, counter, state"
+                    ))
+                })
+            })
+            .collect::<PyResult<Vec<_>>>()?;
         let policy = AgePolicy {
             keep_exact_last,
             keep_exact_every,
@@ -669,6 +682,9 @@ impl PyStore {
                 .map(|(pattern, budget)| AgeRule { pattern, budget })
                 .collect(),
             steps,
+            first_moment_budget,
+            second_moment_budget,
+            roles,
             ..AgePolicy::default()
         };
         let r = py.detach(|| {
@@ -809,7 +825,8 @@ impl PyStore {
         Ok(d)
     }
 
-    /// Raw, stored and file bytes, counts and the ratio, as a dict.
+    /// Raw, stored, file and on-disk bytes, counts and the ratio (raw bytes / bytes on
+    /// disk, as `strata stats` says it), as a dict.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let s = self.with(py, |s| s.stats())?;
         let d = PyDict::new(py);
@@ -821,8 +838,7 @@ impl PyStore {
         d.set_item("versions", s.versions)?;
         d.set_item("checkpoints", s.checkpoints)?;
         d.set_item("tensors", s.tensors.len())?;
-        d.set_item("file_ratio", s.file_ratio())?;
-        d.set_item("stored_ratio", s.stored_ratio())?;
+        d.set_item("ratio", s.ratio())?;
         d.set_item("tier_bytes", s.tier_bytes)?;
         Ok(d)
     }

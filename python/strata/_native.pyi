@@ -82,6 +82,9 @@ class Store:
         rules: list[tuple[str, float | None]],
         steps: list[int] | None,
         dry_run: bool,
+        first_moment_budget: float | None,
+        second_moment_budget: float | None,
+        roles: list[tuple[str, str]],
     ) -> dict[str, Any]: ...
     def compact(self) -> bool: ...
     def import_safetensors(self, path: str, step: int) -> tuple[int, int]: ...

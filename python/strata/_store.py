@@ -217,7 +217,11 @@ class _File(_Reads):
         return self._s.verify()
 
     def stats(self) -> dict[str, Any]:
-        """Raw, stored and file bytes, counts and ratios."""
+        """Sizes and counts, as ``strata stats`` gives them: ``raw_bytes`` (every version,
+        uncompressed), ``stored_bytes`` (segments and records), ``file_bytes`` (the file's
+        length), ``disk_bytes`` (what it takes on disk), ``ratio`` (``raw_bytes / disk_bytes``,
+        the store's one compression ratio), ``segments``, ``versions``, ``checkpoints``,
+        ``tensors`` and ``tier_bytes``."""
         return self._s.stats()
 
 
@@ -226,6 +230,27 @@ def _check_options(options: Mapping[str, Any]) -> dict[str, Any]:
         if v is not None:
             check_step(v, k)
     return dict(options)
+
+
+class _Unset:
+    """An argument left out (where ``None`` means something else)."""
+
+
+_UNSET = _Unset()
+#: Store.age's budgets by default, and with training_state=True (Rust's
+#: AgePolicy::default() and AgePolicy::training_state(); ADR 0027).
+_AGE_DEFAULTS = {
+    "budget": 1e-3,
+    "update_budget": 0.5,
+    "first_moment_budget": 1e-2,
+    "second_moment_budget": 1e-2,
+}
+_TRAINING_STATE = {
+    "budget": 5e-2,
+    "update_budget": 0.8,
+    "first_moment_budget": 1.0,
+    "second_moment_budget": 0.5,
+}
 
 
 class ReadOnlyStore(_File):
@@ -307,7 +332,12 @@ class Store(_File):
     # -- lifecycle -------------------------------------------------------------------------
     def close(self) -> None:
         """Waits for pending async saves and uploads, then closes the file. An upload that
-        failed is raised (as by :meth:`flush`) after the file is closed."""
+        failed is raised (as by :meth:`flush`) after the file is closed.
+
+        Closing trims the room the file keeps for growth when its length exceeds what it takes
+        on disk by more than a tenth, so that ``ls -l`` tells its size; a reader in another
+        process in the middle of a read defers that to a later close, and the close still
+        succeeds (ADR 0028). A handle that is garbage collected does the same."""
         ex = self._executor
         if ex is not None:
             ex.shutdown(wait=True)
@@ -440,13 +470,17 @@ class Store(_File):
         keep_exact_every: int | None = None,
         keep_tagged: bool = True,
         budget: float | None = None,
-        update_budget: float | None = 0.5,
+        update_budget: float | None | _Unset = _UNSET,
         exact: Iterable[str] | None = None,
         budgets: Mapping[str, float] | None = None,
         steps: Iterable[int] | None = None,
         *,
         yes: bool = False,
         dry_run: bool = False,
+        training_state: bool = False,
+        first_moment_budget: float | None | _Unset = _UNSET,
+        second_moment_budget: float | None | _Unset = _UNSET,
+        roles: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
         """Re-encodes old checkpoints lossy (quantized deltas, ADR 0020): the
         ``keep_exact_last`` latest, every ``keep_exact_every``-th and (``keep_tagged``) the
@@ -466,7 +500,29 @@ class Store(_File):
         Aging cannot be undone: ``budget`` must be given (or ``yes=True`` for the default,
         1e-3), else :class:`strata.InvalidInput`. ``dry_run=True`` runs the same pass and
         rolls it back: the report says what would be aged and the stored bytes after, and
-        nothing changes (ADR 0024)."""
+        nothing changes (ADR 0024).
+
+        Training state (ADR 0027): each tensor's role is read from its name (the names the
+        drop-ins and PyTorch's optimizers give: ``.../exp_avg``, ``.../exp_avg_sq``,
+        ``.../step``), or from ``roles`` (pattern -> ``"weight"``, ``"first-moment"``,
+        ``"second-moment"``, ``"counter"``, ``"state"``). Weights take ``budget``; first
+        moments ``first_moment_budget`` (a relative error per block; 1.0 lets them read back
+        as zeros); second moments ``second_moment_budget`` (a relative error of each element,
+        in a log domain: never below zero); ``None`` keeps those exact. Counters, scheduler
+        and RNG state stay exact, and so does any block whose values are all integers.
+        ``training_state=True`` takes the budgets measured to keep training resumed from every
+        aged checkpoint within 1 % of the exact one (budget 5e-2, update_budget 0.8,
+        first_moment_budget 1.0, second_moment_budget 0.5); arguments given beat it. Without
+        it the defaults are update_budget 0.5 and 1e-2 for both moments."""
+        preset = _TRAINING_STATE if training_state else _AGE_DEFAULTS
+        if update_budget is _UNSET:
+            update_budget = preset["update_budget"]
+        if first_moment_budget is _UNSET:
+            first_moment_budget = preset["first_moment_budget"]
+        if second_moment_budget is _UNSET:
+            second_moment_budget = preset["second_moment_budget"]
+        if budget is None and training_state:
+            budget = preset["budget"]
         if budget is None:
             if not yes:
                 raise _native.InvalidInput(
@@ -486,6 +542,9 @@ class Store(_File):
             rules,
             None if steps is None else [check_step(s) for s in steps],
             bool(dry_run),
+            None if first_moment_budget is None else float(first_moment_budget),
+            None if second_moment_budget is None else float(second_moment_budget),
+            [(str(p), str(r)) for p, r in (roles or {}).items()],
         )
 
     def compact(self) -> bool:

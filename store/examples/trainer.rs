@@ -171,10 +171,10 @@ fn main() -> Result<(), Box<dyn Error>> {
     }
     let s = store.stats()?;
     println!(
-        "store: raw {} bytes, file {} bytes, ratio {:.2}; every kept checkpoint still bit-exact",
+        "store: raw {} bytes, {} bytes on disk, ratio {:.2}; every kept checkpoint still bit-exact",
         s.raw_bytes,
-        s.file_bytes,
-        s.file_ratio()
+        s.disk_bytes,
+        s.ratio()
     );
     Ok(())
 }

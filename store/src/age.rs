@@ -7,9 +7,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use strata_codec::aged;
 use wildmatch::WildMatch;
 
-use crate::engine::{age_versions, AgeTally, View, WriteTxn};
+use crate::engine::{age_versions, AgeHow, AgeTally, View, WriteTxn};
 use crate::error::{DbContext, InvalidInput, NotFound, Result, StoreError};
 use crate::retain::RetainPolicy;
+use crate::roles::{role_of, Role, RoleRule};
 use crate::stats::{stored_sizes, StoredSizes};
 use crate::store::{contain, Store};
 
@@ -58,6 +59,17 @@ pub struct AgePolicy {
     pub steps: Option<Vec<u64>>,
     /// Most segments a read of an aged block decodes.
     pub max_chain: u8,
+    /// Roles by name pattern, first match first, before the role is read from the name
+    /// ([`crate::roles`]; ADR 0027). Counters and other training state stay exact whatever
+    /// the budgets; weights take `budget` and `update_budget`, moments the budgets below.
+    pub roles: Vec<RoleRule>,
+    /// Largest relative Frobenius error of a block of a first moment (Adam's `exp_avg`),
+    /// aged against zero or the newer version, whichever costs less (1: it may read back as
+    /// zeros, what a resumed optimizer rebuilds within tens of steps); `None`: exact.
+    pub first_moment_budget: Option<f64>,
+    /// Largest relative error of each element of a second moment (Adam's `exp_avg_sq`), in
+    /// the log-relative mode: an aged second moment is never below zero; `None`: exact.
+    pub second_moment_budget: Option<f64>,
 }
 
 impl Default for AgePolicy {
@@ -73,9 +85,41 @@ impl Default for AgePolicy {
             rules: Vec::new(),
             steps: None,
             max_chain: DEFAULT_AGE_CHAIN,
+            roles: Vec::new(),
+            first_moment_budget: Some(DEFAULT_FIRST_MOMENT_BUDGET),
+            second_moment_budget: Some(DEFAULT_SECOND_MOMENT_BUDGET),
         }
     }
 }
+
+impl AgePolicy {
+    /// The budgets for full training-state checkpoints (weights and optimizer state),
+    /// measured to keep training resumed from every aged checkpoint within 1 % of resuming
+    /// from the exact one (`benches/trainstate`, ADR 0027): weights within 5 % of their norm
+    /// and 80 % of their distance from the newer checkpoint, first moments free to read back
+    /// as zeros (the optimizer rebuilds them within tens of steps), second moments within
+    /// 50 % of each element (in the log domain: never below zero). The last 2 checkpoints
+    /// and tagged ones stay exact, as by default.
+    pub fn training_state() -> AgePolicy {
+        AgePolicy {
+            budget: TRAINING_STATE_BUDGET,
+            update_budget: Some(TRAINING_STATE_UPDATE_BUDGET),
+            first_moment_budget: Some(1.0),
+            second_moment_budget: Some(0.5),
+            ..AgePolicy::default()
+        }
+    }
+}
+
+/// [`AgePolicy::training_state`]'s budget for weights.
+pub const TRAINING_STATE_BUDGET: f64 = 5e-2;
+/// [`AgePolicy::training_state`]'s update budget for weights.
+pub const TRAINING_STATE_UPDATE_BUDGET: f64 = 0.8;
+
+/// [`AgePolicy::first_moment_budget`] by default.
+pub const DEFAULT_FIRST_MOMENT_BUDGET: f64 = 1e-2;
+/// [`AgePolicy::second_moment_budget`] by default.
+pub const DEFAULT_SECOND_MOMENT_BUDGET: f64 = 1e-2;
 
 /// What [`Store::age`] did.
 #[derive(Debug, Clone, PartialEq)]
@@ -132,24 +176,58 @@ impl AgePolicy {
                 return fail(format!("update_budget {u} must be a positive number"));
             }
         }
+        if let Some(b) = self.first_moment_budget {
+            if !(b.is_finite() && b > 0.0 && b <= 1.0) {
+                return fail(format!(
+                    "first_moment_budget {b} must be a relative error in (0, 1] (1: the moment may read back as zeros)"
+                ));
+            }
+        }
+        if let Some(b) = self.second_moment_budget {
+            if !(b.is_finite() && b > 0.0 && b < 1.0) {
+                return fail(format!(
+                    "second_moment_budget {b} must be a relative error in (0, 1)"
+                ));
+            }
+        }
         if self.max_chain < 2 {
             return fail("max_chain must be at least 2 (a base and one aged delta)".into());
         }
         Ok(())
     }
 
-    /// The budget of tensor `name` with `ndim` dimensions (`None`: exact).
-    fn budget_of(
+    /// How the versions of tensor `name` (of `role`, with `ndim` dimensions) age, or `None`
+    /// when they stay exact: counters and other state always exact; then a rule's budget
+    /// (`None`: exact); then tensors of fewer than two dimensions (norms, biases, scalars)
+    /// exact; then the role's budget.
+    fn how(
         &self,
         rules: &[(WildMatch, Option<f64>)],
         name: &str,
+        role: Role,
         ndim: usize,
-    ) -> Option<f64> {
-        match rules.iter().find(|(m, _)| m.matches(name)) {
-            Some((_, b)) => *b,
-            None if ndim < 2 => None,
-            None => Some(self.budget),
+    ) -> Option<AgeHow> {
+        if matches!(role, Role::Counter | Role::State) {
+            return None;
         }
+        let rule = rules.iter().find(|(m, _)| m.matches(name)).map(|(_, b)| *b);
+        let budget = match rule {
+            Some(b) => Some(b?),
+            None if ndim < 2 => return None,
+            None => None,
+        };
+        Some(match role {
+            Role::Weight => AgeHow::Linear(aged::Budget {
+                of_norm: budget.unwrap_or(self.budget),
+                of_delta: self.update_budget,
+            }),
+            Role::FirstMoment => AgeHow::LinearOrAlone(aged::Budget {
+                of_norm: budget.or(self.first_moment_budget)?,
+                of_delta: None,
+            }),
+            Role::SecondMoment => AgeHow::Log(budget.or(self.second_moment_budget)?),
+            Role::Counter | Role::State => return None,
+        })
     }
 }
 
@@ -258,12 +336,13 @@ impl Store {
         }
         for (name, steps) in &by_tensor {
             let mut ageable = BTreeSet::new();
-            let mut budget = None;
+            let mut how = None;
             for &s in steps {
                 let Some(rec) = wt.version(name, s)? else {
                     continue;
                 };
-                let b = policy.budget_of(&rules, name, rec.shape.len());
+                let role = role_of(&policy.roles, name, rec.dtype, &rec.shape);
+                let h = policy.how(&rules, name, role, rec.shape.len());
                 let lossless = rec
                     .blocks
                     .iter()
@@ -271,19 +350,15 @@ impl Store {
                 if rec.aged.is_some() {
                     continue;
                 }
-                if b.is_none() || pins.is_pinned(name) || !aged::supports(rec.dtype) || !lossless {
+                if h.is_none() || pins.is_pinned(name) || !aged::supports(rec.dtype) || !lossless {
                     tally.versions_exact += 1;
                     continue;
                 }
-                budget = b;
+                how = h;
                 ageable.insert(s);
             }
-            let Some(budget) = budget else {
+            let Some(how) = how else {
                 continue;
-            };
-            let budget = aged::Budget {
-                of_norm: budget,
-                of_delta: policy.update_budget,
             };
             let t = age_versions(
                 wt,
@@ -291,7 +366,7 @@ impl Store {
                 &self.opts,
                 name,
                 &ageable,
-                budget,
+                how,
                 policy.max_chain,
             )?;
             tally.versions_aged += t.versions_aged;

@@ -135,6 +135,7 @@ mod record;
 pub mod remote;
 mod repair;
 mod retain;
+pub mod roles;
 mod safetensors_io;
 mod stats;
 mod store;
@@ -144,7 +145,11 @@ mod verify;
 mod write;
 mod writer;
 
-pub use age::{AgePolicy, AgeReport, AgeRule, DEFAULT_AGE_CHAIN, DEFAULT_UPDATE_BUDGET};
+pub use age::{
+    AgePolicy, AgeReport, AgeRule, DEFAULT_AGE_CHAIN, DEFAULT_FIRST_MOMENT_BUDGET,
+    DEFAULT_SECOND_MOMENT_BUDGET, DEFAULT_UPDATE_BUDGET, TRAINING_STATE_BUDGET,
+    TRAINING_STATE_UPDATE_BUDGET,
+};
 pub use error::{
     Corruption, InvalidInput, NotFound, OpenError, Result, SafeTensorsProblem, StoreError,
     TierFailure,
@@ -156,6 +161,7 @@ pub use record::{decode_manifest, ManifestError, RecordError};
 pub use redb;
 pub use repair::REPAIR_WAIT;
 pub use retain::{RetainPolicy, RetainReport};
+pub use roles::{Role, RoleRule};
 /// The safetensors crate, whose types appear in [`StoreError::SafeTensors`] and
 /// [`dtype_from_safetensors`].
 pub use safetensors;

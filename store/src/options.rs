@@ -39,6 +39,11 @@ pub struct Options {
     /// waits for it). Default none.
     #[cfg(feature = "remote")]
     pub upload: Option<crate::remote::UploadOptions>,
+    /// Closing a writer's handle compacts the file when its length exceeds both the bytes it
+    /// takes on disk and redb's pages in use by more than a tenth (the room redb reserved for
+    /// growth), so that `ls -l` tells its size (ADR 0028). A read in progress skips it. Default
+    /// `true`; `strata import --no-compact` turns it off.
+    pub trim_on_close: bool,
 }
 
 impl Default for Options {
@@ -54,6 +59,7 @@ impl Default for Options {
             tiering: TierOptions::default(),
             #[cfg(feature = "remote")]
             upload: None,
+            trim_on_close: true,
         }
     }
 }

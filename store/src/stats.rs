@@ -57,14 +57,11 @@ pub struct StoreStats {
 }
 
 impl StoreStats {
-    /// `raw_bytes / file_bytes`.
-    pub fn file_ratio(&self) -> f64 {
-        self.raw_bytes as f64 / self.file_bytes.max(1) as f64
-    }
-
-    /// `raw_bytes / stored_bytes`.
-    pub fn stored_ratio(&self) -> f64 {
-        self.raw_bytes as f64 / self.stored_bytes.max(1) as f64
+    /// The store's compression ratio: `raw_bytes / disk_bytes`, raw bytes over the bytes the
+    /// file takes on disk (ADR 0028). The one figure Strata calls a ratio, in `strata import`,
+    /// `strata stats` (text and JSON) and Python's `Store.stats()`.
+    pub fn ratio(&self) -> f64 {
+        self.raw_bytes as f64 / self.disk_bytes.max(1) as f64
     }
 }
 
@@ -207,16 +204,7 @@ impl Store {
             drop(r);
             let file_bytes = self.file_bytes()?;
             let disk_bytes = self.disk_bytes()?;
-            let allocated_bytes = if self.is_read_only() {
-                None
-            } else {
-                let _writer = self.writer.lock();
-                let txn = self.db.begin_write(&self.path, "reading database stats")?;
-                let s = txn.stats().ctx("reading database stats")?;
-                let bytes = s.allocated_pages() * s.page_size() as u64;
-                txn.abort().ctx("reading database stats")?;
-                Some(bytes)
-            };
+            let allocated_bytes = self.allocated_bytes()?;
             Ok(StoreStats {
                 raw_bytes,
                 stored_bytes: segment_bytes + metadata_bytes,

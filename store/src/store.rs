@@ -35,6 +35,10 @@ use crate::tiers::runtime::{tiering_reconstruct, Runtime};
 ///
 /// One process at a time opens a store to write ([`Store::open`]); any number of other
 /// processes may open it meanwhile with [`Store::open_read_only`] and follow its commits.
+///
+/// Dropping a writer's handle closes the file, trimming the room redb reserved for growth when
+/// the file's length exceeds its bytes on disk by more than a tenth
+/// ([`Options::trim_on_close`], ADR 0028).
 #[derive(Debug)]
 pub struct Store {
     pub(crate) path: PathBuf,
@@ -221,7 +225,9 @@ impl Store {
             }),
         };
         // Closing the database commits, and on a damaged file redb can panic there too: the
-        // error is what the caller gets either way.
+        // error is what the caller gets either way. No trim of a file that failed to open.
+        let mut store = store;
+        store.opts.trim_on_close = false;
         let _ = catch_unwind(AssertUnwindSafe(move || drop(store)));
         Err(failed)
     }
@@ -463,6 +469,30 @@ impl Store {
         Ok(self.file_metadata()?.len())
     }
 
+    /// Whether the store was opened with [`Store::open_with_backend`].
+    pub(crate) fn has_backend(&self) -> bool {
+        self.backend.is_some()
+    }
+
+    /// Bytes of the pages redb has allocated (the rest of the file is free space), or `None`
+    /// on a read-only handle: redb reports page use to its writer only, in a write transaction
+    /// (aborted here).
+    ///
+    /// # Errors
+    /// Database errors.
+    pub(crate) fn allocated_bytes(&self) -> Result<Option<u64>> {
+        if self.is_read_only() {
+            return Ok(None);
+        }
+        let op = "reading database stats";
+        let _writer = self.writer.lock();
+        let txn = self.db.begin_write(&self.path, op)?;
+        let s = txn.stats().ctx(op)?;
+        let bytes = s.allocated_pages() * s.page_size() as u64;
+        txn.abort().ctx(op)?;
+        Ok(Some(bytes))
+    }
+
     /// The store file's metadata, its error naming the file.
     fn file_metadata(&self) -> Result<std::fs::Metadata> {
         std::fs::metadata(&self.path).map_err(|source| StoreError::Io {
@@ -604,6 +634,13 @@ pub(crate) fn contain<T>(
 
 impl Drop for Store {
     fn drop(&mut self) {
+        // The uploads still queued hold read snapshots, which a compaction cannot move pages
+        // under: they end first (the uploader's drop waits for them either way).
+        #[cfg(feature = "remote")]
+        drop(self.uploader.take());
+        // A writer trims the room redb keeps for growth, when it is worth it (ADR 0028). It
+        // never fails the close: what stops it leaves the file as it is.
+        let _ = catch_unwind(AssertUnwindSafe(|| self.trim_on_close()));
         let db = std::mem::replace(&mut self.db, Handle::Closed);
         // redb commits as a writer's database closes, and can panic there on a damaged
         // file; a panic in a drop would abort a process that is already unwinding.

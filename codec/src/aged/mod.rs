@@ -19,7 +19,7 @@
 //! | 0 | 4 | magic `SAGD` |
 //! | 4 | 1 | version, 1; readers refuse any other |
 //! | 5 | 1 | dtype code ([`DType::code`]): f32, f16 or bf16 |
-//! | 6 | 1 | flags: bit 0 the block has a base; bits 1..=7 must be 0 |
+//! | 6 | 1 | flags: bit 0 the block has a base; bit 1 log-relative mode (below); bits 2..=7 must be 0 |
 //! | 7 | 1 | width of a coded word: 1 (u8), 2 (u16) or 4 (u32), the narrowest that holds every `zigzag(q)` |
 //! | 8 | 8 | elements `n` |
 //! | 16 | 4 | step `Δ`, f32, finite and above 0 |
@@ -29,6 +29,13 @@
 //! | 36 | 4 | payload length `P` |
 //! | 40 | `P` | payload: [`crate::lossless::encode`] of the `n` words `zigzag(q)` as u8, u16 or u32 |
 //! | 40 + `P` | 8 | xxh3-64 of bytes `0 .. 40 + P`; the blob ends here |
+//!
+//! **Log-relative mode** (flag bit 1, [`encode_log`]; ADR 0027): for blocks of non-negative
+//! values (Adam's second moments), each element is coded as the log2 ratio to its base
+//! element (to 1.0 without a base) at a step of `2^-k`, stored in the step field, and read
+//! back as a product of non-negative numbers, so it can never go negative; zeros stay zero,
+//! and elements no code holds within the budget are kept exactly. Its payload layout is in
+//! the `log` module.
 //!
 //! The base hash makes a blob's content address depend on the base it was made against
 //! (two versions whose deltas quantize alike over different bases never share a segment),
@@ -50,6 +57,7 @@
 //! # Ok::<(), aged::AgedError>(())
 //! ```
 
+mod log;
 mod search;
 #[cfg(test)]
 mod tests;
@@ -62,6 +70,7 @@ use crate::DType;
 const MAGIC: &[u8; 4] = b"SAGD";
 const VERSION: u8 = 1;
 const FLAG_BASE: u8 = 1;
+const FLAG_LOG: u8 = 2;
 /// Bytes before the payload.
 pub const HEADER_LEN: usize = 40;
 /// Bytes of the trailing checksum.
@@ -271,11 +280,97 @@ pub fn encode_within(
     }))
 }
 
+/// Encodes block `data` (non-negative elements of `dtype`) in the log-relative mode against
+/// `base` (the base's reconstruction; each element's ratio to 1.0 without one): the coarsest
+/// step whose measured relative error of every element is within `max_rel`. The blob reads
+/// back non-negative and finite whatever the base. Returns `None` for a block with a
+/// negative or non-finite value, all zeros, or a budget finer than a step of `2^-10` holds.
+///
+/// # Errors
+/// Those of [`encode`].
+pub fn encode_log(
+    dtype: DType,
+    data: &[u8],
+    base: Option<&[u8]>,
+    max_rel: f64,
+    opts: &LosslessOptions,
+) -> Result<Option<AgedBlock>, AgedError> {
+    if !supports(dtype) {
+        return Err(AgedError::Dtype { dtype });
+    }
+    let size = dtype.size();
+    if !data.len().is_multiple_of(size) || base.is_some_and(|b| b.len() != data.len()) {
+        return Err(AgedError::Mismatch {
+            reason: format!(
+                "{} bytes of {dtype} with a base of {:?} bytes",
+                data.len(),
+                base.map(<[u8]>::len)
+            ),
+        });
+    }
+    if !(max_rel.is_finite() && max_rel > 0.0) {
+        return Err(AgedError::Mismatch {
+            reason: format!("budget {max_rel} is not a positive number"),
+        });
+    }
+    let Some(found) = log::quantize(dtype, data, base, max_rel) else {
+        return Ok(None);
+    };
+    let n = data.len() / size;
+    let max_word = found.words.iter().copied().max().unwrap_or(0);
+    let width: usize = if max_word <= u32::from(u8::MAX) {
+        1
+    } else if max_word <= u32::from(u16::MAX) {
+        2
+    } else {
+        4
+    };
+    let mut words = Vec::with_capacity(n * width);
+    for &z in &found.words {
+        match width {
+            1 => words.push(z as u8),
+            2 => words.extend_from_slice(&(z as u16).to_le_bytes()),
+            _ => words.extend_from_slice(&z.to_le_bytes()),
+        }
+    }
+    let step = 1.0f32 / (1u32 << found.k) as f32;
+    let mut out = Vec::with_capacity(HEADER_LEN + words.len() / 4 + found.escapes.len() + 64);
+    out.extend_from_slice(MAGIC);
+    out.push(VERSION);
+    out.push(dtype.code());
+    out.push(FLAG_LOG | if base.is_some() { FLAG_BASE } else { 0 });
+    out.push(width as u8);
+    out.extend_from_slice(&(n as u64).to_le_bytes());
+    out.extend_from_slice(&step.to_le_bytes());
+    out.extend_from_slice(&found.rel_error.to_le_bytes());
+    out.extend_from_slice(&found.max_abs_error.to_le_bytes());
+    out.extend_from_slice(&base.map_or(0, xxh3_64).to_le_bytes());
+    out.extend_from_slice(&[0; 4]);
+    out.extend_from_slice(&[0; 4]);
+    lossless::encode(word_dtype(width), &words, None, opts, &mut out)
+        .map_err(|source| AgedError::Payload { source })?;
+    let coded = (out.len() - HEADER_LEN - 4) as u32;
+    out[HEADER_LEN..HEADER_LEN + 4].copy_from_slice(&coded.to_le_bytes());
+    out.extend_from_slice(&found.escapes);
+    let payload = (out.len() - HEADER_LEN) as u32;
+    out[36..40].copy_from_slice(&payload.to_le_bytes());
+    let sum = xxh3_64(&out);
+    out.extend_from_slice(&sum.to_le_bytes());
+    Ok(Some(AgedBlock {
+        bytes: out,
+        rel_error: found.rel_error,
+        max_abs_error: found.max_abs_error,
+        all_zero: base.is_some() && found.escapes.is_empty() && found.words.iter().all(|&w| w == 2),
+    }))
+}
+
 /// A parsed, checksum-checked aged blob.
 #[derive(Debug, Clone, Copy)]
 pub struct AgedView<'a> {
     dtype: DType,
     has_base: bool,
+    /// The log-relative mode's `k` (its step is `2^-k`), `None` in the linear mode.
+    log_k: Option<u32>,
     width: usize,
     elements: u64,
     step: f32,
@@ -345,7 +440,7 @@ impl<'a> AgedView<'a> {
         let dtype = DType::from_code(head[5])
             .filter(|&d| supports(d))
             .ok_or_else(|| bad("dtype", 5, head[5], "not f32, f16 or bf16"))?;
-        if head[6] & !FLAG_BASE != 0 {
+        if head[6] & !(FLAG_BASE | FLAG_LOG) != 0 {
             return Err(bad("flags", 6, head[6], "undefined bits set"));
         }
         let width = usize::from(head[7]);
@@ -357,6 +452,19 @@ impl<'a> AgedView<'a> {
         if !(step.is_finite() && step > 0.0) {
             return Err(bad("step", 16, step, "must be finite and above 0"));
         }
+        let log_k = if head[6] & FLAG_LOG != 0 {
+            let k = (0..=log::MAX_K).find(|&k| step == 1.0 / (1u32 << k) as f32);
+            Some(k.ok_or_else(|| {
+                bad(
+                    "step",
+                    16,
+                    step,
+                    "the log-relative mode's step must be 2^-k for k in 0..=10",
+                )
+            })?)
+        } else {
+            None
+        };
         let rel_error = f32_at(bytes, "relative error", 20)?;
         let max_abs_error = f32_at(bytes, "largest error", 24)?;
         for (v, name, off) in [
@@ -391,6 +499,7 @@ impl<'a> AgedView<'a> {
         Ok(AgedView {
             dtype,
             has_base: head[6] & FLAG_BASE != 0,
+            log_k,
             width,
             elements,
             step,
@@ -414,6 +523,11 @@ impl<'a> AgedView<'a> {
     /// Whether the blob is a delta against a base.
     pub fn has_base(&self) -> bool {
         self.has_base
+    }
+
+    /// Whether the blob is in the log-relative mode (its values read back non-negative).
+    pub fn is_log(&self) -> bool {
+        self.log_k.is_some()
     }
 
     /// Measured relative Frobenius error of the block, stored when it was encoded.
@@ -476,10 +590,42 @@ impl<'a> AgedView<'a> {
         }
         let n = self.elements as usize;
         let mut words = vec![0u8; n * self.width];
-        lossless::decode(word_dtype(self.width), self.payload, None, &mut words)
+        let Some(k) = self.log_k else {
+            lossless::decode(word_dtype(self.width), self.payload, None, &mut words)
+                .map_err(|source| AgedError::Payload { source })?;
+            search::reconstruct(self.dtype, base, &words, self.width, self.step, out);
+            return Ok(());
+        };
+        let bad_payload = |reason: String| AgedError::Mismatch { reason };
+        let coded_len = self
+            .payload
+            .get(..4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+            .ok_or_else(|| {
+                bad_payload("a log-mode payload shorter than its length field".into())
+            })?;
+        let coded = self.payload.get(4..4 + coded_len).ok_or_else(|| {
+            bad_payload(format!("coded words of {coded_len} bytes past the payload"))
+        })?;
+        lossless::decode(word_dtype(self.width), coded, None, &mut words)
             .map_err(|source| AgedError::Payload { source })?;
-        search::reconstruct(self.dtype, base, &words, self.width, self.step, out);
-        Ok(())
+        let words: Vec<u32> = words
+            .chunks_exact(self.width)
+            .map(|z| match self.width {
+                1 => u32::from(z[0]),
+                2 => u32::from(u16::from_le_bytes([z[0], z[1]])),
+                _ => u32::from_le_bytes([z[0], z[1], z[2], z[3]]),
+            })
+            .collect();
+        let escapes = &self.payload[4 + coded_len..];
+        log::reconstruct(self.dtype, base, &words, k, escapes, out).map_err(|e| match e {
+            log::LogDecodeError::Escapes { expected, found } => bad_payload(format!(
+                "the escape codes need {expected} bytes of escaped values, the payload holds {found}"
+            )),
+            log::LogDecodeError::Word { index, word } => bad_payload(format!(
+                "element {index}: word {word} is beyond the largest code"
+            )),
+        })
     }
 }
 

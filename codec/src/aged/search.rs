@@ -41,6 +41,20 @@ fn quant(d: f32, inv_step: f32) -> i32 {
     ((x + 0.5f32.copysign(x)) as i32).clamp(-(1 << 30), 1 << 30)
 }
 
+/// The smallest code at or above `q` whose value `b + q · step` (computed as a read does) is
+/// not negative: a block of non-negative values reads back non-negative (ADR 0027).
+fn lift(b: f32, q: i32, step: f32) -> i32 {
+    if b + q as f32 * step >= 0.0 {
+        return q;
+    }
+    // Close to the answer in one move, then exact in f32 as the read computes it.
+    let mut q = q.max(((-b / step).ceil() as i32).saturating_sub(1));
+    while b + q as f32 * step < 0.0 && q < (1 << 30) {
+        q += 1;
+    }
+    q
+}
+
 /// `dtype(b + q · step)`: the value a read returns (also what the encoder measures).
 fn recon_chunk(dtype: DType, b: &[f32], q: &[i32], step: f32, scratch: &mut [f32], out: &mut [u8]) {
     for ((r, &bv), &qv) in scratch.iter_mut().zip(b).zip(q) {
@@ -57,6 +71,7 @@ fn measure(
     b: &[f32],
     idx: &[usize],
     step: f32,
+    non_negative: bool,
     mut keep: Option<&mut Vec<i32>>,
 ) -> Measure {
     let size = dtype.size();
@@ -76,6 +91,9 @@ fn measure(
             tb[j] = t[i];
             bb[j] = b[i];
             qb[j] = quant(t[i] - b[i], inv_step);
+            if non_negative {
+                qb[j] = lift(b[i], qb[j], step);
+            }
         }
         recon_chunk(
             dtype,
@@ -104,7 +122,8 @@ fn measure(
 
 /// The largest step whose measured error is within `budget` (of the block's norm, and of its
 /// distance from the base), with its `q`; `None` when no step is (zeros, non-finite values,
-/// a budget below what the dtype can hold).
+/// a budget below what the dtype can hold). A block whose values are all non-negative gets
+/// codes whose values are too ([`lift`]).
 pub(super) fn quantize(
     dtype: DType,
     data: &[u8],
@@ -118,6 +137,7 @@ pub(super) fn quantize(
         None => vec![0f32; n],
     };
     let norm2: f64 = t.iter().map(|&x| f64::from(x) * f64::from(x)).sum();
+    let non_negative = t.iter().all(|&x| x >= 0.0);
     let max_delta = t
         .iter()
         .zip(&b)
@@ -141,7 +161,7 @@ pub(super) fn quantize(
     let all: Vec<usize> = (0..n).collect();
     let found = |step: f32| -> Option<Found> {
         let mut q = Vec::with_capacity(n);
-        let m = measure(dtype, &t, &b, &all, step, Some(&mut q));
+        let m = measure(dtype, &t, &b, &all, step, non_negative, Some(&mut q));
         (m.err2 <= allowed).then(|| Found {
             q,
             step,
@@ -164,7 +184,9 @@ pub(super) fn quantize(
         .map(|&i| f64::from(t[i] - b[i]) * f64::from(t[i] - b[i]))
         .sum();
     let sample_allowed = limit(sample_norm2, sample_delta2);
-    let ok = |step: f32| measure(dtype, &t, &b, &sample, step, None).err2 <= sample_allowed;
+    let ok = |step: f32| {
+        measure(dtype, &t, &b, &sample, step, non_negative, None).err2 <= sample_allowed
+    };
     // A step of 4x the largest delta rounds every delta to 0: the base itself.
     let coarse = max_delta * 4.0;
     if ok(coarse) {

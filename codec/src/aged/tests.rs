@@ -260,3 +260,166 @@ fn a_bound_on_the_distance_from_the_base_keeps_a_block_from_becoming_its_base() 
         Err(AgedError::Mismatch { .. })
     ));
 }
+
+/// Second moments of Adam at the scale a training run holds them: squares of gradients,
+/// spanning orders of magnitude, a few exact zeros, and the same moments some steps later.
+fn second_moments(n: usize, seed: u64, dtype: DType) -> (Vec<u8>, Vec<u8>) {
+    let mut rng = SplitMix64::new(seed);
+    let v: Vec<f32> = (0..n)
+        .map(|i| {
+            if i % 97 == 0 {
+                0.0
+            } else {
+                let g = 1e-3 * rng.normal() as f32 * (1.0 + 10.0 * (i % 7) as f32);
+                g * g
+            }
+        })
+        .collect();
+    let later: Vec<f32> = v
+        .iter()
+        .map(|&x| {
+            let g = 1e-3 * rng.normal() as f32;
+            if x == 0.0 && rng.next_u64().is_multiple_of(2) {
+                0.0
+            } else {
+                0.975 * x + 0.025 * g * g * (1.0 + 3.0 * rng.next_u64() as f32 / u64::MAX as f32)
+            }
+        })
+        .collect();
+    (
+        from_f32(dtype, &v).expect("convert from f32"),
+        from_f32(dtype, &later).expect("convert from f32"),
+    )
+}
+
+#[test]
+fn a_block_of_non_negative_values_reads_back_non_negative_in_the_linear_mode() {
+    // A base below zero (the newer version of a tensor that was not a moment) pulls the
+    // rounding under zero; the codes are lifted.
+    let data: Vec<f32> = (0..4096).map(|i| (i % 5) as f32 * 1e-6).collect();
+    let base: Vec<f32> = data.iter().map(|&x| x - 3e-6).collect();
+    let (data, base) = (
+        from_f32(DType::F32, &data).unwrap(),
+        from_f32(DType::F32, &base).unwrap(),
+    );
+    for budget in [1e-1, 5e-1, 0.9] {
+        let (_, out) = round_trip(DType::F32, &data, Some(&base), budget).expect("a step meets it");
+        assert!(
+            to_f32(DType::F32, &out).unwrap().iter().all(|&x| x >= 0.0),
+            "budget {budget}"
+        );
+    }
+}
+
+#[test]
+fn the_log_mode_keeps_every_element_within_its_relative_budget() {
+    for dtype in [DType::F32, DType::BF16, DType::F16] {
+        let (base, next) = second_moments(20_000, 27, dtype);
+        for budget in [0.01, 0.05, 0.2] {
+            let block = encode_log(dtype, &next, Some(&base), budget, &opts())
+                .expect("encode")
+                .expect("a step meets the budget");
+            let view = AgedView::parse(&block.bytes).expect("parse");
+            assert!(view.is_log());
+            let mut out = vec![0u8; next.len()];
+            view.decode_into(dtype, Some(&base), &mut out)
+                .expect("decode");
+            let (got, want) = (to_f32(dtype, &out).unwrap(), to_f32(dtype, &next).unwrap());
+            for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+                assert!(g >= 0.0 && g.is_finite(), "{dtype} element {i}: {g}");
+                if w == 0.0 {
+                    assert_eq!(g, 0.0, "{dtype}: a zero stays zero");
+                } else {
+                    let rel = f64::from((g - w).abs() / w);
+                    assert!(rel <= budget, "{dtype} budget {budget} element {i}: {rel}");
+                }
+            }
+            assert!((rel_error(dtype, &out, &next) - f64::from(block.rel_error)).abs() < 1e-6);
+        }
+    }
+}
+
+#[test]
+fn the_log_mode_costs_a_fraction_of_a_bit_where_moments_change_slowly() {
+    let (base, next) = second_moments(1 << 16, 28, DType::F32);
+    let block = encode_log(DType::F32, &next, Some(&base), 0.1, &opts())
+        .expect("encode")
+        .expect("meets");
+    let bits = 8.0 * block.bytes.len() as f64 / f64::from(1u32 << 16);
+    assert!(bits < 3.0, "{bits} bits per value");
+    // Without a base every value is coded on its own: more bits, still in the domain.
+    let alone = encode_log(DType::F32, &next, None, 0.1, &opts())
+        .expect("encode")
+        .expect("meets");
+    assert!(alone.bytes.len() > block.bytes.len());
+}
+
+#[test]
+fn the_log_mode_refuses_what_is_not_non_negative_and_damaged_blobs() {
+    let neg = from_f32(DType::F32, &[1.0, -1.0]).unwrap();
+    assert!(encode_log(DType::F32, &neg, None, 0.1, &opts())
+        .unwrap()
+        .is_none());
+    let nan = from_f32(DType::F32, &[1.0, f32::NAN]).unwrap();
+    assert!(encode_log(DType::F32, &nan, None, 0.1, &opts())
+        .unwrap()
+        .is_none());
+    let zeros = from_f32(DType::F32, &[0.0; 8]).unwrap();
+    assert!(encode_log(DType::F32, &zeros, None, 0.1, &opts())
+        .unwrap()
+        .is_none());
+    assert!(encode_log(DType::F32, &zeros, None, -1.0, &opts()).is_err());
+    let (base, next) = second_moments(700, 29, DType::BF16);
+    let blob = encode_log(DType::BF16, &next, Some(&base), 0.05, &opts())
+        .unwrap()
+        .unwrap()
+        .bytes;
+    for i in 0..blob.len() {
+        let mut bad = blob.clone();
+        bad[i] ^= 0x10;
+        assert!(AgedView::parse(&bad).is_err(), "flip at {i}");
+    }
+    // Over another base: an error, not other values.
+    let view = AgedView::parse(&blob).unwrap();
+    let mut out = vec![0u8; next.len()];
+    assert!(view
+        .decode_into(DType::BF16, Some(&next), &mut out)
+        .is_err());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    /// Any non-negative block over any base (zeros, negatives, infinities included) reads back
+    /// non-negative, finite where the data is, zero where it is zero, within its budget, and
+    /// the same bytes every time.
+    #[test]
+    fn the_log_mode_stays_in_the_domain(
+        vals in proptest::collection::vec(prop_oneof![Just(0.0f32), 0.0f32..1e-20, 0.0f32..1.0, 0.0f32..1e30], 1..1500),
+        base in proptest::collection::vec(prop_oneof![Just(0.0f32), -1.0f32..1.0, 0.0f32..1e30, Just(f32::INFINITY)], 1500),
+        budget in 0.002f64..0.5,
+        dtype in prop_oneof![Just(DType::BF16), Just(DType::F16), Just(DType::F32)],
+        with_base in any::<bool>(),
+    ) {
+        let data = from_f32(dtype, &vals).unwrap();
+        let t = to_f32(dtype, &data).unwrap();
+        let base = from_f32(dtype, &base[..vals.len()]).unwrap();
+        let base = with_base.then_some(base.as_slice());
+        let Some(block) = encode_log(dtype, &data, base, budget, &opts()).unwrap() else {
+            // Only a block of zeros, non-finite (f16 overflow) values, or a budget finer than
+            // the dtype and the finest step hold is refused.
+            prop_assert!(t.iter().all(|&x| x == 0.0) || t.iter().any(|x| !x.is_finite()) || budget < 0.01);
+            return Ok(());
+        };
+        let view = AgedView::parse(&block.bytes).unwrap();
+        let mut out = vec![0u8; data.len()];
+        view.decode_into(dtype, base, &mut out).unwrap();
+        let got = to_f32(dtype, &out).unwrap();
+        for (&g, &w) in got.iter().zip(&t) {
+            prop_assert!(g >= 0.0 && g.is_finite());
+            if w == 0.0 { prop_assert_eq!(g, 0.0); } else { prop_assert!(f64::from((g - w).abs() / w) <= budget); }
+        }
+        let mut again = vec![0u8; data.len()];
+        view.decode_into(dtype, base, &mut again).unwrap();
+        prop_assert_eq!(again, out);
+    }
+}

@@ -21,6 +21,7 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 use strata_codec::aged;
+use strata_codec::domain::Domain;
 use strata_codec::segment;
 
 use super::blocks::{block_bytes, Fetcher, BATCH_BYTES};
@@ -65,16 +66,31 @@ struct Outcome {
     unmet: bool,
 }
 
+/// How the blocks of a tensor are aged (ADR 0027, by its role).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum AgeHow {
+    /// Weights: the linear mode against the newer version, under both bounds.
+    Linear(aged::Budget),
+    /// First moments: the linear mode against zero or the newer version, whichever blob is
+    /// smaller (a moment decays within tens of steps: far apart, the versions share little).
+    LinearOrAlone(aged::Budget),
+    /// Second moments: the log-relative mode against the newer version, every element within
+    /// this relative error; never below zero.
+    Log(f64),
+}
+
 /// Ages the versions of `name` at `steps` (each exists, is lossless, and has a dtype
-/// [`aged::supports`]) within `budget` per block (of its norm, and of its distance from its
-/// base), chains of aged versions at most `max_chain` segments deep.
+/// [`aged::supports`]) as `how` says, chains of aged versions at most `max_chain` segments
+/// deep. Whatever `how` says, a block whose values are all integers or not all finite stays
+/// exact, and a block whose values are all non-negative reads back non-negative
+/// ([`strata_codec::domain`]).
 pub(crate) fn age_versions(
     wt: &mut WriteTxn<'_>,
     cache: &BlockCache,
     opts: &Options,
     name: &str,
     steps: &BTreeSet<u64>,
-    budget: aged::Budget,
+    how: AgeHow,
     max_chain: u8,
 ) -> Result<AgeTally> {
     let mut all = rebase_off(wt, cache, opts, name, steps)?;
@@ -103,7 +119,7 @@ pub(crate) fn age_versions(
             )?;
             let outcomes: Vec<Result<Outcome>> = window
                 .par_iter()
-                .map(|w| encode_block(name, step, &rec, w, &budget, opts))
+                .map(|w| encode_block(name, step, &rec, w, how, opts))
                 .collect();
             for (w, outcome) in window.iter().zip(outcomes) {
                 let outcome = outcome?;
@@ -204,7 +220,7 @@ fn encode_block(
     step: u64,
     rec: &VersionRecord,
     w: &Work,
-    budget: &aged::Budget,
+    how: AgeHow,
     opts: &Options,
 ) -> Result<Outcome> {
     let encode_err = |source: Box<dyn std::error::Error + Send + Sync>| StoreError::Encode {
@@ -219,19 +235,38 @@ fn encode_block(
             return Ok(reference(block, None));
         }
     }
-    let aged = aged::encode_within(
-        rec.dtype,
-        &w.data,
-        base.map(|(_, _, b)| b.as_slice()),
-        budget,
-        &opts.lossless,
-    )
-    .map_err(|e| encode_err(Box::new(e)))?;
-    let (depth, base_step) = match base {
-        Some((s, block, _)) => (block.depth + 1, Some(*s)),
-        None => (1, None),
+    let domain = Domain::of(rec.dtype, &w.data).map_err(|e| encode_err(Box::new(e)))?;
+    let base_bytes = base.map(|(_, _, b)| b.as_slice());
+    let encode = |against: Option<&[u8]>| match how {
+        AgeHow::Linear(budget) | AgeHow::LinearOrAlone(budget) => {
+            aged::encode_within(rec.dtype, &w.data, against, &budget, &opts.lossless)
+        }
+        AgeHow::Log(max_rel) => {
+            aged::encode_log(rec.dtype, &w.data, against, max_rel, &opts.lossless)
+        }
     };
-    if let (Some(a), Some((_, block, _))) = (&aged, base) {
+    let mut aged = None;
+    let mut alone = false;
+    if domain.lossy_allowed() && (domain.non_negative || !matches!(how, AgeHow::Log(_))) {
+        aged = encode(base_bytes).map_err(|e| encode_err(Box::new(e)))?;
+        if matches!(how, AgeHow::LinearOrAlone(_)) && base.is_some() {
+            let own = encode(None).map_err(|e| encode_err(Box::new(e)))?;
+            if let Some(own) = own {
+                if aged
+                    .as_ref()
+                    .is_none_or(|a| own.bytes.len() < a.bytes.len())
+                {
+                    aged = Some(own);
+                    alone = true;
+                }
+            }
+        }
+    }
+    let (depth, base_step) = match base {
+        Some((s, block, _)) if !alone => (block.depth + 1, Some(*s)),
+        _ => (1, None),
+    };
+    if let (Some(a), Some((_, block, _)), false) = (&aged, base, alone) {
         if a.all_zero {
             return Ok(reference(block, Some(a.rel_error)));
         }
@@ -254,14 +289,36 @@ fn encode_block(
         return Ok(aged_outcome(a.clone()));
     }
     // Not smaller than the old segment: compare with a lossless delta on the same base.
+    let (depth, base_step) = match base {
+        Some((s, block, _)) => (block.depth + 1, Some(*s)),
+        None => (1, None),
+    };
     let exact = match base {
         Some((_, _, b)) => segment::encode_delta(rec.dtype, &w.data, b, &opts.lossless),
         None => segment::encode_keyframe(rec.dtype, &w.data, &opts.lossless),
     }
     .map_err(|e| encode_err(Box::new(e)))?;
-    let unmet = aged.is_none();
+    // Unmet: the block could have been aged, but no step met its budget.
+    let unmet = aged.is_none() && domain.lossy_allowed();
     match aged {
-        Some(a) if a.bytes.len() < exact.len() => Ok(aged_outcome(a)),
+        Some(a) if a.bytes.len() < exact.len() => {
+            let a_depth = if alone { 1 } else { depth };
+            let a_base = if alone { None } else { base_step };
+            Ok(Outcome {
+                record: BlockRecord {
+                    address: address_of(&a.bytes),
+                    base: a_base,
+                    reference: false,
+                    depth: a_depth,
+                    run: 1,
+                    segment_len: a.bytes.len() as u32,
+                    form: Form::Aged,
+                },
+                error: Some(a.rel_error),
+                segment: Some(a.bytes),
+                unmet: false,
+            })
+        }
         _ => Ok(Outcome {
             record: BlockRecord {
                 address: address_of(&exact),

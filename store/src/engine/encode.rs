@@ -23,6 +23,7 @@ use crate::record::{BlockRecord, Form, VersionRecord, MAX_DIMS};
 use crate::tiers::policy::{Residual, TierPolicy};
 use crate::tiers::rules::RuleSet;
 use crate::DType;
+use strata_codec::domain::Domain;
 
 /// A version being written: checked, its predecessor and tier policy resolved; its block
 /// records are filled in as windows are encoded and inserted.
@@ -374,7 +375,10 @@ fn encode_task(
         block: task.block,
         source: Box::new(source),
     };
-    if let Some((tier, residual)) = task.lossy {
+    // A block of integers (counters, indices) or with non-finite values stays exact
+    // whatever the tier policy says (ADR 0027): written losslessly, read back exact.
+    let keep_exact = || Domain::of(task.dtype, &task.data).is_ok_and(|d| !d.lossy_allowed());
+    if let Some((tier, residual)) = task.lossy.filter(|_| !keep_exact()) {
         return encode_lossy(&task, tier, residual, opts).map_err(|source| StoreError::Encode {
             tensor: task.name.to_string(),
             step: task.step,

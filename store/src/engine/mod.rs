@@ -34,7 +34,7 @@ mod txn;
 mod versions;
 mod writeback;
 
-pub(crate) use aging::{age_versions, AgeTally};
+pub(crate) use aging::{age_versions, AgeHow, AgeTally};
 pub(crate) use blocks::{decode_all, read_blocks, Fetcher, Job, Span};
 pub(crate) use cache::{Block, BlockCache, CacheRoom};
 pub(crate) use encode::{

@@ -17,6 +17,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use rayon::prelude::*;
+use strata_codec::domain::Domain;
 use strata_tiering::{AccessStats, MaintainReport, Move, Plan, Precision, Tick, Tier};
 
 use crate::engine::{
@@ -192,8 +193,19 @@ impl Store {
         // Tier 0 moves read other tensors: sequential, in this snapshot.
         let mut encode = Vec::new();
         for (mv, vid, block, precision, exact_source, rec, row, values, exact) in inputs {
+            // The data's domain holds whatever the tier (ADR 0027): a block of integers
+            // (counters, indices) or with non-finite values stays where it is, and one of
+            // non-negative values goes to Tier 0 only where its reads are zeros (a delta,
+            // low-rank or scaled rebuild could go below zero).
+            let domain = Domain::of_values(&values);
+            if !domain.lossy_allowed() {
+                continue;
+            }
             if mv.to == Tier::Absent {
                 let policy = rules.resolve(&vid.0);
+                if domain.non_negative && !matches!(policy.reconstruct, Reconstruct::None) {
+                    continue;
+                }
                 if let Some((rebuild, blob)) =
                     self.freeze_rebuild(r, &vid, &rec, block, &policy.reconstruct, &values)?
                 {

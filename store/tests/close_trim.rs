@@ -1,0 +1,178 @@
+//! Closing a writer's handle trims the room redb reserves for growth when it is worth it
+//! (ADR 0028): after a training loop's close, the file's length (`ls -l`) is within a tenth of
+//! the bytes it takes on disk, the ones the store's ratio counts. A read in progress skips the
+//! trim, and the close still succeeds; `Options::trim_on_close = false` keeps the room.
+
+#![allow(clippy::unwrap_used, clippy::panic, missing_docs)]
+
+mod common;
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use common::{f32_bytes, noise, temp_store};
+use strata_store::{DType, Options, Store, TensorRef};
+
+/// `(length, bytes on disk)` of the file, as `ls -l` and `du` see it.
+fn sizes(path: &Path) -> (u64, u64) {
+    let m = std::fs::metadata(path).unwrap();
+    (m.len(), m.blocks() * 512)
+}
+
+/// Whether the file's length exceeds its bytes on disk by more than a tenth.
+fn length_misleads(path: &Path) -> bool {
+    let (len, disk) = sizes(path);
+    len * 10 > disk * 11
+}
+
+/// A small model's training state: weights and AdamW's two moments, 12 tensors of 256 KiB to
+/// 1 MiB of f32, drifting a little every step.
+struct Model {
+    tensors: Vec<Vec<f32>>,
+    step: u64,
+}
+
+impl Model {
+    fn new() -> Model {
+        Model {
+            tensors: (0..12)
+                .map(|i| noise(65536 * (1 + i % 4), i as u64))
+                .collect(),
+            step: 0,
+        }
+    }
+
+    /// Ten optimizer steps.
+    fn train(&mut self) {
+        self.step += 10;
+        for (i, t) in self.tensors.iter_mut().enumerate() {
+            let d = noise(t.len(), 1000 * self.step + i as u64);
+            for (x, e) in t.iter_mut().zip(d) {
+                *x += 1e-3 * e;
+            }
+        }
+    }
+
+    fn save(&self, store: &Store) {
+        let mut w = store.begin_checkpoint(self.step, "").unwrap();
+        for (i, t) in self.tensors.iter().enumerate() {
+            let bytes = f32_bytes(t);
+            let shape = [t.len() as u64];
+            let t = TensorRef {
+                dtype: DType::F32,
+                shape: &shape,
+                bytes: &bytes,
+            };
+            w.put(&format!("layer.{i}"), &t).unwrap();
+        }
+        w.commit().unwrap();
+    }
+
+    /// Checks that the store's latest checkpoint is this state, bit-exact, and that it
+    /// verifies.
+    fn check(&self, path: &Path) {
+        let store = Store::open_read_only(path).unwrap();
+        let cp = store.load_checkpoint(self.step).unwrap();
+        for (i, t) in self.tensors.iter().enumerate() {
+            let (name, got) = &cp.tensors[i];
+            assert_eq!(name, &format!("layer.{i}"));
+            assert!(got.data == f32_bytes(t), "{name} differs");
+        }
+        assert!(store.verify().unwrap().is_ok());
+    }
+}
+
+/// Trains with one handle until the file holds room for growth worth trimming.
+fn train_until_room(store: &Store, model: &mut Model, path: &Path) {
+    for _ in 0..40 {
+        model.train();
+        model.save(store);
+        if model.step >= 100 && length_misleads(path) {
+            return;
+        }
+    }
+    panic!("the file never held room for growth: {:?}", sizes(path));
+}
+
+#[test]
+fn closing_a_writer_trims_the_room_for_growth() {
+    let (_dir, path) = temp_store();
+    let mut model = Model::new();
+    let store = Store::open(&path).unwrap();
+    train_until_room(&store, &mut model, &path);
+    let before = sizes(&path);
+    let s = store.stats().unwrap();
+    assert!(s.worth_trimming(), "{s:?}");
+    drop(store);
+    let after = sizes(&path);
+    assert!(
+        !length_misleads(&path),
+        "after close: length {} on disk {} (before close: {before:?})",
+        after.0,
+        after.1
+    );
+    assert!(after.0 < before.0);
+    model.check(&path);
+}
+
+#[test]
+fn every_close_of_a_training_loop_leaves_the_length_within_a_tenth() {
+    // Opened and closed around every save, as `strata.torch.save_file` does.
+    let (_dir, path) = temp_store();
+    let mut model = Model::new();
+    for _ in 0..12 {
+        model.train();
+        let store = Store::open(&path).unwrap();
+        model.save(&store);
+        drop(store);
+        let (len, disk) = sizes(&path);
+        assert!(
+            !length_misleads(&path),
+            "step {}: length {len} on disk {disk}",
+            model.step
+        );
+    }
+    model.check(&path);
+}
+
+#[test]
+fn trim_on_close_false_keeps_the_room() {
+    let (_dir, path) = temp_store();
+    let mut model = Model::new();
+    let opts = Options {
+        trim_on_close: false,
+        ..Options::default()
+    };
+    let store = Store::open_with(&path, opts).unwrap();
+    train_until_room(&store, &mut model, &path);
+    let before = sizes(&path);
+    drop(store);
+    assert_eq!(sizes(&path).0, before.0);
+    model.check(&path);
+}
+
+#[test]
+fn a_read_in_progress_skips_the_trim_and_the_close_succeeds() {
+    let (_dir, path) = temp_store();
+    let mut model = Model::new();
+    let store = Store::open(&path).unwrap();
+    train_until_room(&store, &mut model, &path);
+    let before = sizes(&path);
+
+    // Another handle, as another process would hold it, in the middle of a checkpoint.
+    let reader = Store::open_read_only(&path).unwrap();
+    let mut tensors = reader.read_checkpoint(model.step).unwrap();
+    let first = tensors.next().unwrap().unwrap();
+    drop(store);
+    assert_eq!(sizes(&path).0, before.0, "compacted under a read");
+    let rest: Vec<_> = tensors.collect::<Result<_, _>>().unwrap();
+    assert_eq!(rest.len() + 1, model.tensors.len());
+    assert!(first.1.data == f32_bytes(&model.tensors[0]));
+    drop(reader);
+    model.check(&path);
+
+    // The next writer's close trims it.
+    drop(Store::open(&path).unwrap());
+    assert!(!length_misleads(&path), "{:?}", sizes(&path));
+    model.check(&path);
+}
