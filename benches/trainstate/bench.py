@@ -13,14 +13,14 @@ For each series (``REGIME-VARIANT``: pretrain or finetune, f32 or bf16):
    25 steps), or the folder is reused when its series.json has the same settings and every file;
    ``finetune-V`` starts from the last checkpoint of ``pretrain-V``.
 2. **lossless**: a fresh store, ``strata import`` (timed), ``strata compact``, ``strata stats
-   --json``: raw / file bytes of the whole store, and raw / stored bytes per role (``state.role``:
+   --json``: raw / bytes on disk of the whole store (the one ratio, ADR 0028), and raw / stored bytes per role (``state.role``:
    the stored bytes of each tensor's versions, records included, summed by role).
 3. **ZipNN** (``zipnn`` 0.5.4 through the comparison harness's ``ZipNNStore``,
    benches/compare/peers.py): per checkpoint, and XOR-delta against the previous checkpoint, on the
    same files; raw / bytes of its files on disk, and per role raw / compressed bytes of the tensors.
    The last checkpoint is decoded back (the whole XOR chain) and compared bit for bit.
 4. **aging**: a copy of the lossless store, ``strata age COPY --json AGE_ARGS`` (timed, wall clock of
-   the command); the whole series' ratio (raw / file bytes after), and the aged part's: raw bytes of
+   the command); the whole series' ratio (raw / bytes on disk after), and the aged part's: raw bytes of
    the aged checkpoints / the stored bytes of their versions (``strata log``: records and segments,
    a reference to another version's block counted as 0), overall and per role (``strata log STORE
    TENSOR`` for every tensor); ``resume.py``'s domain checks of every aged checkpoint read back.
@@ -138,7 +138,7 @@ def lossless(strata: Strata, series: Path, store: Path) -> dict:
     strata.run("compact", store)
     s = strata.stats(store)
     return {"import_s": import_s, "raw_bytes": s["raw_bytes"], "stored_bytes": s["stored_bytes"],
-            "file_bytes": s["file_bytes"], "ratio_file": s["raw_bytes"] / s["file_bytes"],
+            "file_bytes": s["file_bytes"], "disk_bytes": s["disk_bytes"], "ratio": s["raw_bytes"] / s["disk_bytes"],
             "roles": role_sums({t["name"]: (t["raw_bytes"], t["stored_bytes"]) for t in s["tensors"]})}
 
 
@@ -171,7 +171,7 @@ def zipnn(series: Path, work: Path) -> dict:
         exact = got.keys() == want.keys() and all(bytes(got[k]) == want[k] for k in want)
         files_bytes = peers.dir_bytes(str(folder))
         out[mode] = {"config": zs.config, "seconds": secs, "raw_bytes": raw_total, "file_bytes": files_bytes,
-                     "ratio_file": raw_total / files_bytes, "roles": role_sums(sizes),
+                     "ratio": raw_total / files_bytes, "roles": role_sums(sizes),
                      "last_checkpoint_round_trip_exact": exact}
         shutil.rmtree(folder)
     return out
@@ -197,8 +197,8 @@ def aging(strata: Strata, lossless_store: Path, store: Path, age_args: list[str]
     aged_raw = sum(per_checkpoint[k]["raw_bytes"] for k in aged_steps)
     aged_stored = sum(per_checkpoint[k]["stored_bytes"] for k in aged_steps)
     return {"args": age_args, "seconds": secs, "report": report_, "raw_bytes": s["raw_bytes"],
-            "file_bytes": s["file_bytes"], "stored_bytes": s["stored_bytes"],
-            "ratio_file": s["raw_bytes"] / s["file_bytes"], "aged_steps": aged_steps,
+            "file_bytes": s["file_bytes"], "disk_bytes": s["disk_bytes"], "stored_bytes": s["stored_bytes"],
+            "ratio": s["raw_bytes"] / s["disk_bytes"], "aged_steps": aged_steps,
             "aged_raw_bytes": aged_raw, "aged_stored_bytes": aged_stored,
             "aged_ratio": aged_raw / aged_stored if aged_stored else None,
             "aged_roles": role_sums(sizes), "checkpoints": rows}

@@ -81,7 +81,7 @@ def markdown(doc: dict, plot: str | None = None) -> str:
         "masters) named as Strata's Hugging Face drop-in names it; pretrain at lr 6e-4, finetune from pretrain's "
         "last checkpoint at 6e-5 on other text.",
         "",
-        "Lossless: Strata is raw / file bytes for the whole store, raw / stored bytes of each role's tensors "
+        "Lossless: Strata is raw / bytes on disk for the whole store, raw / stored bytes of each role's tensors "
         "(`strata stats --json`); ZipNN (per checkpoint, and XOR-delta against the previous checkpoint, on the "
         "same files) is raw / bytes of its files for the whole series, raw / compressed bytes per role.",
         "",
@@ -93,8 +93,8 @@ def markdown(doc: dict, plot: str | None = None) -> str:
         ll, z = s["lossless"], s.get("zipnn")
         n = len(s["aged"]["checkpoints"])
         each = ll["raw_bytes"] / n / 1e6
-        rows = [("all", ll["raw_bytes"], ll["ratio_file"],
-                 z and z["per_checkpoint"]["ratio_file"], z and z["xor_delta"]["ratio_file"])]
+        rows = [("all", ll["raw_bytes"], ll["ratio"],
+                 z and z["per_checkpoint"]["ratio"], z and z["xor_delta"]["ratio"])]
         for r in ROLE_COLUMNS:
             if r in ll["roles"]:
                 rows.append((r, ll["roles"][r]["raw_bytes"], ll["roles"][r]["ratio"],
@@ -111,7 +111,7 @@ def markdown(doc: dict, plot: str | None = None) -> str:
         "",
         f"Aged: `strata age STORE {' '.join(doc['age_args'])}` on a copy of the lossless store (wall clock of the "
         "command). Aged part: raw bytes of the aged checkpoints / stored bytes of their versions (`strata log`); "
-        "whole series: raw / file bytes after aging. Resume: from each aged checkpoint"
+        "whole series: raw / bytes on disk after aging. Resume: from each aged checkpoint"
         + ("" if not doc.get("resume_limit") else f" (at most {doc['resume_limit']} of them, evenly spaced)")
         + f" and from its exact file, {doc['resume_steps']} steps on the same batches; Δ loss is (aged − exact) / "
         f"exact of the mean loss of the last {doc['tail']} steps; NaN when a loss was NaN or infinite.",
@@ -130,7 +130,7 @@ def markdown(doc: dict, plot: str | None = None) -> str:
                           for r in ("all", "weights", "master", "exp_avg", "exp_avg_sq"))
         lines.append(
             f"| {s['name']} | {ag['seconds']:.2f} | {len(ag['aged_steps'])} of {len(ag['checkpoints'])} | {part} | "
-            f"{_ratio(ag['ratio_file'])} | {rs['negative']:,} ({rs['negative_checkpoints']} of {rs['checked']}) | "
+            f"{_ratio(ag['ratio'])} | {rs['negative']:,} ({rs['negative_checkpoints']} of {rs['checked']}) | "
             f"{rs['nonfinite_values']:,}, {rs['counters']} | {rs['nonfinite']} of {rs['n']} | "
             f"{_pct(rs['worst'])} | {_pct(rs['mean'])} |")
         regime, variant = s["name"].split("-")
@@ -140,7 +140,7 @@ def markdown(doc: dict, plot: str | None = None) -> str:
             notes.append(
                 f"- {s['name']}, issue 27's targets: aged part >= {t['aged']:.0f}x: "
                 f"{_met((ag['aged_ratio'] or 0) >= t['aged'])} ({_ratio(ag['aged_ratio'])}); whole series >= "
-                f"{t['whole']:.0f}x: {_met(ag['ratio_file'] >= t['whole'])} ({_ratio(ag['ratio_file'])}); every "
+                f"{t['whole']:.0f}x: {_met(ag['ratio'] >= t['whole'])} ({_ratio(ag['ratio'])}); every "
                 f"resume finite and within {t['loss'] * 100:.0f} %: {_met(loss_ok)}; "
                 f"aging in <= {t['age_s']:.0f} s: {_met(ag['seconds'] <= t['age_s'])} ({ag['seconds']:.2f} s).")
         rep = rs["reproduces"]

@@ -156,16 +156,16 @@ def test_store_round_trip_and_log_parsing(series, strata, tmp_path):
 def doc_with(resumes: list[dict]) -> dict:
     ratios = {"ratio": 2.0, "raw_bytes": 10, "stored_bytes": 5}
     roles = {r: ratios for r in ("weights", "exp_avg", "exp_avg_sq", "other", "all")}
-    zipnn = {"ratio_file": 1.5, "roles": roles, "last_checkpoint_round_trip_exact": True}
+    zipnn = {"ratio": 1.5, "roles": roles, "last_checkpoint_round_trip_exact": True}
     return {
         "machine": {"date": "2026-01-01T00:00:00", "cpu": "cpu", "cores": 2, "commit": "abc", "torch": "2"},
         "command": "bench.py", "wall_s": 60.0, "age_args": ["--budget", "1e-3"], "resume_steps": 4, "tail": 2,
         "series": [{
             "name": "pretrain-f32",
-            "lossless": {"raw_bytes": 100, "ratio_file": 1.3, "roles": roles},
+            "lossless": {"raw_bytes": 100, "ratio": 1.3, "roles": roles},
             "zipnn": {"per_checkpoint": zipnn, "xor_delta": zipnn},
             "aged": {"seconds": 1.0, "aged_steps": [2], "checkpoints": [{"step": 2}, {"step": 4}],
-                     "aged_roles": roles, "aged_ratio": 50.0, "ratio_file": 12.0},
+                     "aged_roles": roles, "aged_ratio": 50.0, "ratio": 12.0},
             "resumes": resumes,
         }],
     }
