@@ -3,7 +3,7 @@
 training resumes from every aged checkpoint.
 
     python benches/trainstate/bench.py [--series pretrain-f32,finetune-f32]
-        [--age-args='--keep-exact-last 2 --budget 1e-3'] [--resume-steps 100] [--tail 20]
+        [--age-args='--keep-exact-last 2 --budget 1e-3' ...] [--resume-steps 100] [--tail 20]
         [--resume-limit N] [--exact-resume first|all] [--workers 2] [--no-zipnn]
         [--out target/trainstate/results] [--from-json OUT.json]
 
@@ -13,13 +13,15 @@ For each series (``REGIME-VARIANT``: pretrain or finetune, f32 or bf16):
    25 steps), or the folder is reused when its series.json has the same settings and every file;
    ``finetune-V`` starts from the last checkpoint of ``pretrain-V``.
 2. **lossless**: a fresh store, ``strata import`` (timed), ``strata compact``, ``strata stats
-   --json``: raw / bytes on disk of the whole store (the one ratio, ADR 0028), and raw / stored bytes per role (``state.role``:
+   --json``: raw / bytes on disk of the whole store (the one ratio, ADR 0028), and raw / stored
+   bytes per role (``state.role``:
    the stored bytes of each tensor's versions, records included, summed by role).
 3. **ZipNN** (``zipnn`` 0.5.4 through the comparison harness's ``ZipNNStore``,
    benches/compare/peers.py): per checkpoint, and XOR-delta against the previous checkpoint, on the
    same files; raw / bytes of its files on disk, and per role raw / compressed bytes of the tensors.
    The last checkpoint is decoded back (the whole XOR chain) and compared bit for bit.
-4. **aging**: a copy of the lossless store, ``strata age COPY --json AGE_ARGS`` (timed, wall clock of
+4. **aging**, for each ``--age-args`` (repeatable: one row per policy): a copy of the lossless store,
+   ``strata age COPY --json AGE_ARGS`` (timed, wall clock of
    the command); the whole series' ratio (raw / bytes on disk after), and the aged part's: raw bytes of
    the aged checkpoints / the stored bytes of their versions (``strata log``: records and segments,
    a reference to another version's block counted as 0), overall and per role (``strata log STORE
@@ -229,52 +231,62 @@ def machine() -> dict:
             "python": platform.python_version(), "commit": commit + ("+changes" if dirty else "")}
 
 
-def run_series(name: str, a: argparse.Namespace, strata: Strata) -> dict:
+def run_series(name: str, a: argparse.Namespace, strata: Strata) -> list[dict]:
     """Generates (or reuses) series NAME and measures it (see :func:`measure`)."""
     folder, gen_s = ensure_series(name)
-    doc = measure(name, folder, TARGET / "work" / name, a, strata)
-    doc["generate_s"] = gen_s
-    return doc
+    entries = measure(name, folder, TARGET / "work" / name, a, strata)
+    for e in entries:
+        e["generate_s"] = gen_s
+    return entries
 
 
-def measure(name: str, folder: Path, work: Path, a: argparse.Namespace, strata: Strata) -> dict:
-    """Steps 2 to 5 of the module doc on the series in ``folder``, with stores in ``work``."""
+def measure(name: str, folder: Path, work: Path, a: argparse.Namespace, strata: Strata) -> list[dict]:
+    """Steps 2 to 5 of the module doc on the series in ``folder``, with stores in ``work``: one
+    entry per ``a.age_args`` (a list of argument lists), sharing the lossless and ZipNN figures."""
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    doc: dict = {"name": name, "folder": str(folder),
-                 "config": json.loads((folder / "series.json").read_text())["config"]}
+    base: dict = {"name": name, "folder": str(folder),
+                  "config": json.loads((folder / "series.json").read_text())["config"]}
     print(f"{name}: lossless import", file=sys.stderr, flush=True)
-    doc["lossless"] = lossless(strata, folder, work / "lossless.strata")
+    base["lossless"] = lossless(strata, folder, work / "lossless.strata")
     if not a.no_zipnn:
         print(f"{name}: ZipNN", file=sys.stderr, flush=True)
-        doc["zipnn"] = zipnn(folder, work)
-    print(f"{name}: strata age {' '.join(a.age_args)}", file=sys.stderr, flush=True)
-    aged_store = work / "aged.strata"
-    doc["aged"] = aging(strata, work / "lossless.strata", aged_store, a.age_args)
-    steps = pick(doc["aged"]["aged_steps"], a.resume_limit)
-    by_step = {c["step"]: c for c in doc["aged"]["checkpoints"]}
-    with tempfile.TemporaryDirectory(dir=work) as tmp:
-        # Every aged checkpoint's domain checks (seconds each), whichever are resumed.
-        others = [k for k in doc["aged"]["aged_steps"] if k not in steps]
-        checks = check_all(folder, strata, aged_store, others, Path(tmp))
-        doc["aged"]["checks"] = {str(k): c for k, c in checks.items()}
-        doc["resumes"] = compare_all(folder, strata, aged_store, steps, a.resume_steps, a.tail, None, Path(tmp),
-                                     a.exact_resume, a.workers)
-    for r in doc["resumes"]:
-        doc["aged"]["checks"][str(r["step"])] = r["checks"]
-        r["checkpoint_ratio"] = by_step[r["step"]]["raw_bytes"] / by_step[r["step"]]["stored_bytes"]
-        print(f"{name}: resumed from {r['step']}: exact {r['exact_tail_mean']:.4f}, aged {r['aged_tail_mean']:.4f}, "
-              f"exp_avg_sq < 0: {r['checks']['exp_avg_sq_negative']}", file=sys.stderr, flush=True)
-    doc["bench_s"] = time.perf_counter() - t0
-    return doc
+        base["zipnn"] = zipnn(folder, work)
+    base["lossless_s"] = time.perf_counter() - t0
+    entries = []
+    for i, age_args in enumerate(a.age_args):
+        t1 = time.perf_counter()
+        doc = dict(base, age_args=age_args)
+        print(f"{name}: strata age {' '.join(age_args)}", file=sys.stderr, flush=True)
+        aged_store = work / f"aged-{i}.strata"
+        doc["aged"] = aging(strata, work / "lossless.strata", aged_store, age_args)
+        steps = pick(doc["aged"]["aged_steps"], a.resume_limit)
+        by_step = {c["step"]: c for c in doc["aged"]["checkpoints"]}
+        with tempfile.TemporaryDirectory(dir=work) as tmp:
+            # Every aged checkpoint's domain checks (seconds each), whichever are resumed.
+            others = [k for k in doc["aged"]["aged_steps"] if k not in steps]
+            checks = check_all(folder, strata, aged_store, others, Path(tmp))
+            doc["aged"]["checks"] = {str(k): c for k, c in checks.items()}
+            doc["resumes"] = compare_all(folder, strata, aged_store, steps, a.resume_steps, a.tail, None,
+                                         Path(tmp), a.exact_resume, a.workers)
+        for r in doc["resumes"]:
+            doc["aged"]["checks"][str(r["step"])] = r["checks"]
+            r["checkpoint_ratio"] = by_step[r["step"]]["raw_bytes"] / by_step[r["step"]]["stored_bytes"]
+            print(f"{name}: resumed from {r['step']}: exact {r['exact_tail_mean']:.4f}, aged "
+                  f"{r['aged_tail_mean']:.4f}, exp_avg_sq < 0: {r['checks']['exp_avg_sq_negative']}",
+                  file=sys.stderr, flush=True)
+        doc["bench_s"] = time.perf_counter() - t1
+        entries.append(doc)
+    return entries
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--series", default=DEFAULT_SERIES,
                     help=f"comma-separated REGIME-VARIANT names (default {DEFAULT_SERIES})")
-    ap.add_argument("--age-args", default=DEFAULT_AGE_ARGS,
-                    help=f"arguments passed to `strata age` (default {DEFAULT_AGE_ARGS!r})")
+    ap.add_argument("--age-args", action="append",
+                    help=f"arguments passed to `strata age` (default {DEFAULT_AGE_ARGS!r}); repeat it to "
+                         "age each series under several policies (one row each)")
     ap.add_argument("--resume-steps", type=int, default=100)
     ap.add_argument("--tail", type=int, default=20)
     ap.add_argument("--resume-limit", type=int, default=DEFAULT_RESUME_LIMIT,
@@ -303,14 +315,14 @@ def main(argv: list[str] | None = None) -> None:
             regime, _, variant = n.partition("-")
             if regime not in ("pretrain", "finetune") or variant not in ("f32", "bf16"):
                 ap.error(f"series {n!r}: expected pretrain-f32, pretrain-bf16, finetune-f32 or finetune-bf16")
-        a.age_args = shlex.split(a.age_args)
+        a.age_args = [shlex.split(x) for x in (a.age_args or [DEFAULT_AGE_ARGS])]
         build(a.strata)
         strata = Strata(a.strata)
         t0 = time.perf_counter()
         argv_shown = " ".join(shlex.quote(x) for x in (sys.argv[1:] if argv is None else argv))
         doc = {"machine": machine(), "command": f"python benches/trainstate/bench.py {argv_shown}".strip(),
                "age_args": a.age_args, "resume_steps": a.resume_steps, "tail": a.tail,
-               "resume_limit": a.resume_limit, "series": [run_series(n, a, strata) for n in names]}
+               "resume_limit": a.resume_limit, "series": [e for n in names for e in run_series(n, a, strata)]}
         doc["wall_s"] = time.perf_counter() - t0
     a.out.parent.mkdir(parents=True, exist_ok=True)
     if not a.from_json:

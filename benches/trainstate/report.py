@@ -46,6 +46,23 @@ def _loss(x: float | None) -> str:
     return "NaN" if x is None or not math.isfinite(x) else f"{x:.4f}"
 
 
+def _policies(doc: dict) -> list[str]:
+    """The distinct `strata age` argument strings of a document, in order."""
+    out: list[str] = []
+    for s in doc["series"]:
+        args = " ".join(s.get("age_args", doc.get("age_args", [])))
+        if args not in out:
+            out.append(args)
+    return out
+
+
+def label(doc: dict, s: dict) -> str:
+    """A series entry's name, with its `strata age` arguments when the document has several."""
+    if len(_policies(doc)) < 2:
+        return s["name"]
+    return f"{s['name']}, {' '.join(s['age_args'])}"
+
+
 def resume_summary(s: dict) -> dict:
     """Counts over a series' resumes (how many, how many hit a non-finite loss, the worst and mean
     relative loss difference of the finite ones) and over the domain checks of its aged checkpoints
@@ -89,7 +106,11 @@ def markdown(doc: dict, plot: str | None = None) -> str:
         "| Strata / ZipNN XOR-delta |",
         "|---|---|---|---|---|---|---|---|",
     ]
+    shown: set[str] = set()
     for s in series:
+        if s["name"] in shown:
+            continue  # the same series aged under another policy: the same lossless figures
+        shown.add(s["name"])
         ll, z = s["lossless"], s.get("zipnn")
         n = len(s["aged"]["checkpoints"])
         each = ll["raw_bytes"] / n / 1e6
@@ -109,7 +130,8 @@ def markdown(doc: dict, plot: str | None = None) -> str:
 
     lines += [
         "",
-        f"Aged: `strata age STORE {' '.join(doc['age_args'])}` on a copy of the lossless store (wall clock of the "
+        "Aged: `strata age STORE " + "` and `strata age STORE ".join(_policies(doc)) + "` on a copy of the "
+        "lossless store (wall clock of the "
         "command). Aged part: raw bytes of the aged checkpoints / stored bytes of their versions (`strata log`); "
         "whole series: raw / bytes on disk after aging. Resume: from each aged checkpoint"
         + ("" if not doc.get("resume_limit") else f" (at most {doc['resume_limit']} of them, evenly spaced)")
@@ -129,7 +151,7 @@ def markdown(doc: dict, plot: str | None = None) -> str:
         part = " / ".join(_ratio(roles[r]["ratio"]) if r in roles else "–"
                           for r in ("all", "weights", "master", "exp_avg", "exp_avg_sq"))
         lines.append(
-            f"| {s['name']} | {ag['seconds']:.2f} | {len(ag['aged_steps'])} of {len(ag['checkpoints'])} | {part} | "
+            f"| {label(doc, s)} | {ag['seconds']:.2f} | {len(ag['aged_steps'])} of {len(ag['checkpoints'])} | {part} | "
             f"{_ratio(ag['ratio'])} | {rs['negative']:,} ({rs['negative_checkpoints']} of {rs['checked']}) | "
             f"{rs['nonfinite_values']:,}, {rs['counters']} | {rs['nonfinite']} of {rs['n']} | "
             f"{_pct(rs['worst'])} | {_pct(rs['mean'])} |")
@@ -138,14 +160,14 @@ def markdown(doc: dict, plot: str | None = None) -> str:
         if variant == "f32":
             loss_ok = rs["nonfinite"] == 0 and rs["worst"] is not None and rs["worst"] <= t["loss"]
             notes.append(
-                f"- {s['name']}, issue 27's targets: aged part >= {t['aged']:.0f}x: "
+                f"- {label(doc, s)}, issue 27's targets: aged part >= {t['aged']:.0f}x: "
                 f"{_met((ag['aged_ratio'] or 0) >= t['aged'])} ({_ratio(ag['aged_ratio'])}); whole series >= "
                 f"{t['whole']:.0f}x: {_met(ag['ratio'] >= t['whole'])} ({_ratio(ag['ratio'])}); every "
                 f"resume finite and within {t['loss'] * 100:.0f} %: {_met(loss_ok)}; "
                 f"aging in <= {t['age_s']:.0f} s: {_met(ag['seconds'] <= t['age_s'])} ({ag['seconds']:.2f} s).")
         rep = rs["reproduces"]
         if rep:
-            notes.append(f"- {s['name']}: exact resumes give the generator's losses bit for bit: "
+            notes.append(f"- {label(doc, s)}: exact resumes give the generator's losses bit for bit: "
                          f"{sum(rep)} of {len(rep)} checked.")
     lines += [""] + notes
 
@@ -161,7 +183,7 @@ def markdown(doc: dict, plot: str | None = None) -> str:
                               for k in ("weights", "exp_avg", "exp_avg_sq"))
             bad = r["aged"]["nonfinite_at"]
             lines.append(
-                f"| {s['name']} | {r['step']} | {_ratio(r['checkpoint_ratio'])} | {errs} "
+                f"| {label(doc, s)} | {r['step']} | {_ratio(r['checkpoint_ratio'])} | {errs} "
                 f"| {c['exp_avg_sq_negative']:,} | "
                 f"{len(c['counters_changed'])} | {_loss(r['exact_tail_mean'])} | {_loss(r['aged_tail_mean'])} | "
                 f"{_pct(r['rel_diff'])} | {'–' if bad is None else bad} |")
@@ -206,18 +228,18 @@ def plot(doc: dict, path: Path) -> None:
         rs = s["resumes"]
         shown = [rs[i] for i in sorted({0, len(rs) // 2, len(rs) - 1})] if rs else []
         for c, r in zip(colors, shown):
-            for run, style, label in ((r["exact"], "-", "exact"), (r["aged"], "--", "aged")):
+            for run, style, kind in ((r["exact"], "-", "exact"), (r["aged"], "--", "aged")):
                 ys = [_num(v) for v in run["losses"]]
                 good = [y for y in ys if math.isfinite(y)] if run["nonfinite_at"] is None else ys[:-1]
                 if good:
                     xs = [run["start"] + i for i in range(len(good))]
                     ax.plot(xs, _running_mean(good, SMOOTH), style, color=c, lw=1.3,
-                            label=f"from step {r['step']}, {label}")
+                            label=f"from step {r['step']}, {kind}")
                 if run["nonfinite_at"] is not None:
                     ax.plot([run["nonfinite_at"]], [1.0], "X", color=c, ms=9, clip_on=False,
                             transform=ax.get_xaxis_transform(),
-                            label=f"from step {r['step']}, {label}: NaN at {run['nonfinite_at']}")
-        ax.set_title(f"{s['name']}: loss after resuming ({SMOOTH}-step mean)", fontsize=10)
+                            label=f"from step {r['step']}, {kind}: NaN at {run['nonfinite_at']}")
+        ax.set_title(f"{label(doc, s)}:\nloss after resuming ({SMOOTH}-step mean)", fontsize=9)
         ax.set_xlabel("global step")
         ax.set_ylabel("training loss")
         ax.legend(fontsize=7)
@@ -233,10 +255,10 @@ def plot(doc: dict, path: Path) -> None:
                 ys.append(max(abs(d) * 100, 1e-4))
             else:
                 nx.append(r["checkpoint_ratio"])
-        ax.scatter(xs, ys, color=c, label=f"{s['name']} ({len(xs)})", s=18, zorder=3)
+        ax.scatter(xs, ys, color=c, label=f"{label(doc, s)} ({len(xs)})", s=18, zorder=3)
         if nx:
             ax.scatter(nx, [nan_y] * len(nx), color=c, marker="X", s=30, zorder=3,
-                       label=f"{s['name']}: NaN/inf ({len(nx)})")
+                       label=f"{label(doc, s)}: NaN/inf ({len(nx)})")
         regime = s["name"].split("-")[0]
         ax.axvline(TARGETS[regime]["aged"], color=c, ls=":", lw=1)
     ax.axhline(TARGETS["pretrain"]["loss"] * 100, color="gray", ls="--", lw=1, label="1 % loss target")
@@ -250,7 +272,8 @@ def plot(doc: dict, path: Path) -> None:
     ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
     ax.set_xlabel("resumed checkpoint's ratio (raw / stored); dotted: aged-part targets")
     ax.set_ylabel("|Δ loss| after resuming, %")
-    ax.set_title(f"strata age {' '.join(doc['age_args'])}", fontsize=10)
+    policies = _policies(doc)
+    ax.set_title(f"strata age {policies[0]}" if len(policies) == 1 else "every resumed checkpoint", fontsize=10)
     ax.legend(fontsize=7, loc="center left")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

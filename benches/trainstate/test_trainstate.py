@@ -159,9 +159,9 @@ def doc_with(resumes: list[dict]) -> dict:
     zipnn = {"ratio": 1.5, "roles": roles, "last_checkpoint_round_trip_exact": True}
     return {
         "machine": {"date": "2026-01-01T00:00:00", "cpu": "cpu", "cores": 2, "commit": "abc", "torch": "2"},
-        "command": "bench.py", "wall_s": 60.0, "age_args": ["--budget", "1e-3"], "resume_steps": 4, "tail": 2,
+        "command": "bench.py", "wall_s": 60.0, "age_args": [["--budget", "1e-3"]], "resume_steps": 4, "tail": 2,
         "series": [{
-            "name": "pretrain-f32",
+            "name": "pretrain-f32", "age_args": ["--budget", "1e-3"],
             "lossless": {"raw_bytes": 100, "ratio": 1.3, "roles": roles},
             "zipnn": {"per_checkpoint": zipnn, "xor_delta": zipnn},
             "aged": {"seconds": 1.0, "aged_steps": [2], "checkpoints": [{"step": 2}, {"step": 4}],
@@ -228,9 +228,12 @@ def test_bench_measures_a_small_series(series, strata, tmp_path):
     except ImportError:
         print("SKIP reason: zipnn is missing: ZipNN's part is not measured (benches/trainstate/requirements.txt)")
         no_zipnn = True
-    opts = argparse.Namespace(no_zipnn=no_zipnn, age_args=["--keep-exact-last", "1", "--budget", "1e-2"],
+    policies = [["--keep-exact-last", "1", "--budget", "1e-2"], ["--keep-exact-last", "2", "--budget", "1e-2"]]
+    opts = argparse.Namespace(no_zipnn=no_zipnn, age_args=policies,
                               resume_limit=0, resume_steps=3, tail=2, exact_resume="first", workers=2)
-    doc = bench.measure("pretrain-f32", series, tmp_path / "work", opts, strata)
+    doc, other = bench.measure("pretrain-f32", series, tmp_path / "work", opts, strata)
+    assert other["lossless"] is doc["lossless"] and other["age_args"] == policies[1]
+    assert other["aged"]["aged_steps"] == [2, 4]
     ll, ag = doc["lossless"], doc["aged"]
     assert ll["roles"]["all"]["raw_bytes"] == ll["raw_bytes"]
     assert sum(ll["roles"][r]["raw_bytes"] for r in ll["roles"] if r != "all") == ll["raw_bytes"]
@@ -246,10 +249,11 @@ def test_bench_measures_a_small_series(series, strata, tmp_path):
         for mode in ("per_checkpoint", "xor_delta"):
             z = doc["zipnn"][mode]
             assert z["last_checkpoint_round_trip_exact"] and z["raw_bytes"] == ll["raw_bytes"]
-    full = {"machine": bench.machine(), "command": "bench.py", "wall_s": 1.0, "age_args": opts.age_args,
-            "resume_steps": 3, "tail": 2, "resume_limit": 0, "series": [doc]}
+    full = {"machine": bench.machine(), "command": "bench.py", "wall_s": 1.0, "age_args": policies,
+            "resume_steps": 3, "tail": 2, "resume_limit": 0, "series": [doc, other]}
     md = report.markdown(full)
-    assert "| pretrain-f32 | 4 x" in md and "3 of 4" in md
+    assert md.count("| pretrain-f32 | 4 x") == 1  # one lossless block for both policies
+    assert "| pretrain-f32, --keep-exact-last 1 --budget 1e-2 | " in md and "3 of 4" in md and "2 of 4" in md
 
 
 def test_skeleton_pickles_as_the_dropins(series):
