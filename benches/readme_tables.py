@@ -32,6 +32,16 @@ Tables, each between markers in README.md, with the date, the machine and the co
 - `<!-- remote:start -->` ... `<!-- remote:end -->`: push, a second push, pull, a cold-cache get and
   export through `RemoteStore`, on moto's S3 server (127.0.0.1, the venv of tests/s3/venv.sh) and a
   file:// folder (`examples/remote-bench.rs`, issue 13), with the issue's targets beside the figures.
+- `<!-- trainstate:start -->` ... `<!-- trainstate:end -->`: full training-state series (weights and
+  AdamW state; pretrain and finetune, f32 and bf16 with f32 masters) stored lossless beside ZipNN,
+  aged with `strata age` under the default policy and the training-state preset, and training
+  resumed from 6 aged checkpoints of each against their exact selves (benches/trainstate/bench.py,
+  issue 27; the first run generates the series, about an hour), in the venv of
+  benches/trainstate/requirements.txt (~/.cache/strata/train-venv or $STRATA_TRAIN_VENV, made when
+  missing); its plot goes to benches/figures/trainstate.png. --trainstate-args 'ARGS' passes
+  arguments to bench.py (e.g. `--resume-limit 0`, `--series pretrain-f32`; an `--age-args=...` there
+  adds a policy); --trainstate-saved writes the
+  table from target/trainstate/results.json without measuring again.
 
 Nothing in the tables is typed by hand. --check prints the tables without writing README.md;
 --only NAME (repeatable) runs only those tables.
@@ -650,6 +660,52 @@ def age_quality_table():
     return "\n\n".join(parts)
 
 
+def trainstate_venv():
+    """The training-state bench's venv, made from benches/trainstate/requirements.txt when
+    missing or made from another version of it."""
+    venv = os.path.expanduser(os.environ.get("STRATA_TRAIN_VENV", "~/.cache/strata/train-venv"))
+    req = os.path.join(ROOT, "benches", "trainstate", "requirements.txt")
+    py = os.path.join(venv, "bin", "python")
+    have = os.path.join(venv, "requirements.txt")
+    if not (os.path.exists(py) and os.path.exists(have) and open(have).read() == open(req).read()):
+        print(f"making {venv} from {req} (the first time downloads torch, ~3 GB)", file=sys.stderr)
+        subprocess.run(["rm", "-rf", venv], check=True)
+        subprocess.run([os.environ.get("PYTHON", "python3.11"), "-m", "venv", venv], check=True)
+        subprocess.run([py, "-m", "pip", "install", "-q", "-r", req], check=True)
+        subprocess.run(["cp", req, have], check=True)
+    return py
+
+
+def trainstate_table():
+    """benches/trainstate/bench.py (issue 27): its Markdown tables, and its plot copied to
+    benches/figures/trainstate.png."""
+    import shlex
+
+    py = trainstate_venv()
+    out = os.path.join(ROOT, "target", "trainstate", "results")
+    cmd = [py, os.path.join(ROOT, "benches", "trainstate", "bench.py"), "--out", out]
+    if "--trainstate-saved" in sys.argv:
+        cmd += ["--from-json", out + ".json"]
+    else:
+        # All four series, 6 aged checkpoints of each resumed (bench.py's default; every one, as
+        # issue 27's targets ask, is --trainstate-args '--resume-limit 0': about 15 000 training
+        # steps for the two policies, hours on 2 cores shared with builds).
+        cmd += ["--series", "pretrain-f32,finetune-f32,pretrain-bf16,finetune-bf16"]
+        # The default policy and the training-state preset (ADR 0027), each series aged under both.
+        cmd += ["--age-args=--keep-exact-last 2 --budget 1e-3", "--age-args=--keep-exact-last 2 --training-state"]
+        cmd += [x for i, a in enumerate(sys.argv[:-1]) if a == "--trainstate-args" for x in shlex.split(sys.argv[i + 1])]
+        run(["cargo", "build", "--release", "-p", "strata-cli", "--bin", "strata"])
+    t0 = time.perf_counter()
+    run(cmd)
+    print(f"trainstate bench: {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    figures = os.path.join(ROOT, "benches", "figures")
+    os.makedirs(figures, exist_ok=True)
+    subprocess.run(["cp", out + ".png", os.path.join(figures, "trainstate.png")], check=True)
+    with open(out + ".md") as f:
+        body = f.read().strip()
+    return body.replace("](results.png)", "](benches/figures/trainstate.png)")
+
+
 def replace_section(readme, name, body):
     start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
     if start not in readme or end not in readme:
@@ -672,6 +728,7 @@ def main():
         "remote": remote_table,
         "age": age_table,
         "age-quality": age_quality_table,
+        "trainstate": trainstate_table,
     }
     only = [sys.argv[i + 1] for i, a in enumerate(sys.argv[:-1]) if a == "--only"]
     tables = {name: make() for name, make in makers.items() if not only or name in only}
