@@ -125,10 +125,10 @@ fn number_before(text: &str, after: &str) -> usize {
     digits.parse().unwrap_or_else(|_| panic!("no number before {after:?}"))
 }
 
-/// The checkpoints the demo imported: one `step N` line each.
+/// The checkpoints the demo imported: one `step N  T tensors ...` line each.
 fn imported(out: &str) -> usize {
     out.lines()
-        .filter(|l| l.trim_start().starts_with("step "))
+        .filter(|l| l.starts_with("step ") && l.contains(" tensors "))
         .count()
 }
 
