@@ -49,18 +49,16 @@ fn prose(text: &str) -> Vec<(usize, &str)> {
 fn readme_is_short_and_puts_python_first() {
     let text = read(&root().join("README.md"));
     let lines = text.lines().count();
-    assert!(lines < 200, "README.md has {lines} lines; the full tables belong in docs/benchmarks.md");
+    assert!(
+        lines < 200,
+        "README.md has {lines} lines; the full tables belong in docs/benchmarks.md"
+    );
     let at = |heading: &str| {
         text.lines()
             .position(|l| l == heading)
             .unwrap_or_else(|| panic!("README.md has no heading {heading:?}"))
     };
-    let order = [
-        "## Two commands",
-        "## Python",
-        "## Command line",
-        "## Rust",
-    ];
+    let order = ["## Two commands", "## Python", "## Command line", "## Rust"];
     let lines_at: Vec<usize> = order.iter().map(|h| at(h)).collect();
     assert!(
         lines_at.windows(2).all(|w| w[0] < w[1]),
@@ -109,7 +107,11 @@ fn pages_hold_no_internal_words_and_no_machine_paths() {
     let mut found = Vec::new();
     for page in pages() {
         let text = read(&page);
-        let name = page.strip_prefix(root()).unwrap_or(&page).display().to_string();
+        let name = page
+            .strip_prefix(root())
+            .unwrap_or(&page)
+            .display()
+            .to_string();
         for (n, line) in text.lines().enumerate() {
             let lower = line.to_lowercase();
             for p in &internal {
@@ -119,7 +121,10 @@ fn pages_hold_no_internal_words_and_no_machine_paths() {
             }
             for m in machine {
                 if line.contains(m) {
-                    found.push(format!("{name}:{}: a path of this machine ({m}): {line}", n + 1));
+                    found.push(format!(
+                        "{name}:{}: a path of this machine ({m}): {line}",
+                        n + 1
+                    ));
                 }
             }
         }
@@ -142,7 +147,11 @@ fn readme_has_no_line_twice() {
             twice.push(format!("lines {first} and {n}: {l}"));
         }
     }
-    assert!(twice.is_empty(), "README.md repeats lines:\n{}", twice.join("\n"));
+    assert!(
+        twice.is_empty(),
+        "README.md repeats lines:\n{}",
+        twice.join("\n")
+    );
 }
 
 #[test]
@@ -159,7 +168,10 @@ fn relative_links_point_at_files_that_exist() {
                 let Some(end) = rest.find(')') else { break };
                 let target = &rest[..end];
                 rest = &rest[end..];
-                if target.contains("://") || target.starts_with('#') || target.starts_with("mailto:") {
+                if target.contains("://")
+                    || target.starts_with('#')
+                    || target.starts_with("mailto:")
+                {
                     continue;
                 }
                 let file = target.split('#').next().unwrap_or(target);
@@ -171,7 +183,11 @@ fn relative_links_point_at_files_that_exist() {
         }
     }
     assert!(checked > 10, "only {checked} links checked");
-    assert!(broken.is_empty(), "links to missing files:\n{}", broken.join("\n"));
+    assert!(
+        broken.is_empty(),
+        "links to missing files:\n{}",
+        broken.join("\n")
+    );
 }
 
 /// Matching without a regex crate (this crate does not depend on one).

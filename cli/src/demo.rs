@@ -156,7 +156,10 @@ fn shown(path: &Path) -> String {
         .ok()
         .and_then(|cwd| cwd.canonicalize().ok())
         .and_then(|cwd| path.strip_prefix(cwd).ok().map(Path::to_path_buf));
-    relative.unwrap_or_else(|| path.to_path_buf()).display().to_string()
+    relative
+        .unwrap_or_else(|| path.to_path_buf())
+        .display()
+        .to_string()
 }
 
 /// Saves the synthetic series, printing per-step figures.

@@ -94,7 +94,10 @@ fn readme_command_line_block_runs() {
 #[test]
 fn demo_closing_hint_runs_as_printed() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let out = strata(&["demo", dir.path().to_str().expect("utf-8"), "--synthetic"], &repo());
+    let out = strata(
+        &["demo", dir.path().to_str().expect("utf-8"), "--synthetic"],
+        &repo(),
+    );
     let hint = out
         .lines()
         .find_map(|l| l.strip_prefix("next: "))
@@ -104,7 +107,10 @@ fn demo_closing_hint_runs_as_printed() {
     for command in commands {
         let words: Vec<&str> = command.split_whitespace().collect();
         let out = run(words[0], &words[1..], &repo());
-        assert!(out.status.success(), "the demo's hint `{command}` failed: {out:?}");
+        assert!(
+            out.status.success(),
+            "the demo's hint `{command}` failed: {out:?}"
+        );
     }
 }
 
@@ -122,7 +128,9 @@ fn number_before(text: &str, after: &str) -> usize {
         .into_iter()
         .rev()
         .collect();
-    digits.parse().unwrap_or_else(|_| panic!("no number before {after:?}"))
+    digits
+        .parse()
+        .unwrap_or_else(|_| panic!("no number before {after:?}"))
 }
 
 /// The checkpoints the demo imported: one `step N  T tensors ...` line each.
@@ -136,8 +144,14 @@ fn imported(out: &str) -> usize {
 fn demo_imports_what_the_readme_says() {
     let readme = read(&repo().join("README.md"));
     let dir = tempfile::tempdir().expect("temp dir");
-    let out = strata(&["demo", dir.path().to_str().expect("utf-8"), "--synthetic"], &repo());
-    assert_eq!(imported(&out), number_before(&readme, "generated bf16 checkpoints"));
+    let out = strata(
+        &["demo", dir.path().to_str().expect("utf-8"), "--synthetic"],
+        &repo(),
+    );
+    assert_eq!(
+        imported(&out),
+        number_before(&readme, "generated bf16 checkpoints")
+    );
 
     let real = repo().join("../shared/data/series/dev_ft/bf16");
     if !real.is_dir() {
@@ -151,7 +165,10 @@ fn demo_imports_what_the_readme_says() {
                 .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "safetensors"))
         })
         .count();
-    assert_eq!(files, number_before(&readme, "checkpoints) when it is beside"));
+    assert_eq!(
+        files,
+        number_before(&readme, "checkpoints) when it is beside")
+    );
     let out = strata(&["demo", dir.path().to_str().expect("utf-8")], &repo());
     assert_eq!(imported(&out), files, "{out}");
 }
