@@ -1,54 +1,67 @@
 #!/usr/bin/env python3
-"""Measures Strata on the shared real data and writes the figures into README.md.
+"""Measures Strata on the shared real data and writes the figures into docs/benchmarks.md and
+README.md.
 
-Usage: python3 benches/readme_tables.py [--check]
+Usage: python3 benches/readme_tables.py [--check] [--only NAME ...]
 
-Tables, each between markers in README.md, with the date, the machine and the commands:
-- `<!-- codec-bench:start -->` ... `<!-- codec-bench:end -->`: codec-bench on MiniLM (f32 and its
-  bf16 cast) and one bf16 training checkpoint;
-- `<!-- store-series:start -->` ... `<!-- store-series:end -->`: every series in ../shared/data/series
-  imported with the `strata` CLI, the store's ratio (raw / bytes on disk) from `strata stats --json`, beside ZipNN's
-  XOR-delta figure from ../shared/data/README.md;
-- `<!-- tier-sim:start -->` ... `<!-- tier-sim:end -->`: the tier simulation through the store
-  (`examples/tier-sim.rs`) at 100 000 blocks and 1 000 000 reads;
-- `<!-- wasm-figures:start -->` ... `<!-- wasm-figures:end -->`: the .wasm size from wasm/build.sh
-  and WASM against native speeds from wasm/bench.mjs (Node);
-- `<!-- python:start -->` ... `<!-- python:end -->`: save and load through the Python package against
-  safetensors.torch and torch.save (python/benches/bench.py, in the venv of python/ci.sh);
-- `<!-- scale:start -->` ... `<!-- scale:end -->`: GB-scale checkpoints and long runs of small
-  ones (`examples/scale-bench.rs`, issue 11), with the issue's targets beside the figures. Sizes
-  with --scale-gb G (repeatable, default 2); the first size runs everything, larger ones only
-  the big-checkpoint part (import, export, load, cp + sync, ZipNN unless it would take over
-  ~10 minutes at that size). ZipNN comes from the comparison harness's venv
-  (target/compare-venv, made here as benches/compare/run.sh makes it when missing). Each
-  size's JSON is kept in target/scale-bench/scale-G.json; --scale-saved writes the table from
-  those files without measuring again.
-- `<!-- faults:start -->` ... `<!-- faults:end -->`: injected I/O faults and power losses under every
+Each section is written between its markers, `<!-- NAME:start -->` ... `<!-- NAME:end -->`, in
+whichever of README.md and docs/benchmarks.md holds them (the README holds the headline table and
+the reliability summaries, docs/benchmarks.md the full tables), with the date, the machine and the
+commands. Paths are written relative to the repository (../shared/data/...), never as this
+machine's absolute paths; links in docs/ are made relative to docs/.
+
+- `codec-bench`: codec-bench on MiniLM (f32 and its bf16 cast) and one bf16 training checkpoint;
+- `store-series`: every series in ../shared/data/series imported with the `strata` CLI, the
+  store's ratio (raw / bytes on disk) from `strata stats --json`, beside ZipNN's XOR-delta figure
+  from ../shared/data/README.md;
+- `compare` (and the README's `headline`): benches/compare/run.sh, Strata against ZipNN, blosc2,
+  zstd, safetensors files, icechunk and TileDB (the harness's venv, target/compare-venv, is made
+  when missing: the first run downloads torch, ~3 GB); --compare-saved writes both from
+  target/compare/results.json without measuring again, --compare-quick runs the harness's --quick;
+- `tier-sim`: the tier simulation through the store (`examples/tier-sim.rs`) at 100 000 blocks
+  and 1 000 000 reads;
+- `wasm-figures`: the .wasm size from wasm/build.sh and WASM against native speeds from
+  wasm/bench.mjs (Node);
+- `python`: save and load through the Python package against safetensors.torch and torch.save
+  (python/benches/bench.py, in the venv of python/ci.sh);
+- `scale`: GB-scale checkpoints and long runs of small ones (`examples/scale-bench.rs`), with
+  their targets beside the figures. Sizes with --scale-gb G (repeatable, default 2); the first
+  size runs everything, larger ones only the big-checkpoint part (import, export, load,
+  cp + sync, ZipNN unless it would take over ~10 minutes at that size). ZipNN comes from the
+  comparison harness's venv (target/compare-venv, made here as benches/compare/run.sh makes it
+  when missing). Each size's JSON is kept in target/scale-bench/scale-G.json; --scale-saved
+  writes the table from those files without measuring again.
+- `faults` (and the README's `faults-summary`): injected I/O faults and power losses under every
   store operation that writes (store/tests/faults.rs, the full matrix: every position), and the
   real full disk of store/tests/disk_full.rs (a tmpfs; needs root).
-- `<!-- kills:start -->` ... `<!-- kills:end -->`: a writer killed with SIGKILL during import, save,
-  retain, maintain and compaction (`examples/kill-bench.rs`, issue 14), the store checked after
-  each kill. --kills N (default 1000) kills, seed 14.
-- `<!-- remote:start -->` ... `<!-- remote:end -->`: push, a second push, pull, a cold-cache get and
-  export through `RemoteStore`, on moto's S3 server (127.0.0.1, the venv of tests/s3/venv.sh) and a
-  file:// folder (`examples/remote-bench.rs`, issue 13), with the issue's targets beside the figures.
-- `<!-- trainstate:start -->` ... `<!-- trainstate:end -->`: full training-state series (weights and
-  AdamW state; pretrain and finetune, f32 and bf16 with f32 masters) stored lossless beside ZipNN,
-  aged with `strata age` under the default policy and the training-state preset, and training
-  resumed from 6 aged checkpoints of each against their exact selves (benches/trainstate/bench.py,
-  issue 27; the first run generates the series, about an hour), in the venv of
-  benches/trainstate/requirements.txt (~/.cache/strata/train-venv or $STRATA_TRAIN_VENV, made when
-  missing); its plot goes to benches/figures/trainstate.png. --trainstate-args 'ARGS' passes
-  arguments to bench.py (e.g. `--resume-limit 0`, `--series pretrain-f32`; an `--age-args=...` there
-  adds a policy); --trainstate-saved writes the
-  table from target/trainstate/results.json without measuring again.
+- `kills` (and `kills-summary`): a writer killed with SIGKILL during import, save, retain,
+  maintain and compaction (`examples/kill-bench.rs`), the store checked after each kill.
+  --kills N (default 1000) kills, seed 14.
+- `flips` (and `flips-summary`): single-byte flips in the low-entropy pages of a compacted store
+  (`examples/flip-bench.rs`), each judged caught, harmless, silent, panic or hang. --flips N
+  (default 1000), seed 26.
+- `remote`: push, a second push, pull, a cold-cache get and export through `RemoteStore`, on
+  moto's S3 server (127.0.0.1, the venv of tests/s3/venv.sh) and a file:// folder
+  (`examples/remote-bench.rs`), with their targets beside the figures.
+- `age`, `age-quality`: aging old checkpoints (`examples/age-bench.rs`) and the model quality
+  of aged checkpoints (benches/age_quality.py).
+- `trainstate`: full training-state series (weights and AdamW state; pretrain and finetune, f32
+  and bf16 with f32 masters) stored lossless beside ZipNN, aged with `strata age` under the
+  default policy and the training-state preset, and training resumed from 6 aged checkpoints of
+  each against their exact selves (benches/trainstate/bench.py; the first run generates the
+  series, about an hour), in the venv of benches/trainstate/requirements.txt
+  (~/.cache/strata/train-venv or $STRATA_TRAIN_VENV, made when missing); its plot goes to
+  benches/figures/trainstate.png. --trainstate-args 'ARGS' passes arguments to bench.py (e.g.
+  `--resume-limit 0`, `--series pretrain-f32`; an `--age-args=...` there adds a policy);
+  --trainstate-saved writes the table from target/trainstate/results.json without measuring again.
 
-Nothing in the tables is typed by hand. --check prints the tables without writing README.md;
---only NAME (repeatable) runs only those tables.
+Nothing in the tables is typed by hand. --check prints the tables without writing the files;
+--only NAME (repeatable) runs only those sections (a summary is written with its section).
 """
 import datetime
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -298,8 +311,7 @@ def scale_markdown(runs):
             lines.append("Imports of the chain model's steps, seconds: " +
                          ", ".join(f"{o['step']}: {o['seconds']:.2f}" for o in imports) + ".")
 
-    # Targets of issue 11.
-    lines += ["", "Targets of issue 11:", "", "| target | figure | met |", "|---|---|---|"]
+    lines += ["", "Targets:", "", "| target | figure | met |", "|---|---|---|"]
 
     def row(what, figure, met):
         lines.append(f"| {what} | {figure} | {'yes' if met else '**no**' if met is not None else '–'} |")
@@ -427,7 +439,16 @@ def faults_table():
         if "disk_full" in l and any(w in l for w in ("failed with", "succeeded", "skipped"))
     ]
     lines += ["", f"Real full disk (`{' '.join(df_cmd)}`, exit {out.returncode}):", "", "```"] + said + ["```"]
-    return "\n".join(lines)
+    runs = sum(r["tried"] + r["power_losses"] for r in rows)
+    failures = sum(r["failures"] for r in rows)
+    verdict = ("every reopened store held the state before or after the operation and verified"
+               if failures == 0 else f"**{failures} runs failed**")
+    summary = (
+        f"Measured {machine()}: {runs:,} runs of {len(rows)} writing operations, each with one injected "
+        f"fault or power loss, and {sum(r['recovery_opens'] for r in rows):,} crashed-file recoveries "
+        f"faulted in turn: {verdict} ([table](docs/benchmarks.md#injected-faults-and-power-losses))."
+    )
+    return {"faults": "\n".join(lines), "faults-summary": summary}
 
 
 def python_table():
@@ -475,7 +496,16 @@ def kills_table():
     for f in failures[:10]:
         lines.append(f"- round {f['round']} ({f['op']}): {f['error']}")
     lines += ["", "Command: `" + " ".join(cmd[:2] + cmd[3:]) + "`"]
-    return "\n".join(lines)
+    passed = sum(o["rounds_ok"] for o in r["ops"])
+    checks = sum(o["checks"] for o in r["ops"])
+    after = "every one" if passed == r["kills"] and not failures else f"{passed} of them (**not all**)"
+    summary = (
+        f"Measured {machine()}: {r['kills']} SIGKILLs of a writer during "
+        + ", ".join(o["op"] for o in r["ops"])
+        + f": after {after} the store opened, verified and held exactly what had been "
+        f"committed ({checks:,} checks) ([table](docs/benchmarks.md#killed-writers))."
+    )
+    return {"kills": "\n".join(lines), "kills-summary": summary}
 
 
 def remote_table():
@@ -706,43 +736,182 @@ def trainstate_table():
     return body.replace("](results.png)", "](benches/figures/trainstate.png)")
 
 
-def replace_section(readme, name, body):
+def compare_tables():
+    """benches/compare/run.sh (Strata against the peers on the same data): its tables for
+    docs/benchmarks.md, and the README's headline table from the same results."""
+    out = os.path.join(ROOT, "target", "compare")
+    cmd = ["bash", "benches/compare/run.sh", "--no-readme"]
+    if "--compare-saved" in sys.argv:
+        cmd += ["--from-json", os.path.join(out, "results.json")]
+    elif "--compare-quick" in sys.argv:
+        cmd += ["--quick"]
+    t0 = time.perf_counter()
+    run(cmd)
+    print(f"compare: {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    with open(os.path.join(out, "results.json")) as f:
+        res = json.load(f)
+    with open(os.path.join(out, "results.md")) as f:
+        body = f.read()
+    # results.md opens with its own title; the page has its heading.
+    if body.startswith("# "):
+        body = body.split("\n", 1)[1]
+    return {"compare": body.strip(), "headline": headline_table(res)}
+
+
+# The headline's tools, in order, as the harness names them.
+HEADLINE_TOOLS = ["Strata", "ZipNN XOR-delta", "ZipNN per checkpoint", "icechunk", "TileDB", "safetensors files"]
+
+
+def headline_table(res):
+    """One table: each tool's bytes on disk (raw / disk) and its load of the middle checkpoint,
+    on every series the comparison ran."""
+    m = res["machine"]
+    series = res["series"]
+    head = ["tool"] + [f"{s['series']} ({s['steps']} checkpoints)" for s in series]
+    lines = [
+        f"Real training checkpoints (`../shared/data/series`: a small GPT pre-trained and fine-tuned, f32 "
+        f"and bf16), one store per tool holding every step. Each cell: raw bytes / bytes on disk (higher is "
+        f"better) · milliseconds to load the middle checkpoint (lower is better). Measured {m['date']} on "
+        f"{m['cpu']}, {m['cores']} cores, by `{res['command']}` (Strata at {res['strata']}; "
+        + ", ".join(f"{k} {v}" for k, v in res["versions"].items() if k in ("zipnn", "icechunk", "tiledb", "safetensors"))
+        + "); every round trip checked byte for byte.",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
+    for tool in HEADLINE_TOOLS:
+        cells = []
+        for s in series:
+            row = next((r for r in s["rows"] if r["tool"] == tool), None)
+            if row is None:
+                cells.append("–")
+            elif "error" in row:
+                cells.append("fails")
+            else:
+                cell = f"{row['ratio']:.2f}x · {row['load']['seconds'] * 1e3:.1f} ms"
+                cells.append(f"**{cell}**" if tool == "Strata" else cell)
+        if any(c != "–" for c in cells):
+            lines.append(f"| {tool} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def flips_table():
+    """examples/flip-bench.rs: single-byte flips in a compacted store's low-entropy pages,
+    each judged as a reader finds it."""
+    flips = "1000"
+    for i, a in enumerate(sys.argv[:-1]):
+        if a == "--flips":
+            flips = sys.argv[i + 1]
+    cmd = ["cargo", "run", "-q", "--release", "--example", "flip-bench", "--", "--flips", flips, "--json"]
+    # Not run(): flip-bench exits 1 when a flip was silent, panicked or hung, and the table shows it.
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if p.returncode not in (0, 1):
+        sys.exit(f"flip-bench failed ({p.returncode}): {p.stderr}")
+    r = json.loads(p.stdout)
+    shown = " ".join(cmd[:2] + cmd[3:])
+    bad = r["silent"] + r["panics"] + r["hangs"]
+    full = [
+        f"Measured {machine()}: {r['flips']} flips (seed {r['seed']}) in {r['wall_s']:.0f} s, each in one of the "
+        f"{r['low_entropy_pages']} low-entropy pages of a {r['store_bytes']:,}-byte store ({r['pages']} pages of "
+        "4 KiB) holding the committed bf16 series `testdata/series/dev_ft/bf16`.",
+        "",
+        "| flips | caught | of which by the database engine | harmless | silent | panic | hang |",
+        "|---|---|---|---|---|---|---|",
+        f"| {r['flips']} | {r['caught']} | {r['caught_by_engine']} | {r['harmless']} | {r['silent']} | "
+        f"{r['panics']} | {r['hangs']} |",
+    ]
+    if r["examples"]:
+        full += ["", "Silent or panicking flips (first ten):", ""] + [f"- {e}" for e in r["examples"]]
+    full += ["", f"Command: `{shown}`"]
+    summary = (
+        f"Measured {machine()}: {r['flips']} single-byte flips in a store's low-entropy pages: "
+        f"{r['caught']} caught ({r['caught_by_engine']} by the database engine), {r['harmless']} harmless, "
+        f"{r['silent']} silent, {r['panics']} panics, {r['hangs']} hangs "
+        f"([table](docs/benchmarks.md#flipped-bytes)){'' if bad == 0 else ': **not met**'}."
+    )
+    return {"flips": "\n".join(full), "flips-summary": summary}
+
+
+# Where sections are written: a section goes to the file that holds its markers.
+PAGES = ["README.md", os.path.join("docs", "benchmarks.md")]
+
+
+def relative_paths(body):
+    """This machine's absolute paths made relative to the repository: the work tree itself,
+    the shared folder beside it, the home folder and temporary folders."""
+    shared = os.path.normpath(os.path.join(ROOT, "..", "shared"))
+    body = body.replace(ROOT + "/", "").replace(shared, "../shared")
+    body = re.sub(r"/tmp/\.tmp[A-Za-z0-9_]+", "$TMPDIR", body)
+    return body.replace(os.path.expanduser("~") + "/", "~/")
+
+
+def links_from(page, body):
+    """Relative Markdown links (written from the repository's root) made relative to `page`."""
+    up = os.path.relpath(ROOT, os.path.dirname(os.path.join(ROOT, page)))
+    if up == ".":
+        return body
+    return re.sub(r"\]\((?!https?:|mailto:|#|/|\.\./)([^)\s]+)\)", lambda m: f"]({up}/{m.group(1)})", body)
+
+
+def replace_section(text, name, body):
     start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
-    if start not in readme or end not in readme:
-        sys.exit(f"README.md lacks the markers {start} / {end}")
-    head, rest = readme.split(start, 1)
+    head, rest = text.split(start, 1)
     _, tail = rest.split(end, 1)
     return head + start + "\n" + body + "\n" + end + tail
+
+
+def write_sections(sections):
+    """Each section into the page that holds its markers."""
+    pages = {}
+    for page in PAGES:
+        with open(os.path.join(ROOT, page)) as f:
+            pages[page] = f.read()
+    for name, body in sections.items():
+        start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+        holders = [p for p, text in pages.items() if start in text and end in text]
+        if len(holders) != 1:
+            sys.exit(f"the markers {start} / {end} must be in exactly one of {', '.join(PAGES)} "
+                     f"(found in {len(holders)})")
+        page = holders[0]
+        pages[page] = replace_section(pages[page], name, links_from(page, relative_paths(body)))
+    for page, text in pages.items():
+        with open(os.path.join(ROOT, page), "w") as f:
+            f.write(text)
 
 
 def main():
     makers = {
         "codec-bench": codec_table,
         "store-series": store_table,
+        "compare": compare_tables,
         "tier-sim": tier_sim_table,
         "wasm-figures": wasm_table,
         "scale": scale_table,
         "faults": faults_table,
         "python": python_table,
         "kills": kills_table,
+        "flips": flips_table,
         "remote": remote_table,
         "age": age_table,
         "age-quality": age_quality_table,
         "trainstate": trainstate_table,
     }
     only = [sys.argv[i + 1] for i, a in enumerate(sys.argv[:-1]) if a == "--only"]
-    tables = {name: make() for name, make in makers.items() if not only or name in only}
-    for body in tables.values():
-        print(body, end="\n\n")
+    unknown = [n for n in only if n not in makers]
+    if unknown:
+        sys.exit(f"no section {', '.join(unknown)}; sections: {', '.join(makers)}")
+    sections = {}
+    for name, make in makers.items():
+        if only and name not in only:
+            continue
+        made = make()
+        # A maker gives its section's body, or several sections (a full table and a summary).
+        sections.update(made if isinstance(made, dict) else {name: made})
+    for body in sections.values():
+        print(relative_paths(body), end="\n\n")
     if "--check" in sys.argv:
         return
-    path = os.path.join(ROOT, "README.md")
-    with open(path) as f:
-        readme = f.read()
-    for name, body in tables.items():
-        readme = replace_section(readme, name, body)
-    with open(path, "w") as f:
-        f.write(readme)
+    write_sections(sections)
 
 
 if __name__ == "__main__":

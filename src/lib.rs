@@ -6,3 +6,13 @@
 pub use strata_codec as codec;
 pub use strata_store as store;
 pub use strata_tiering as tiering;
+
+/// The README's Rust program, compiled and run by `cargo test --doc -p strata`.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
+/// The programs of `docs/rust.md`, compiled and run by `cargo test --doc -p strata`.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/rust.md")]
+pub struct RustGuideDoctests;

@@ -13,7 +13,8 @@ Run through benches/compare/run.sh, which makes the venv and builds strata-bench
 
 Every tool runs in its own processes; every output is compared with the input and a tool whose
 round trip fails is reported as failing. Writes target/compare/results.{json,md} and the section
-between <!-- compare:start --> and <!-- compare:end --> in README.md (not with --no-readme).
+between <!-- compare:start --> and <!-- compare:end --> in docs/benchmarks.md (not with
+--no-readme; benches/readme_tables.py --only compare also writes the README's headline table).
 --quick: MiniLM's bf16 cast and the dev_ft/bf16 series only, fewer repetitions.
 """
 import argparse
@@ -76,7 +77,7 @@ def strata_version():
         return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True).stdout.strip()
 
     commit = git("rev-parse", "--short", "HEAD") or "unknown"
-    # Uncommitted changes to what is measured (README.md, which this harness writes, does not count).
+    # Uncommitted changes to what is measured (the docs this harness writes do not count).
     dirty = git("status", "--porcelain", "--untracked-files=no", "--", "Cargo.toml", "Cargo.lock", "codec", "store", "benches/compare")
     return commit + ("+changes" if dirty else "")
 
@@ -514,11 +515,14 @@ def report(res):
 
 
 def write_readme(body):
-    path = os.path.join(ROOT, "README.md")
+    """The tables into docs/benchmarks.md, between the compare markers (links made relative
+    to docs/)."""
+    path = os.path.join(ROOT, "docs", "benchmarks.md")
+    body = body.replace("](benches/", "](../benches/")
     with open(path) as f:
         text = f.read()
     if START not in text or END not in text:
-        sys.exit(f"README.md lacks the markers {START} / {END}")
+        sys.exit(f"docs/benchmarks.md lacks the markers {START} / {END}")
     head, rest = text.split(START, 1)
     _, tail = rest.split(END, 1)
     with open(path, "w") as f:
@@ -528,7 +532,7 @@ def write_readme(body):
 def main():
     p = argparse.ArgumentParser(description="Strata against other tools on the same data")
     p.add_argument("--quick", action="store_true", help="MiniLM bf16 and dev_ft/bf16 only, fewer repetitions")
-    p.add_argument("--no-readme", action="store_true", help="do not write the README section")
+    p.add_argument("--no-readme", action="store_true", help="do not write the section of docs/benchmarks.md")
     p.add_argument("--out", default=os.path.join(ROOT, "target", "compare"))
     p.add_argument("--from-json", metavar="RESULTS.json",
                    help="measure nothing: write the tables (and the README section) of an earlier run")
@@ -576,7 +580,7 @@ def main():
 
 
 def publish(res, args):
-    """results.md, the README section (unless --no-readme) and the tables on stdout."""
+    """results.md, the section of docs/benchmarks.md (unless --no-readme) and the tables on stdout."""
     body = report(res)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "results.md"), "w") as f:
@@ -584,7 +588,7 @@ def publish(res, args):
     if not args.no_readme:
         write_readme(body)
     print(body)
-    print(f"wrote {os.path.relpath(args.out, ROOT)}/results.md" + ("" if args.no_readme else " and README.md"),
+    print(f"wrote {os.path.relpath(args.out, ROOT)}/results.md" + ("" if args.no_readme else " and docs/benchmarks.md"),
           file=sys.stderr)
 
 

@@ -5,7 +5,7 @@
 #
 # Makes its own venv (target/compare-venv, from requirements.txt, rebuilt when that file changes),
 # builds strata-bench in release mode, then runs harness.py, which writes target/compare/results.{json,md}
-# and the README section between <!-- compare:start --> and <!-- compare:end -->.
+# and the section between <!-- compare:start --> and <!-- compare:end --> in docs/benchmarks.md.
 # Needs python3.11 (or PYTHON=...), a Rust toolchain, ../shared/data, and PyPI for the first run.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)

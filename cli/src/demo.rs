@@ -127,12 +127,39 @@ pub(crate) fn run(out: &Output, dir: Option<&Path>, synthetic: bool) -> CliResul
         return Err(CliError::Corrupt(report.issues.len()));
     }
     say!("\nverify OK: {} in {}", summary(&report), ms(t.elapsed()));
-    say!(
-        "\nnext: strata log {} {name}   |   strata stats {}",
-        path.display(),
-        path.display()
-    );
+    let (strata, store) = (invocation(), shown(&path));
+    say!("\nnext: {strata} log {store} {name}   |   {strata} stats {store}");
     Ok(())
+}
+
+/// How to run this binary from the current directory: `strata` when that name on `PATH` is
+/// this binary (after `cargo install --path cli`), else its path (`target/release/strata`
+/// after `cargo run`).
+fn invocation() -> String {
+    let Ok(me) = std::env::current_exe().and_then(|p| p.canonicalize()) else {
+        return "strata".into();
+    };
+    let on_path = std::env::var_os("PATH").is_some_and(|paths| {
+        std::env::split_paths(&paths)
+            .any(|dir| dir.join("strata").canonicalize().is_ok_and(|p| p == me))
+    });
+    if on_path {
+        "strata".into()
+    } else {
+        shown(&me)
+    }
+}
+
+/// `path` relative to the current directory when it is below it, else as it is.
+fn shown(path: &Path) -> String {
+    let relative = std::env::current_dir()
+        .ok()
+        .and_then(|cwd| cwd.canonicalize().ok())
+        .and_then(|cwd| path.strip_prefix(cwd).ok().map(Path::to_path_buf));
+    relative
+        .unwrap_or_else(|| path.to_path_buf())
+        .display()
+        .to_string()
 }
 
 /// Saves the synthetic series, printing per-step figures.
