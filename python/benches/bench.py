@@ -1,4 +1,5 @@
-"""Save and load through the Python API: Strata vs safetensors.torch vs torch.save/torch.load.
+"""Save and load through the Python API: Strata vs safetensors.torch vs torch.save/torch.load vs
+`torch.distributed.checkpoint` (DCP) with its FileSystemWriter/FileSystemReader.
 
     python python/benches/bench.py [--minilm PATH] [--series DIR] [--runs N] [--json OUT]
 
@@ -7,7 +8,11 @@ Data sets (each skipped with a note if absent):
   default /work/cache/minilm/ or ../shared/data/minilm/), as is and cast to bf16: one checkpoint.
 - The dev series (../shared/data/series/dev_pre, dev_ft and their bf16/): every checkpoint of a
   series, saved in step order (Strata: one store with one checkpoint per step; the others:
-  one file per step), then all loaded back.
+  one file per step; DCP: one checkpoint folder per step), then all loaded back.
+
+DCP runs in one process without a process group (as `dcp.save(sd, checkpoint_id=...)` allows)
+and loads in place, into tensors the load allocates first (`torch.empty_like`), as DCP's users
+do.
 
 Each (tool, operation, data set) runs in its own subprocess, which repeats it `--runs` times
 (fresh output each time for saves) and reports the median seconds and its peak RSS
@@ -40,7 +45,7 @@ MINILM_CANDIDATES = [
     "/work/cache/minilm/all-MiniLM-L6-v2.safetensors",
     os.path.join(SHARED, "minilm", "all-MiniLM-L6-v2.safetensors"),
 ]
-TOOLS = ["strata", "safetensors", "torch.save"]
+TOOLS = ["strata", "safetensors", "torch.save", "dcp"]
 
 
 # ---------------------------------------------------------------- child side
@@ -83,6 +88,11 @@ def child(args: argparse.Namespace) -> None:
 
             for step, sd in data:
                 save_file(sd, os.path.join(dst, f"step_{step}.safetensors"))
+        elif tool == "dcp":
+            import torch.distributed.checkpoint as dcp
+
+            for step, sd in data:
+                dcp.save(sd, storage_writer=dcp.FileSystemWriter(os.path.join(dst, f"step_{step}")))
         else:
             for step, sd in data:
                 torch.save(sd, os.path.join(dst, f"step_{step}.pt"))
@@ -97,6 +107,15 @@ def child(args: argparse.Namespace) -> None:
             from safetensors.torch import load_file
 
             return [load_file(os.path.join(src, f"step_{step}.safetensors")) for step, _ in data]
+        if tool == "dcp":
+            import torch.distributed.checkpoint as dcp
+
+            out = []
+            for step, sd in data:
+                into = {k: torch.empty_like(v) for k, v in sd.items()}
+                dcp.load(into, storage_reader=dcp.FileSystemReader(os.path.join(src, f"step_{step}")))
+                out.append(into)
+            return out
         return [torch.load(os.path.join(src, f"step_{step}.pt"), weights_only=True)
                 for step, _ in data]
 
@@ -134,7 +153,8 @@ def child(args: argparse.Namespace) -> None:
             times.append(time.perf_counter() - t0)
             if i < spec["runs"] - 1:
                 shutil.rmtree(dst)
-        disk = sum(os.path.getsize(p) for p in glob.glob(os.path.join(dst, "*")))
+        disk = sum(os.path.getsize(p) for p in glob.glob(os.path.join(dst, "**"), recursive=True)
+                   if os.path.isfile(p))
         compacted = disk
         if tool == "strata":
             import strata
@@ -238,14 +258,20 @@ def main() -> None:
     print(f"Measured {time.strftime('%Y-%m-%d')} on {os.cpu_count()} cores, "
           f"load average {os.getloadavg()[0]:.1f}; median of {args.runs} runs; "
           f"peak RSS of a child that only imports torch and strata: {base / mb:.0f} MB.\n")
-    print("| data | tool | save s | load s | save peak RSS MB | load peak RSS MB | disk MB | "
-          "disk MB after compact() | safetensors bytes / compacted |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("Save / st and load / st: the tool's seconds over safetensors' on the same data in the "
+          "same run (issue 28's targets for Strata: save within 2x, load within 3x).\n")
+    print("| data | tool | save s | save / st | load s | load / st | save peak RSS MB | "
+          "load peak RSS MB | disk MB | disk MB after compact() | safetensors bytes / compacted |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    st = {r["data"]: r for r in rows if r["tool"] == "safetensors"}
     for r in rows:
         ratio = f"{r['raw_over_disk']:.3f}" if r.get("raw_over_disk") else "-"
-        print(f"| {r['data']} | {r['tool']} | {r['save_s']:.3f} | {r['load_s']:.3f} | "
-              f"{r['save_rss'] / mb:.0f} | {r['load_rss'] / mb:.0f} | {r['disk'] / mb:.2f} | "
-              f"{r['compacted'] / mb:.2f} | {ratio} |")
+        peer = st.get(r["data"])
+        save_x = f"{r['save_s'] / peer['save_s']:.1f}x" if peer else "-"
+        load_x = f"{r['load_s'] / peer['load_s']:.1f}x" if peer else "-"
+        print(f"| {r['data']} | {r['tool']} | {r['save_s']:.3f} | {save_x} | {r['load_s']:.3f} | "
+              f"{load_x} | {r['save_rss'] / mb:.0f} | {r['load_rss'] / mb:.0f} | "
+              f"{r['disk'] / mb:.2f} | {r['compacted'] / mb:.2f} | {ratio} |")
     if asyncs:
         print("\nHow long `save_checkpoint_async` blocks the training loop (it snapshots the tensors, "
               "then encodes and writes in a thread), against cloning the same tensors and a "
