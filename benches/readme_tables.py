@@ -181,20 +181,25 @@ def wasm_table():
     return "\n".join(lines)
 
 
-def compare_venv():
-    """The comparison harness's venv (ZipNN), made as benches/compare/run.sh makes it."""
-    venv = os.path.join(ROOT, "target", "compare-venv")
-    req = os.path.join(ROOT, "benches", "compare", "requirements.txt")
+def requirements_venv(venv, req):
+    """The Python of a venv made from the requirements file `req`, (re)made when missing or made
+    from another version of it (the first time downloads torch, ~3 GB)."""
     py = os.path.join(venv, "bin", "python")
     have = os.path.join(venv, "requirements.txt")
     if not (os.path.exists(py) and os.path.exists(have) and open(have).read() == open(req).read()):
-        print(f"making {venv} from requirements.txt (the first time downloads torch, ~3 GB)", file=sys.stderr)
+        print(f"making {venv} from {req} (the first time downloads torch, ~3 GB)", file=sys.stderr)
         subprocess.run(["rm", "-rf", venv], check=True)
         subprocess.run([os.environ.get("PYTHON", "python3.11"), "-m", "venv", venv], check=True)
         subprocess.run([py, "-m", "pip", "install", "-q", "--upgrade", "pip"], check=True)
         subprocess.run([py, "-m", "pip", "install", "-q", "-r", req], check=True)
         subprocess.run(["cp", req, have], check=True)
     return py
+
+
+def compare_venv():
+    """The comparison harness's venv (ZipNN), made as benches/compare/run.sh makes it."""
+    return requirements_venv(os.path.join(ROOT, "target", "compare-venv"),
+                             os.path.join(ROOT, "benches", "compare", "requirements.txt"))
 
 
 # ZipNN is skipped at a size where compress + decompress would take longer than this, judged
@@ -691,19 +696,9 @@ def age_quality_table():
 
 
 def trainstate_venv():
-    """The training-state bench's venv, made from benches/trainstate/requirements.txt when
-    missing or made from another version of it."""
+    """The training-state bench's venv, from benches/trainstate/requirements.txt."""
     venv = os.path.expanduser(os.environ.get("STRATA_TRAIN_VENV", "~/.cache/strata/train-venv"))
-    req = os.path.join(ROOT, "benches", "trainstate", "requirements.txt")
-    py = os.path.join(venv, "bin", "python")
-    have = os.path.join(venv, "requirements.txt")
-    if not (os.path.exists(py) and os.path.exists(have) and open(have).read() == open(req).read()):
-        print(f"making {venv} from {req} (the first time downloads torch, ~3 GB)", file=sys.stderr)
-        subprocess.run(["rm", "-rf", venv], check=True)
-        subprocess.run([os.environ.get("PYTHON", "python3.11"), "-m", "venv", venv], check=True)
-        subprocess.run([py, "-m", "pip", "install", "-q", "-r", req], check=True)
-        subprocess.run(["cp", req, have], check=True)
-    return py
+    return requirements_venv(venv, os.path.join(ROOT, "benches", "trainstate", "requirements.txt"))
 
 
 def trainstate_table():
