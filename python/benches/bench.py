@@ -15,7 +15,9 @@ and loads in place, into tensors the load allocates first (`torch.empty_like`), 
 do.
 
 Each (tool, operation, data set) runs in its own subprocess, which repeats it `--runs` times
-(fresh output each time for saves) and reports the median seconds and its peak RSS
+(fresh output each time for saves) and reports the median seconds and its peak RSS. A Strata
+save opens the store as a writer and closes it; a Strata load opens it read-only
+(`strata.open_read_only`), as a process that only loads does
 (ru_maxrss, which includes the ~0.3-0.5 GB of importing torch: the `import only` row is that
 baseline). Bytes on disk: the files the save wrote, and for Strata also after `compact()`
 (closing the store trims redb's growth room when it exceeds a tenth of the bytes on disk, ADR
@@ -101,7 +103,9 @@ def child(args: argparse.Namespace) -> None:
         if tool == "strata":
             import strata
 
-            with strata.Store(os.path.join(src, "run.strata")) as st:
+            # Read-only, as a process that only loads opens it (strata.torch.load_file does):
+            # a writer's handle would add the commit redb makes as a writer's file closes.
+            with strata.open_read_only(os.path.join(src, "run.strata")) as st:
                 return [st.load_checkpoint(step, framework="pt") for step, _ in data]
         if tool == "safetensors":
             from safetensors.torch import load_file

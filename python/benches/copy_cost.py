@@ -2,7 +2,8 @@
 decoded buffers become the arrays' memory) against the same load plus one copy per tensor (what
 a binding that returns `bytes` and builds arrays from them, e.g. `np.frombuffer(...).copy()` or
 `torch.frombuffer(bytearray(b))`, pays), and `get` per tensor (the store decodes into an array
-created empty) against `load_checkpoint` (CheckpointReader, small tensors decoded together).
+created empty) against `load_checkpoint` (arrays allocated first, every block of the checkpoint
+decoded into them in parallel: `CheckpointReader::read_into`).
 
     python python/benches/copy_cost.py [SAFETENSORS_FILE] [--runs N]
 

@@ -21,6 +21,7 @@ use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyMemoryError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
+mod load;
 mod remote;
 
 use strata_store::{
@@ -525,24 +526,16 @@ impl PyStore {
         Ok(PyArray1::from_vec(py, slice.data))
     }
 
-    /// `(metadata, [(name, dtype, shape, bytes)])` of the checkpoint at `step`, read through
-    /// the store's checkpoint reader (one snapshot, small tensors decoded together).
+    /// `(metadata, [(name, dtype, shape, bytes)])` of the checkpoint at `step`: the arrays
+    /// are allocated first (NumPy's, not zeroed) and the store decodes every block straight
+    /// into them, in parallel, with the GIL released
+    /// ([`strata_store::CheckpointReader::read_into`]): no copy, no Python work per block.
     fn load_checkpoint<'py>(
         &self,
         py: Python<'py>,
         step: u64,
     ) -> PyResult<(String, Vec<(String, PyTensor<'py>)>)> {
-        let (metadata, tensors) = self.with(py, |s| {
-            let reader = s.read_checkpoint(step)?;
-            let metadata = reader.metadata().to_string();
-            let tensors = reader.collect::<strata_store::Result<Vec<_>>>()?;
-            Ok((metadata, tensors))
-        })?;
-        let tensors = tensors
-            .into_iter()
-            .map(|(name, t)| (name, tensor_to_py(py, t)))
-            .collect();
-        Ok((metadata, tensors))
+        load::load_checkpoint(self, py, step)
     }
 
     /// `(metadata, [tensor names])` of the checkpoint at `step`.

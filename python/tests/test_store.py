@@ -45,6 +45,34 @@ def test_roundtrip_numpy(store_path):
         st.steps()
 
 
+def test_load_checkpoint_fills_arrays_as_get_reads_them(store_path):
+    """load_checkpoint decodes every block into arrays it allocated first: blocks of many
+    tensors, deltas against the step before, empty tensors; each array owns its bytes."""
+    rng = np.random.default_rng(7)
+    base = {
+        "big": rng.standard_normal((64, 1000), dtype=np.float32),
+        "empty": np.zeros((0, 4), dtype=np.float32),
+        "ids": np.arange(3000, dtype=np.int64),
+        **{f"small.{i}": rng.standard_normal(17 * i + 1, dtype=np.float32) for i in range(30)},
+    }
+    with strata.Store(store_path, block_bytes=4096) as st:
+        for step in (1, 2):
+            tensors = {k: v + step if v.dtype == np.float32 else v for k, v in base.items()}
+            st.save_checkpoint(step, tensors)
+        for step in (1, 2):
+            back = st.load_checkpoint(step)
+            assert list(back) == list(base)
+            for k, v in back.items():
+                want = st.get(k, step)
+                assert v.dtype == want.dtype and v.shape == want.shape, k
+                assert v.tobytes() == want.tobytes(), (step, k)
+        again = st.load_checkpoint(2)
+        back["big"][0, 0] = 123.0
+        assert again["big"][0, 0] != 123.0 and back["big"].flags.writeable
+        with pytest.raises(strata.NotFound):
+            st.load_checkpoint(3)
+
+
 def test_get_at_history_tags_retain(store_path):
     st = strata.open(store_path)
     for s in (10, 20, 30, 40):

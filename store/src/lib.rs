@@ -155,7 +155,7 @@ pub use error::{
     TierFailure,
 };
 pub use options::{DeltaPolicy, FrameOptions, Options, PutOptions, TierOptions};
-pub use reader::{BlockRead, CheckpointReader};
+pub use reader::{BlockRead, CheckpointReader, PendingTensor};
 pub use record::{decode_manifest, ManifestError, RecordError};
 /// The redb crate, whose [`redb::StorageBackend`] [`Store::open_with_backend`] takes.
 pub use redb;

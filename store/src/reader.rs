@@ -1,13 +1,14 @@
-//! Streaming reads: a checkpoint tensor by tensor ([`CheckpointReader`]), and one tensor of
-//! any size block by block ([`Store::get_blocks`], [`Store::get_into`]). Blocks decode in
-//! parallel batches of bounded size; many small tensors decode together.
+//! Streaming reads: a checkpoint tensor by tensor ([`CheckpointReader`]) or all at once into
+//! the caller's buffers ([`CheckpointReader::read_into`]), and one tensor of any size block by
+//! block ([`Store::get_blocks`], [`Store::get_into`]). Blocks decode in parallel batches of
+//! bounded size; many small tensors decode together.
 
 use std::collections::VecDeque;
 use std::ops::Range;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-use crate::engine::{read_blocks, Fetcher, ReadTxn, Span, View};
+use crate::engine::{read_blocks, read_blocks_into, Fetcher, ReadTxn, Span, View};
 use crate::error::{InvalidInput, NotFound, Result, StoreError};
 use crate::read::RESERVE_LIMIT;
 use crate::record::VersionRecord;
@@ -52,6 +53,20 @@ impl std::fmt::Debug for CheckpointReader<'_> {
     }
 }
 
+/// A tensor a [`CheckpointReader`] has not handed out yet: what a buffer for it must hold
+/// ([`CheckpointReader::pending`], [`CheckpointReader::read_into`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingTensor {
+    /// Tensor name.
+    pub name: String,
+    /// Element type.
+    pub dtype: DType,
+    /// Dimensions.
+    pub shape: Vec<u64>,
+    /// Bytes of its data (elements x the dtype's size).
+    pub bytes: u64,
+}
+
 impl CheckpointReader<'_> {
     /// The checkpoint's step.
     pub fn step(&self) -> u64 {
@@ -66,6 +81,119 @@ impl CheckpointReader<'_> {
     /// Tensors not handed out yet.
     pub fn remaining(&self) -> usize {
         self.todo.len() + self.ready.len()
+    }
+
+    /// Every tensor not handed out yet, in order, as the reader's snapshot has it: the
+    /// buffers [`CheckpointReader::read_into`] takes. Empty once an error ended the reading.
+    ///
+    /// # Errors
+    /// Database errors, and [`crate::Corruption`] for a damaged version record.
+    pub fn pending(&self) -> Result<Vec<PendingTensor>> {
+        if self.done {
+            return Ok(Vec::new());
+        }
+        contain(&self.store.path, "listing a checkpoint's tensors", || {
+            let mut out = Vec::with_capacity(self.remaining());
+            for (name, t) in &self.ready {
+                out.push(PendingTensor {
+                    name: name.clone(),
+                    dtype: t.dtype,
+                    shape: t.shape.clone(),
+                    bytes: t.data.len() as u64,
+                });
+            }
+            for name in &self.todo {
+                let rec = self.store.version_record(&self.r, name, self.step)?;
+                out.push(PendingTensor {
+                    name: name.clone(),
+                    dtype: rec.dtype,
+                    shape: rec.shape.clone(),
+                    bytes: rec.raw_bytes(),
+                });
+            }
+            Ok(out)
+        })
+    }
+
+    /// Reads every tensor not handed out yet into `outs`, one buffer per tensor in the order
+    /// of [`CheckpointReader::pending`], each exactly its bytes; returns each one's
+    /// [`Fidelity`]. The reader is at its end after it.
+    ///
+    /// Each block decodes straight into its place in its buffer, in parallel with the other
+    /// blocks of its batch, while the next batch is fetched: the store allocates nothing of
+    /// the tensors' size and copies nothing (memory beyond `outs`: the segments of about two
+    /// batches). The way to fill arrays that the caller allocated (e.g. the Python package's
+    /// NumPy arrays).
+    ///
+    /// # Errors
+    /// [`InvalidInput::Options`] if `outs` does not have one buffer per pending tensor,
+    /// [`InvalidInput::DataLength`] if a buffer is not its tensor's size, and the block errors
+    /// of [`Store::get`]. After an error the buffers hold unspecified bytes and the reader
+    /// yields nothing more.
+    pub fn read_into(&mut self, outs: &mut [&mut [u8]]) -> Result<Vec<Fidelity>> {
+        let store = self.store;
+        let read = contain(&store.path, "reading a checkpoint", || {
+            self.read_rest_into(outs)
+        });
+        self.done = true;
+        self.todo.clear();
+        self.ready.clear();
+        read
+    }
+
+    fn read_rest_into(&mut self, outs: &mut [&mut [u8]]) -> Result<Vec<Fidelity>> {
+        let store = self.store;
+        let left = if self.done { 0 } else { self.remaining() };
+        if outs.len() != left {
+            return Err(StoreError::Invalid(InvalidInput::Options {
+                reason: format!(
+                    "{} buffers for the {left} tensors left of checkpoint {}",
+                    outs.len(),
+                    self.step
+                ),
+            }));
+        }
+        let (ready_outs, todo_outs) = outs.split_at_mut(self.ready.len());
+        let mut fidelity = Vec::with_capacity(left);
+        for ((name, t), out) in self.ready.iter().zip(ready_outs.iter_mut()) {
+            if out.len() != t.data.len() {
+                return Err(StoreError::Invalid(InvalidInput::DataLength {
+                    tensor: name.clone(),
+                    step: self.step,
+                    expected: t.data.len() as u64,
+                    actual: out.len() as u64,
+                }));
+            }
+            out.copy_from_slice(&t.data);
+            fidelity.push(t.fidelity);
+        }
+        let recs = self
+            .todo
+            .iter()
+            .map(|name| store.version_record(&self.r, name, self.step))
+            .collect::<Result<Vec<_>>>()?;
+        let spans: Vec<Span<'_>> = self
+            .todo
+            .iter()
+            .zip(&recs)
+            .map(|(name, rec)| Span {
+                name: Arc::from(name.as_str()),
+                step: self.step,
+                rec,
+                blocks: 0..rec.blocks.len() as u64,
+                upto: None,
+            })
+            .collect();
+        let mut fetcher = Fetcher::streaming(&self.r, &store.cache);
+        let r = &self.r;
+        let read = read_blocks_into(&mut fetcher, &store.cache, &spans, todo_outs, |si, job| {
+            store.rebuild_block(r, job, spans[si].rec, 0)
+        })?;
+        for (name, rec) in self.todo.iter().zip(&recs) {
+            store.record_read(name, self.step, 0..rec.blocks.len() as u64);
+        }
+        fidelity.extend(read);
+        Ok(fidelity)
     }
 
     /// Decodes the next tensors: the first one left, and more while they fit in a window.

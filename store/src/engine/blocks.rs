@@ -492,6 +492,63 @@ impl Job {
 }
 
 impl Job {
+    /// Decodes the block into `dst`, which must be exactly its bytes. A lossless or aged
+    /// chain of a streaming read ([`Fetcher::streaming`]) decodes its last link straight into
+    /// `dst` (the links under it in pooled buffers): the block needs no buffer of its own and
+    /// no copy. Other blocks (a read that fills the cache, a quantized block, a block found
+    /// in the cache) decode as [`Job::decode`] does and are copied.
+    pub(crate) fn decode_into(mut self, cache: &BlockCache, dst: &mut [u8]) -> Result<()> {
+        let (name, step, block, len) = (self.name.clone(), self.step, self.block, self.len);
+        let mismatch = |got: usize| {
+            StoreError::Corrupt(Corruption::BlockMismatch {
+                tensor: name.to_string(),
+                step,
+                block,
+                reason: format!("the block decodes to {got} bytes, the record expects {len}"),
+            })
+        };
+        let direct = !self.keep
+            && self.want == self.len
+            && matches!(self.form, Form::Lossless | Form::Aged)
+            && !self.links.is_empty();
+        if !direct {
+            let block = self.decode(cache)?;
+            if block.len() != dst.len() {
+                return Err(mismatch(block.len()));
+            }
+            dst.copy_from_slice(&block);
+            // Not held by the cache: the buffer serves the next block.
+            if let Ok(buf) = Arc::try_unwrap(block) {
+                POOL.give(buf);
+            }
+            return Ok(());
+        }
+        if dst.len() != self.len {
+            return Err(mismatch(dst.len()));
+        }
+        let cached = self.base.take();
+        let links = std::mem::take(&mut self.links);
+        let last = links.len() - 1;
+        // The link below the one being decoded, and a buffer free for the next.
+        let mut below: Option<Vec<u8>> = None;
+        let mut spare: Option<Vec<u8>> = None;
+        for (i, link) in links.into_iter().rev().enumerate() {
+            let base = below.as_deref().or(cached.as_deref().map(Vec::as_slice));
+            if i == last {
+                self.decode_link(&link, base, dst)?;
+            } else {
+                let mut out = spare.take().unwrap_or_else(|| POOL.take_filled(self.len));
+                self.decode_link(&link, base, &mut out)?;
+                spare = below.replace(out);
+            }
+            POOL.give(link.bytes);
+        }
+        for buf in below.into_iter().chain(spare) {
+            POOL.give(buf);
+        }
+        Ok(())
+    }
+
     /// The chain decoded in two buffers that trade places at each link: nothing decoded on
     /// the way is kept (the cache would not take it), so no link allocates (fresh pages cost
     /// a page fault each; at chain depth 5 this halves a 4 MiB read, ADR 0006).
@@ -570,17 +627,7 @@ pub(crate) fn read_blocks(
         .peekable();
     let pipelined = !fetcher.keep;
     let mut fetch_next = || -> Result<Option<Fetched>> {
-        let mut batch: Vec<(usize, u64)> = Vec::new();
-        let mut bytes = 0usize;
-        while let Some(&(si, b)) = todo.peek() {
-            let len = block_bytes(spans[si].rec, b);
-            if !batch.is_empty() && (bytes + len > BATCH_BYTES || batch.len() >= BATCH_JOBS) {
-                break;
-            }
-            bytes += len;
-            batch.push((si, b));
-            todo.next();
-        }
+        let batch = take_batch(&mut todo, spans);
         if batch.is_empty() {
             return Ok(None);
         }
@@ -620,24 +667,44 @@ pub(crate) fn read_blocks(
     Ok(())
 }
 
+/// The next batch of `(span, block)` of a read: at most [`BATCH_BYTES`] of decoded data (one
+/// block at least) and [`BATCH_JOBS`] blocks.
+pub(super) fn take_batch(
+    todo: &mut std::iter::Peekable<impl Iterator<Item = (usize, u64)>>,
+    spans: &[Span<'_>],
+) -> Vec<(usize, u64)> {
+    let mut batch: Vec<(usize, u64)> = Vec::new();
+    let mut bytes = 0usize;
+    while let Some(&(si, b)) = todo.peek() {
+        let len = block_bytes(spans[si].rec, b);
+        if !batch.is_empty() && (bytes + len > BATCH_BYTES || batch.len() >= BATCH_JOBS) {
+            break;
+        }
+        bytes += len;
+        batch.push((si, b));
+        todo.next();
+    }
+    batch
+}
+
 /// One block of a fetched batch: where it is, its fidelity, and its bytes if `rebuild`
 /// made them (Tier 0) instead of a decode.
-struct FetchedBlock {
-    span: usize,
-    block: u64,
-    fidelity: Fidelity,
-    rebuilt: Option<(Block, Fidelity)>,
+pub(super) struct FetchedBlock {
+    pub(super) span: usize,
+    pub(super) block: u64,
+    pub(super) fidelity: Fidelity,
+    pub(super) rebuilt: Option<(Block, Fidelity)>,
 }
 
 /// A batch of [`read_blocks`] fetched: its blocks in order, and the jobs that decode those
 /// not rebuilt, in the same order.
-struct Fetched {
-    blocks: Vec<FetchedBlock>,
-    jobs: Vec<Job>,
+pub(super) struct Fetched {
+    pub(super) blocks: Vec<FetchedBlock>,
+    pub(super) jobs: Vec<Job>,
 }
 
 /// Fetches the jobs of `batch` and rebuilds its Tier 0 blocks.
-fn fetch_batch(
+pub(super) fn fetch_batch(
     fetcher: &mut Fetcher<'_>,
     spans: &[Span<'_>],
     batch: Vec<(usize, u64)>,

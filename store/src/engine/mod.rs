@@ -12,6 +12,7 @@
 //! | `versions` | lookups of versions, checkpoints, tags and tier rows; the name check |
 //! | `segments` | segments stored once per content address, in page-filling pieces |
 //! | `blocks` | reading blocks: fetch a chain ([`Fetcher`]), decode it ([`Job`]) |
+//! | `read_into` | reading whole versions straight into the caller's buffers |
 //! | `encode` | planning a write: bases by the delta policy, encoding in parallel |
 //! | `rebase` | deleting a version, re-basing the blocks that depend on it |
 //! | `quantized` | float blocks to and from quantized segments and residuals |
@@ -26,6 +27,7 @@ mod cache;
 mod encode;
 mod handle;
 mod quantized;
+mod read_into;
 mod rebase;
 mod segments;
 mod tables;
@@ -43,6 +45,7 @@ pub(crate) use encode::{
 };
 pub(crate) use handle::Handle;
 pub(crate) use quantized::ResidualBytes;
+pub(crate) use read_into::read_blocks_into;
 pub(crate) use rebase::{delete_version, delete_versions, rebase_dependents};
 pub(crate) use segments::address_of;
 #[cfg(feature = "remote")]
