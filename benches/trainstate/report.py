@@ -160,7 +160,7 @@ def markdown(doc: dict, plot: str | None = None) -> str:
         if variant == "f32":
             loss_ok = rs["nonfinite"] == 0 and rs["worst"] is not None and rs["worst"] <= t["loss"]
             notes.append(
-                f"- {label(doc, s)}, issue 27's targets: aged part >= {t['aged']:.0f}x: "
+                f"- {label(doc, s)}, targets: aged part >= {t['aged']:.0f}x: "
                 f"{_met((ag['aged_ratio'] or 0) >= t['aged'])} ({_ratio(ag['aged_ratio'])}); whole series >= "
                 f"{t['whole']:.0f}x: {_met(ag['ratio'] >= t['whole'])} ({_ratio(ag['ratio'])}); every "
                 f"resume finite and within {t['loss'] * 100:.0f} %: {_met(loss_ok)}; "
