@@ -172,18 +172,7 @@ impl CheckpointReader<'_> {
             .iter()
             .map(|name| store.version_record(&self.r, name, self.step))
             .collect::<Result<Vec<_>>>()?;
-        let spans: Vec<Span<'_>> = self
-            .todo
-            .iter()
-            .zip(&recs)
-            .map(|(name, rec)| Span {
-                name: Arc::from(name.as_str()),
-                step: self.step,
-                rec,
-                blocks: 0..rec.blocks.len() as u64,
-                upto: None,
-            })
-            .collect();
+        let spans = whole_spans(self.todo.iter(), &recs, self.step);
         let mut fetcher = Fetcher::streaming(&self.r, &store.cache);
         let r = &self.r;
         let read = read_blocks_into(&mut fetcher, &store.cache, &spans, todo_outs, |si, job| {
@@ -212,17 +201,7 @@ impl CheckpointReader<'_> {
             recs.push(rec);
             names.extend(self.todo.pop_front());
         }
-        let spans: Vec<Span<'_>> = names
-            .iter()
-            .zip(&recs)
-            .map(|(name, rec)| Span {
-                name: Arc::from(name.as_str()),
-                step: self.step,
-                rec,
-                blocks: 0..rec.blocks.len() as u64,
-                upto: None,
-            })
-            .collect();
+        let spans = whole_spans(names.iter(), &recs, self.step);
         let mut out: Vec<(Vec<u8>, Fidelity)> = recs
             .iter()
             .map(|rec| {
@@ -429,4 +408,22 @@ impl Store {
             Ok(read)
         })
     }
+}
+
+/// One span per tensor covering every block of its version at `step` (a whole-tensor read).
+fn whole_spans<'a>(
+    names: impl Iterator<Item = &'a String>,
+    recs: &'a [VersionRecord],
+    step: u64,
+) -> Vec<Span<'a>> {
+    names
+        .zip(recs)
+        .map(|(name, rec)| Span {
+            name: Arc::from(name.as_str()),
+            step,
+            rec,
+            blocks: 0..rec.blocks.len() as u64,
+            upto: None,
+        })
+        .collect()
 }
