@@ -411,7 +411,7 @@ impl Store {
 }
 
 /// One span per tensor covering every block of its version at `step` (a whole-tensor read).
-fn whole_spans<'a>(
+pub(crate) fn whole_spans<'a>(
     names: impl Iterator<Item = &'a String>,
     recs: &'a [VersionRecord],
     step: u64,

@@ -25,7 +25,6 @@ use std::marker::PhantomData;
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use safetensors::tensor::{Metadata, TensorInfo};
 use safetensors::{Dtype, SafeTensorError};
@@ -33,7 +32,7 @@ use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::engine::{check_name, read_blocks, Fetcher, Span, View};
+use crate::engine::{check_name, read_blocks, Fetcher, View};
 use crate::error::{InvalidInput, NotFound, Result, SafeTensorsProblem, StoreError};
 use crate::record::MAX_DIMS;
 use crate::store::{contain, Store};
@@ -717,18 +716,7 @@ impl Store {
                 out.write_all(&(header.len() as u64).to_le_bytes())
                     .map_err(io)?;
                 out.write_all(&header).map_err(io)?;
-                let spans: Vec<Span<'_>> = cp
-                    .tensors
-                    .iter()
-                    .zip(&recs)
-                    .map(|(name, rec)| Span {
-                        name: Arc::from(name.as_str()),
-                        step,
-                        rec,
-                        blocks: 0..rec.blocks.len() as u64,
-                        upto: None,
-                    })
-                    .collect();
+                let spans = crate::reader::whole_spans(cp.tensors.iter(), &recs, step);
                 let mut fetcher = Fetcher::streaming(&r, &self.cache);
                 read_blocks(
                     &mut fetcher,
