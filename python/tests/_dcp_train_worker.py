@@ -17,6 +17,7 @@ from torch.distributed.checkpoint.state_dict import get_state_dict
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
+from _gloo_exit import leave
 from strata.dcp import StrataStorageWriter
 
 
@@ -65,8 +66,7 @@ def main():
             model_sd, optim_sd = get_state_dict(net, opt)
             dcp.save({"model": model_sd, "optim": optim_sd},
                      storage_writer=StrataStorageWriter(store, step=step))
-    dist.barrier()
-    dist.destroy_process_group()
+    leave()
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
+from _gloo_exit import leave
 from strata.dcp import StrataStorageReader, StrataStorageWriter
 
 
@@ -46,8 +47,7 @@ def main():
     )
     with open(out, "w") as f:
         f.write("ok" if ok else f"mismatch: {target}")
-    dist.barrier()
-    dist.destroy_process_group()
+    leave()
 
 
 if __name__ == "__main__":

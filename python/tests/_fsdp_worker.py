@@ -24,6 +24,7 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
+from _gloo_exit import leave
 from strata.dcp import StrataStorageReader, StrataStorageWriter
 
 STEP = 7
@@ -93,8 +94,7 @@ def main():
         if rank == 0:
             same(torch.load(ref, weights_only=False), full)
             print("ok", flush=True)
-    dist.barrier()
-    dist.destroy_process_group()
+    leave()
 
 
 if __name__ == "__main__":
