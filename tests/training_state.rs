@@ -298,3 +298,65 @@ fn every_role_stays_in_its_domain_through_every_tier() {
         }
     }
 }
+
+/// The rule for tensors of one dimension: a norm's (or bias's) weights stay exact, and its
+/// AdamW moments age by their role, as a matrix's do (ADR 0027: they were most of what an
+/// aged fine-tuning checkpoint still stored). A scalar of any role stays exact.
+#[test]
+fn moments_of_norms_age_by_role_and_norms_stay_exact() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut store = Store::open(dir.path().join("n.strata")).expect("open");
+    let n = 4096;
+    let names = [
+        ("blocks.0.norm.weight", vec![n as u64]),
+        ("__trainer__/optimizer/state/1/exp_avg", vec![n as u64]),
+        ("__trainer__/optimizer/state/1/exp_avg_sq", vec![n as u64]),
+        ("__trainer__/optimizer/state/2/exp_avg_sq", vec![]),
+    ];
+    let mut written = BTreeMap::new();
+    for step in 1..=5u64 {
+        let mut rng = Rng::new(step);
+        let mut normal = move || (0..4).map(|_| rng.unit() as f32).sum::<f32>() - 2.0;
+        let norm: Vec<f32> = (0..n).map(|_| 1.0 + 1e-2 * normal()).collect();
+        let m: Vec<f32> = (0..n).map(|_| 1e-3 * normal()).collect();
+        let v: Vec<f32> = m.iter().map(|x| x * x * 3.0).collect();
+        let values = [norm, m, v, vec![2.5e-7 * step as f32]];
+        let bytes: Vec<Vec<u8>> = values.iter().map(|v| f32_bytes(v)).collect();
+        let refs: Vec<(&str, TensorRef<'_>)> = names
+            .iter()
+            .zip(&bytes)
+            .map(|((name, shape), b)| {
+                let t = TensorRef {
+                    dtype: DType::F32,
+                    shape,
+                    bytes: b,
+                };
+                (*name, t)
+            })
+            .collect();
+        store.save_checkpoint(step, &refs, "{}").expect("save");
+        written.insert(step, bytes);
+    }
+    let report = store.age(&AgePolicy::training_state()).expect("age");
+    assert_eq!(report.aged, vec![1, 2, 3]);
+    for (step, bytes) in &written {
+        for ((name, _), exact) in names.iter().zip(bytes) {
+            let t = store.get(name, *step).expect("get");
+            let values = f32s(&t.data);
+            assert!(values.iter().all(|x| x.is_finite()), "{name}@{step}");
+            if report.aged.contains(step) && name.contains("/state/1/") {
+                assert!(
+                    matches!(t.fidelity, Fidelity::Aged { .. }),
+                    "{name}@{step}: {:?}",
+                    t.fidelity
+                );
+            } else {
+                assert_eq!(t.fidelity, Fidelity::Exact, "{name}@{step}");
+                assert!(t.data == *exact, "{name}@{step} claims exact and is not");
+            }
+            if name.ends_with("exp_avg_sq") {
+                assert!(values.iter().all(|&x| x >= 0.0), "{name}@{step} below zero");
+            }
+        }
+    }
+}

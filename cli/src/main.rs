@@ -176,8 +176,8 @@ enum Command {
         no_keep_tagged: bool,
     },
     /// Re-encode old checkpoints lossy under an error budget (ADR 0020): the last N, every
-    /// K-th and tagged checkpoints stay exact; so do 1-D tensors (norms, biases) and pinned
-    /// ones. Reads of aged versions report the error measured when they were aged. Cannot be
+    /// K-th and tagged checkpoints stay exact; so do scalars, 1-D weights (norms, biases),
+    /// counters and pinned tensors (the moments of norms and biases age by their role). Reads of aged versions report the error measured when they were aged. Cannot be
     /// undone: needs --budget (or --yes); --dry-run shows what it would do.
     Age {
         /// The store file.
@@ -215,7 +215,7 @@ enum Command {
         #[arg(long, value_name = "PATTERN")]
         exact: Vec<String>,
         /// A budget for tensors matching a pattern, as PATTERN=ERROR (repeatable; beats
-        /// --budget and the 1-D rule; the first matching --exact or --budget-for wins, in
+        /// --budget and the rule for scalars and 1-D weights; the first matching --exact or --budget-for wins, in
         /// the order given, --exact first).
         #[arg(long, value_name = "PATTERN=ERROR")]
         budget_for: Vec<String>,

@@ -147,8 +147,8 @@ def section() -> str:
         "dominate).",
         "",
         "Every aged checkpoint of an HF store (64 steps, full state every 8, 6 aged), read "
-        "back against the values saved (the bit-exact ones: counters, state, and the 1-D "
-        "tensors of the other roles, biases and norms and their moments):",
+        "back against the values saved (the bit-exact ones: counters, state, and the "
+        "weights of biases and norms):",
         "",
         "| dtype | role | tensors | elements | bit-exact | below zero (saved >= 0) | non-finite | "
         "largest element error | largest reported error |",

@@ -488,8 +488,9 @@ class Store(_File):
         dimensions is kept within a relative Frobenius error of ``budget`` per block
         (``budgets``: pattern -> error for some tensors), and within ``update_budget`` of its
         distance from the newer checkpoint it is a delta against (so an old checkpoint never
-        turns into a newer one; ``None``: no such bound); 1-D tensors (norms, biases), pinned
-        tensors and those matching a pattern of ``exact`` stay exact. ``steps`` ages just
+        turns into a newer one; ``None``: no such bound); scalars, 1-D weights (norms,
+        biases), counters, pinned tensors and those matching a pattern of ``exact`` stay exact
+        (the moments of norms and biases age by their role). ``steps`` ages just
         those checkpoints (:class:`strata.InvalidInput` if the rules keep one exact). Reads of an aged
         version give ``{"kind": "aged", "rel_error": e}`` as fidelity. Compacts the file and
         returns a report: ``aged``, ``kept``, ``versions_aged``, ``versions_exact``,

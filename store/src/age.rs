@@ -52,7 +52,7 @@ pub struct AgePolicy {
     /// such bound (the norm budget alone).
     pub update_budget: Option<f64>,
     /// Budgets by name pattern, first match first; they beat `budget` and the rule that
-    /// keeps tensors of fewer than two dimensions (norms, biases, scalars) exact.
+    /// keeps scalars and 1-D weights (norms, biases) exact.
     pub rules: Vec<AgeRule>,
     /// Age exactly these checkpoints (each refused if the rules above keep it exact);
     /// `None` ages every checkpoint the rules do not keep.
@@ -202,8 +202,9 @@ impl AgePolicy {
 
     /// How the versions of tensor `name` (of `role`, with `ndim` dimensions) age, or `None`
     /// when they stay exact: counters and other state always exact; then a rule's budget
-    /// (`None`: exact); then tensors of fewer than two dimensions (norms, biases, scalars)
-    /// exact; then the role's budget.
+    /// (`None`: exact); then scalars, and weights of one dimension (norms, biases), exact;
+    /// then the role's budget. The moments of norms and biases age by their role: resuming
+    /// needs them no more precisely than a matrix's (ADR 0027, finetune-f32).
     fn how(
         &self,
         rules: &[(WildMatch, Option<f64>)],
@@ -217,7 +218,7 @@ impl AgePolicy {
         let rule = rules.iter().find(|(m, _)| m.matches(name)).map(|(_, b)| *b);
         let budget = match rule {
             Some(b) => Some(b?),
-            None if ndim < 2 => return None,
+            None if ndim == 0 || (ndim < 2 && role == Role::Weight) => return None,
             None => None,
         };
         Some(match role {
@@ -237,8 +238,8 @@ impl AgePolicy {
 
 impl Store {
     /// Ages old checkpoints: every checkpoint `policy` does not keep exact has its tensor
-    /// versions re-encoded lossy under their error budget (tensors of fewer than two
-    /// dimensions and pinned tensors stay exact), in one transaction, then the file is
+    /// versions re-encoded lossy under their error budget (scalars, 1-D weights, counters,
+    /// other state and pinned tensors stay exact), in one transaction, then the file is
     /// compacted. Exact versions that depended on an aged one are re-based first, in the
     /// same transaction: a crash leaves every checkpoint exact or aged. A read of an aged
     /// version returns [`crate::Fidelity::Aged`] with the error measured when it was aged.
