@@ -6,8 +6,9 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use strata_store::remote::{self, Remote, RemoteError, RemoteStore, DEFAULT_CACHE_BYTES};
-use strata_store::RetainPolicy;
+use strata_store::{CheckpointReader, PendingTensor, RetainPolicy};
 
+use crate::load::{self, CheckpointSource};
 use crate::{
     element_range, fidelity_to_py, store_error_to_py, tensor_to_py, Conflict, Corrupt, PyHistory,
     PyTensor, RemoteFailure,
@@ -157,6 +158,23 @@ impl PyRemoteStore {
     }
 }
 
+impl CheckpointSource for PyRemoteStore {
+    fn layout(&self, py: Python<'_>, step: u64) -> PyResult<Vec<PendingTensor>> {
+        self.with(py, |r| r.pending(step))
+    }
+
+    fn read<T: Send>(
+        &self,
+        py: Python<'_>,
+        step: u64,
+        read: impl FnOnce(CheckpointReader<'_>) -> strata_store::Result<T> + Send,
+    ) -> PyResult<T> {
+        self.with(py, |r| {
+            r.with_checkpoint(step, |cache| read(cache.read_checkpoint(step)?))
+        })
+    }
+}
+
 #[pymethods]
 impl PyRemoteStore {
     /// Opens the remote at `url` with a cache of at most `cache_bytes` in `cache_dir`.
@@ -244,19 +262,15 @@ impl PyRemoteStore {
         Ok(PyArray1::from_vec(py, s.data))
     }
 
-    /// `(metadata, [(name, (dtype, shape, bytes))])` of the checkpoint at `step`.
+    /// `(metadata, [(name, (dtype, shape, bytes))])` of the checkpoint at `step`: the
+    /// checkpoint is fetched into the cache, then read as from a store (arrays allocated
+    /// first, every block decoded straight into them with the GIL released).
     fn load_checkpoint<'py>(
         &self,
         py: Python<'py>,
         step: u64,
     ) -> PyResult<(String, Vec<(String, PyTensor<'py>)>)> {
-        let c = self.with(py, |r| r.load_checkpoint(step))?;
-        let tensors = c
-            .tensors
-            .into_iter()
-            .map(|(n, t)| (n, tensor_to_py(py, t)))
-            .collect();
-        Ok((c.metadata, tensors))
+        load::load_checkpoint(self, py, step)
     }
 
     /// `(metadata, [tensor names])` of the checkpoint at `step`.

@@ -17,7 +17,7 @@ use crate::error::{NotFound, StoreError};
 use crate::record::{CheckpointRecord, VersionRecord};
 use crate::safetensors_io::ExportReport;
 use crate::tensor::{Checkpoint, Tensor, TensorSlice};
-use crate::{DType, Store};
+use crate::{DType, PendingTensor, Store};
 
 /// Default bound of a remote read cache: 4 GiB.
 pub const DEFAULT_CACHE_BYTES: u64 = 4 << 30;
@@ -263,10 +263,53 @@ impl RemoteStore {
     /// # Errors
     /// [`NotFound::Checkpoint`], and those of [`RemoteStore::get`].
     pub fn load_checkpoint(&self, step: u64) -> Result<Checkpoint, RemoteError> {
+        self.with_checkpoint(step, |cache| cache.load_checkpoint(step))
+    }
+
+    /// The tensors of checkpoint `step`, in its order, with the bytes each reads back as, from
+    /// its manifest (nothing fetched): the buffers for [`crate::CheckpointReader::read_into`]
+    /// under [`RemoteStore::with_checkpoint`].
+    ///
+    /// # Errors
+    /// [`NotFound::Checkpoint`].
+    pub fn pending(&self, step: u64) -> Result<Vec<PendingTensor>, RemoteError> {
+        let m = self.manifest(step)?;
+        m.tensors
+            .iter()
+            .map(|name| {
+                let rec = m.versions.get(&(name.clone(), step)).ok_or_else(|| {
+                    StoreError::NotFound(NotFound::Version {
+                        tensor: name.clone(),
+                        step,
+                    })
+                })?;
+                Ok(PendingTensor {
+                    name: name.clone(),
+                    dtype: rec.dtype,
+                    shape: rec.shape.clone(),
+                    bytes: rec.raw_bytes(),
+                })
+            })
+            .collect()
+    }
+
+    /// Runs `read` on the local cache once every tensor of checkpoint `step` is in it
+    /// (fetched if not), then brings the cache back within its bound, whether `read`
+    /// succeeded or not (this checkpoint's tensors stay until a later read needs the room).
+    /// `read` opens what it needs itself: [`Store::read_checkpoint`] to read into the
+    /// caller's buffers, [`Store::load_checkpoint`], an export.
+    ///
+    /// # Errors
+    /// [`NotFound::Checkpoint`], those of fetching, and `read`'s.
+    pub fn with_checkpoint<T>(
+        &self,
+        step: u64,
+        read: impl FnOnce(&Store) -> crate::Result<T>,
+    ) -> Result<T, RemoteError> {
         let keep = self.ensure_checkpoint(step)?;
-        let out = self.cache.load_checkpoint(step)?;
+        let out = read(&self.cache);
         self.evict(&keep)?;
-        Ok(out)
+        Ok(out?)
     }
 
     /// Writes checkpoint `step` as a safetensors file ([`Store::export_safetensors`]).
@@ -278,10 +321,7 @@ impl RemoteStore {
         step: u64,
         path: impl AsRef<Path>,
     ) -> Result<ExportReport, RemoteError> {
-        let keep = self.ensure_checkpoint(step)?;
-        let out = self.cache.export_safetensors(step, path)?;
-        self.evict(&keep)?;
-        Ok(out)
+        self.with_checkpoint(step, |cache| cache.export_safetensors(step, path))
     }
 
     fn manifest(&self, step: u64) -> Result<&crate::record::Manifest, RemoteError> {

@@ -8,7 +8,7 @@ use proptest::prelude::*;
 use super::manifest::of_checkpoint;
 use super::*;
 use crate::record::{Kind, Manifest};
-use crate::{DType, Options, RetainPolicy, Store, StoreError, TensorRef};
+use crate::{DType, NotFound, Options, RetainPolicy, Store, StoreError, TensorRef};
 
 /// A tensor of `n` f32 values that drift with `step` (so versions are deltas).
 fn weights(n: usize, seed: u32, step: u64) -> Vec<u8> {
@@ -233,6 +233,50 @@ fn the_read_cache_stays_bounded() {
     assert_eq!(b.data, src.get("b", 10).unwrap().data);
     rs.export_safetensors(20, dir.path().join("20.safetensors"))
         .unwrap();
+}
+
+#[test]
+fn a_checkpoint_reads_into_buffers_laid_out_from_its_manifest() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = open(&dir, "src.strata");
+    fill(&src, &[10, 20], 5);
+    let remote = Remote::in_memory();
+    push(&src, &remote, None).unwrap();
+    // A bound smaller than one checkpoint: the read still sees every tensor.
+    let rs = RemoteStore::open(remote, dir.path().join("cache"), 1).unwrap();
+    let before = rs.counts().requests;
+    let layout = rs.pending(20).unwrap();
+    assert_eq!(layout, src.read_checkpoint(20).unwrap().pending().unwrap());
+    assert_eq!(
+        rs.counts().requests,
+        before,
+        "the layout comes from the manifest alone"
+    );
+    let mut bufs: Vec<Vec<u8>> = layout.iter().map(|t| vec![0; t.bytes as usize]).collect();
+    let metadata = rs
+        .with_checkpoint(20, |cache| {
+            let mut reader = cache.read_checkpoint(20)?;
+            assert_eq!(reader.pending()?, layout);
+            let mut outs: Vec<&mut [u8]> = bufs.iter_mut().map(Vec::as_mut_slice).collect();
+            reader.read_into(&mut outs)?;
+            Ok(reader.metadata().to_string())
+        })
+        .unwrap();
+    assert_eq!(metadata, src.checkpoint_info(20).unwrap().metadata);
+    for (t, buf) in layout.iter().zip(&bufs) {
+        assert_eq!(*buf, src.get(&t.name, 20).unwrap().data, "{}", t.name);
+    }
+    // A failing read's error is the caller's.
+    let err = rs
+        .with_checkpoint(20, |_| -> crate::Result<()> {
+            Err(StoreError::NotFound(NotFound::Checkpoint { step: 7 }))
+        })
+        .unwrap_err();
+    assert!(matches!(err, RemoteError::Store(StoreError::NotFound(_))));
+    assert!(matches!(
+        rs.pending(15).unwrap_err(),
+        RemoteError::Store(StoreError::NotFound(NotFound::Checkpoint { step: 15 }))
+    ));
 }
 
 #[test]
