@@ -1,6 +1,6 @@
 //! `strata log` and `strata stats`: what the store holds, without decoding data.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use strata_store::{BlockEncoding, Store, Tier};
@@ -89,42 +89,22 @@ fn log_tensor(store: &Store, name: &str) -> CliResult {
 }
 
 fn log_checkpoints(store: &Store) -> CliResult {
-    // Raw and stored bytes of every version, by (tensor, step), and the worst error of the
-    // aged versions by step.
-    let mut sizes: HashMap<(String, u64), (u64, u64)> = HashMap::new();
-    let mut aged: HashMap<u64, f64> = HashMap::new();
-    for name in store.tensors()? {
-        for v in store.versions(&name)? {
-            sizes.insert((name.clone(), v.step), (v.raw_bytes, v.stored_bytes));
-            if let Some(e) = v.aged {
-                let worst = aged.entry(v.step).or_insert(0.0);
-                *worst = worst.max(e);
-            }
-        }
-    }
     let mut tags: BTreeMap<u64, Vec<String>> = BTreeMap::new();
     for (tag, step) in store.tags()? {
         tags.entry(step).or_default().push(tag);
     }
-    let mut rows = Vec::new();
-    for step in store.checkpoints()? {
-        let info = store.checkpoint_info(step)?;
-        let (mut raw, mut stored) = (0u64, 0u64);
-        for t in &info.tensors {
-            if let Some((r, s)) = sizes.get(&(t.clone(), step)) {
-                raw += r;
-                stored += s;
-            }
-        }
-        rows.push(CheckpointRow {
-            step,
-            tensors: info.tensors.len(),
-            raw,
-            stored,
-            tags: tags.remove(&step).unwrap_or_default(),
-            aged: aged.get(&step).copied(),
-        });
-    }
+    let rows: Vec<CheckpointRow> = store
+        .checkpoint_summaries()?
+        .into_iter()
+        .map(|c| CheckpointRow {
+            step: c.step,
+            tensors: c.tensors,
+            raw: c.raw_bytes,
+            stored: c.stored_bytes,
+            tags: tags.remove(&c.step).unwrap_or_default(),
+            aged: c.aged,
+        })
+        .collect();
     print_checkpoints(&rows)
 }
 

@@ -139,6 +139,7 @@ pub mod roles;
 mod safetensors_io;
 mod stats;
 mod store;
+mod summary;
 mod tensor;
 mod tiers;
 mod verify;
@@ -177,6 +178,7 @@ pub use strata_codec::convert::to_f64;
 pub use strata_codec::DType;
 pub use strata_tiering as tiering;
 pub use strata_tiering::{Budget, Clock, MaintainReport, ManualClock, Tick, Tier, TierConfig};
+pub use summary::CheckpointSummary;
 pub use tensor::{
     BlockEncoding, Checkpoint, CheckpointInfo, Fidelity, Tensor, TensorRef, TensorSlice,
     VersionInfo,

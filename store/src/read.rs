@@ -366,6 +366,19 @@ impl Store {
     }
 }
 
+/// Bytes a version stores: its record and the segments it adds (none for a block that
+/// refers to an earlier one).
+pub(crate) fn stored_bytes(rec: &VersionRecord) -> u64 {
+    let record = (rec.encoded_len() + CHECKSUM_LEN) as u64;
+    let segments: u64 = rec
+        .blocks
+        .iter()
+        .filter(|b| !b.reference)
+        .map(|b| u64::from(b.segment_len))
+        .sum();
+    record + segments
+}
+
 /// The public summary of a version record.
 pub(crate) fn version_info(step: u64, rec: &VersionRecord, tiers: &[Tier]) -> VersionInfo {
     let encodings: Vec<BlockEncoding> = rec
@@ -384,13 +397,12 @@ pub(crate) fn version_info(step: u64, rec: &VersionRecord, tiers: &[Tier]) -> Ve
             },
         })
         .collect();
-    let record_bytes = (rec.encode().len() + CHECKSUM_LEN) as u64;
     VersionInfo {
         step,
         dtype: rec.dtype,
         shape: rec.shape.clone(),
         raw_bytes: rec.raw_bytes(),
-        stored_bytes: record_bytes + encodings.iter().map(|e| e.stored_bytes).sum::<u64>(),
+        stored_bytes: stored_bytes(rec),
         encodings,
         aged: rec.aged.map(f64::from),
     }

@@ -215,3 +215,96 @@ fn identical_tensors_share_segments() {
     assert_eq!(store.get("b", 1).expect("b").data, v);
     assert!(store.verify().expect("verify").is_ok());
 }
+
+/// `checkpoint_summaries` counts in one pass what the per-version calls give: each
+/// checkpoint's tensors, raw and stored bytes (blocks that refer to earlier ones add no
+/// segment) and the worst error of its aged versions; a version outside any checkpoint (a
+/// `put`) and a checkpoint's tensor deleted since are not counted.
+#[test]
+fn checkpoint_summaries_sum_what_versions_say() {
+    let (_d, path) = temp_store();
+    let mut store = Store::open_with(
+        &path,
+        Options {
+            block_bytes: 4000,
+            ..Options::default()
+        },
+    )
+    .expect("open");
+    let shape_w = [40u64, 100];
+    let shape_b = [100u64];
+    for step in 1..=6u64 {
+        let w = f32_bytes(&noise(4000, step));
+        // The bias does not change: its later versions refer to the first one's blocks.
+        let b = f32_bytes(&noise(100, 100));
+        let tensors = [
+            (
+                "layer.weight",
+                TensorRef {
+                    dtype: DType::F32,
+                    shape: &shape_w,
+                    bytes: &w,
+                },
+            ),
+            (
+                "layer.bias",
+                TensorRef {
+                    dtype: DType::F32,
+                    shape: &shape_b,
+                    bytes: &b,
+                },
+            ),
+        ];
+        store
+            .save_checkpoint(step * 10, &tensors, "{}")
+            .expect("save");
+    }
+    let extra = f32_bytes(&noise(100, 7));
+    let t = TensorRef {
+        dtype: DType::F32,
+        shape: &shape_b,
+        bytes: &extra,
+    };
+    store.put("loose", 30, &t).expect("put");
+    store.delete("layer.bias", 60).expect("delete");
+    let report = store
+        .age(&strata_store::AgePolicy {
+            budget: 1e-2,
+            ..strata_store::AgePolicy::default()
+        })
+        .expect("age");
+    assert!(!report.aged.is_empty());
+
+    let summaries = store.checkpoint_summaries().expect("summaries");
+    assert_eq!(
+        summaries.iter().map(|s| s.step).collect::<Vec<_>>(),
+        store.checkpoints().expect("checkpoints")
+    );
+    for s in &summaries {
+        let info = store.checkpoint_info(s.step).expect("info");
+        assert_eq!(s.tensors, info.tensors.len());
+        let (mut raw, mut stored, mut aged) = (0, 0, None::<f64>);
+        for name in &info.tensors {
+            let Ok(v) = store.version_info(name, s.step) else {
+                continue;
+            };
+            raw += v.raw_bytes;
+            stored += v.stored_bytes;
+            if let Some(e) = v.aged {
+                aged = Some(aged.map_or(e, |w| w.max(e)));
+            }
+        }
+        assert_eq!(
+            (s.raw_bytes, s.stored_bytes, s.aged),
+            (raw, stored, aged),
+            "{s:?}"
+        );
+        assert_eq!(s.aged.is_some(), report.aged.contains(&s.step), "{s:?}");
+    }
+    let last = summaries.last().expect("a checkpoint");
+    assert_eq!(last.raw_bytes, 16_000, "the deleted bias is not counted");
+    assert!(summaries.iter().any(|s| {
+        let info = store.version_info("layer.bias", s.step);
+        info.is_ok_and(|v| v.encodings.iter().all(|e| e.reference))
+    }));
+}

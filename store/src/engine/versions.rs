@@ -110,6 +110,23 @@ pub(crate) fn versions_of(
     Ok(out)
 }
 
+/// Calls `each` with the name, step and record of every version, in key order: by name
+/// (shorter names first), then by step.
+pub(crate) fn every_version(
+    versions: &impl BytesTable,
+    mut each: impl FnMut(&str, u64, VersionRecord),
+) -> Result<()> {
+    for entry in versions.iter().ctx("listing versions")? {
+        let (k, v) = entry.ctx("listing versions")?;
+        let key = k.value();
+        let (name, step) = decode_version_key(key).ok_or_else(|| bad_version_key("?", key))?;
+        let rec = VersionRecord::from_stored(key, v.value())
+            .map_err(|source| version_error(name, step, source))?;
+        each(name, step, rec);
+    }
+    Ok(())
+}
+
 /// Whether `name` has any version.
 pub(crate) fn has_versions(versions: &impl BytesTable, name: &str) -> Result<bool> {
     let range = version_key_range(name, 0..=u64::MAX);

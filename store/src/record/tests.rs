@@ -80,6 +80,7 @@ fn aged_version_record_round_trips_and_rejects_bad_values() {
     let bytes = r.encode();
     assert_eq!(bytes[0], 2, "an aged record is record version 2");
     assert_eq!(bytes.len(), 3 + 16 + 12 + 3 * BLOCK_RECORD_LEN + 4);
+    assert_eq!(bytes.len(), r.encoded_len());
     assert_eq!(VersionRecord::decode(&bytes), Ok(r));
     // Version 1 with the trailing error, version 2 without it: refused.
     let mut v1 = bytes.clone();
@@ -107,6 +108,7 @@ fn version_record_round_trips() {
     let r = sample();
     let bytes = r.encode();
     assert_eq!(bytes.len(), 3 + 16 + 12 + 4 * BLOCK_RECORD_LEN);
+    assert_eq!(bytes.len(), r.encoded_len());
     assert_eq!(VersionRecord::decode(&bytes), Ok(r));
 }
 
@@ -227,6 +229,7 @@ mod arbitrary_bytes {
         #[test]
         fn decoders_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {
             if let Ok(r) = VersionRecord::decode(&bytes) {
+                prop_assert_eq!(r.encoded_len(), bytes.len());
                 prop_assert_eq!(r.encode(), bytes.clone());
             }
             if let Ok(r) = TierRow::decode(&bytes) {

@@ -238,10 +238,14 @@ impl VersionRecord {
         self.elements.saturating_mul(self.dtype.size() as u64)
     }
 
+    /// Bytes [`VersionRecord::encode`] gives.
+    pub(crate) fn encoded_len(&self) -> usize {
+        let aged = if self.aged.is_some() { 4 } else { 0 };
+        3 + 8 * self.shape.len() + 12 + BLOCK_RECORD_LEN * self.blocks.len() + aged
+    }
+
     pub(crate) fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(
-            3 + 8 * self.shape.len() + 12 + BLOCK_RECORD_LEN * self.blocks.len(),
-        );
+        let mut out = Vec::with_capacity(self.encoded_len());
         out.push(match self.aged {
             None => RECORD_VERSION,
             Some(_) => RECORD_VERSION_AGED,
