@@ -90,6 +90,21 @@ def check_aged_checkpoint(rows, step):
             assert r.rel_error <= r.fidelity["rel_error"] * 1.01 + 1e-7, (step, r.name)
 
 
+def age_and_audit(store, steps, resumed):
+    """Ages the store with the training-state preset, the last 2 of ``steps`` kept exact;
+    checks each aged checkpoint of ``resumed`` against what was saved
+    (:func:`check_aged_checkpoint`); returns the checkpoints up to the last of ``resumed`` as
+    read after aging (a resumed run saving later must leave them unchanged)."""
+    saved = snapshot(store)
+    with strata.Store(store) as st:
+        report = st.age(keep_exact_last=2, training_state=True)
+    assert report["aged"] == steps[:-2] and report["kept"] == steps[-2:]
+    rows = audit(store, {r: saved[r] for r in resumed})
+    for r in resumed:
+        check_aged_checkpoint(rows, r)
+    return read_steps(store, [s for s in steps if s <= resumed[-1]])
+
+
 def read_steps(store, steps):
     """The checkpoints at ``steps``, each tensor with its fidelity."""
     with strata.open_read_only(store) as st:
@@ -132,15 +147,7 @@ def test_hf_trainer_resumes_from_aged_checkpoints(tmp_path):
     steps = list(range(HF_EVERY, HF_STEPS + 1, HF_EVERY))
     exact = {r: run.resume(store, r, tmp_path / f"exact{r}", HF_STEPS, None)[1]
              for r in HF_RESUME}
-    saved = snapshot(store)
-
-    with strata.Store(store) as st:
-        report = st.age(keep_exact_last=2, training_state=True)
-    assert report["aged"] == steps[:-2] and report["kept"] == steps[-2:]
-    rows = audit(store, {r: saved[r] for r in HF_RESUME})
-    for r in HF_RESUME:
-        check_aged_checkpoint(rows, r)
-    before = read_steps(store, [s for s in steps if s <= HF_RESUME[-1]])
+    before = age_and_audit(store, steps, HF_RESUME)
 
     for r in HF_RESUME:
         saving = r == HF_RESUME[-1]
@@ -231,15 +238,7 @@ def test_lightning_fit_resumes_from_aged_checkpoints(tmp_path):
     steps = list(range(L_EVERY, L_STEPS + 1, L_EVERY))
     pointer = {s: str(ckdir / f"step={s}.ckpt") for s in steps}
     exact = {r: run.resume(pointer[r], L_STEPS)[1] for r in L_RESUME}
-    saved = snapshot(store)
-
-    with strata.Store(store) as st:
-        report = st.age(keep_exact_last=2, training_state=True)
-    assert report["aged"] == steps[:-2] and report["kept"] == steps[-2:]
-    rows = audit(store, {r: saved[r] for r in L_RESUME})
-    for r in L_RESUME:
-        check_aged_checkpoint(rows, r)
-    before = read_steps(store, [s for s in steps if s <= L_RESUME[-1]])
+    before = age_and_audit(store, steps, L_RESUME)
 
     for r in L_RESUME:
         saving = r == L_RESUME[-1]
