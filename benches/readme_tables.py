@@ -464,9 +464,13 @@ def python_table():
     if not os.path.exists(py):
         run(["bash", "python/ci.sh", "--collect-only", "-q"])
     cmd = [py, "python/benches/bench.py", "--runs", "3"]
-    out = run(cmd)
+    out = run(cmd).strip()
     shown = " ".join(["python"] + cmd[1:])
-    return f"Measured {machine()} by `{shown}` (the venv of `python/ci.sh`):\n\n" + out.strip()
+    # bench.py opens with its own "Measured DATE on N cores, load average ...; ..." line: one
+    # line says both.
+    first, _, rest = out.partition("\n")
+    detail = re.sub(r"^Measured \S+ on \d+ cores, ", "", first)
+    return f"Measured {machine()} by `{shown}` (the venv of `python/ci.sh`), {detail}\n" + rest
 
 
 def kills_table():
