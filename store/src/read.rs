@@ -11,7 +11,7 @@ use crate::engine::{
     checkpoint_steps, lossy, read_blocks, tag_list, tensor_names, Fetcher, ReadTxn, Span, View,
 };
 use crate::error::{InvalidInput, NotFound, Result, StoreError, TierFailure};
-use crate::record::{Form, ResidualRef, VersionRecord, CHECKSUM_LEN};
+use crate::record::{BlockRecord, Form, ResidualRef, VersionRecord, CHECKSUM_LEN};
 use crate::store::{contain, Store};
 use crate::tensor::{BlockEncoding, CheckpointInfo, Fidelity, Tensor, TensorSlice, VersionInfo};
 
@@ -370,13 +370,12 @@ impl Store {
 /// refers to an earlier one).
 pub(crate) fn stored_bytes(rec: &VersionRecord) -> u64 {
     let record = (rec.encoded_len() + CHECKSUM_LEN) as u64;
-    let segments: u64 = rec
-        .blocks
-        .iter()
-        .filter(|b| !b.reference)
-        .map(|b| u64::from(b.segment_len))
-        .sum();
-    record + segments
+    record
+        + rec
+            .blocks
+            .iter()
+            .map(BlockRecord::stored_bytes)
+            .sum::<u64>()
 }
 
 /// The public summary of a version record.
@@ -390,11 +389,7 @@ pub(crate) fn version_info(step: u64, rec: &VersionRecord, tiers: &[Tier]) -> Ve
             base: b.base,
             reference: b.reference,
             depth: b.depth,
-            stored_bytes: if b.reference {
-                0
-            } else {
-                u64::from(b.segment_len)
-            },
+            stored_bytes: b.stored_bytes(),
         })
         .collect();
     VersionInfo {

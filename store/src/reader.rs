@@ -67,6 +67,18 @@ pub struct PendingTensor {
     pub bytes: u64,
 }
 
+impl PendingTensor {
+    /// Version record `rec` of tensor `name`, as a read of it will return it.
+    pub(crate) fn of(name: &str, rec: &VersionRecord) -> PendingTensor {
+        PendingTensor {
+            name: name.to_string(),
+            dtype: rec.dtype,
+            shape: rec.shape.clone(),
+            bytes: rec.raw_bytes(),
+        }
+    }
+}
+
 impl CheckpointReader<'_> {
     /// The checkpoint's step.
     pub fn step(&self) -> u64 {
@@ -104,12 +116,7 @@ impl CheckpointReader<'_> {
             }
             for name in &self.todo {
                 let rec = self.store.version_record(&self.r, name, self.step)?;
-                out.push(PendingTensor {
-                    name: name.clone(),
-                    dtype: rec.dtype,
-                    shape: rec.shape.clone(),
-                    bytes: rec.raw_bytes(),
-                });
+                out.push(PendingTensor::of(name, &rec));
             }
             Ok(out)
         })

@@ -177,11 +177,7 @@ impl Store {
                 for (b, row) in rec.blocks.iter().zip(&rows) {
                     let row = row.as_ref();
                     let tier = row.map_or(Tier::Exact, |row| row.tier);
-                    let mut bytes = if b.reference {
-                        0
-                    } else {
-                        u64::from(b.segment_len)
-                    };
+                    let mut bytes = b.stored_bytes();
                     if let Some(row) = row {
                         for address in row_blobs(row) {
                             if let Some(len) = seg_len.remove(&address) {

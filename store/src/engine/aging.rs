@@ -187,11 +187,7 @@ fn gather(
             block: b,
             data,
             base,
-            old_cost: if old.reference {
-                0
-            } else {
-                old.segment_len as usize
-            },
+            old_cost: old.stored_bytes() as usize,
         });
     }
     Ok(window)

@@ -51,6 +51,19 @@ fn bad_version_key(name: &str, key: &[u8]) -> StoreError {
     })
 }
 
+/// The name, step and record of a version table entry, its checksum checked; `name` is the
+/// tensor the caller looked for, named if the key itself is damaged.
+fn decode_entry<'k>(
+    name: &str,
+    key: &'k [u8],
+    value: &[u8],
+) -> Result<(&'k str, u64, VersionRecord)> {
+    let (found, step) = decode_version_key(key).ok_or_else(|| bad_version_key(name, key))?;
+    let rec = VersionRecord::from_stored(key, value)
+        .map_err(|source| version_error(found, step, source))?;
+    Ok((found, step, rec))
+}
+
 /// The record of version `step` of `name`, if any.
 pub(crate) fn load_version(
     versions: &impl BytesTable,
@@ -83,9 +96,7 @@ pub(crate) fn at_or_before(
         return Ok(None);
     };
     let (k, v) = entry.ctx("looking up versions")?;
-    let (_, s) = decode_version_key(k.value()).ok_or_else(|| bad_version_key(name, k.value()))?;
-    let rec = VersionRecord::from_stored(k.value(), v.value())
-        .map_err(|source| version_error(name, s, source))?;
+    let (_, s, rec) = decode_entry(name, k.value(), v.value())?;
     Ok(Some((s, rec)))
 }
 
@@ -101,10 +112,7 @@ pub(crate) fn versions_of(
         .ctx("listing versions")?
     {
         let (k, v) = entry.ctx("listing versions")?;
-        let (_, step) =
-            decode_version_key(k.value()).ok_or_else(|| bad_version_key(name, k.value()))?;
-        let rec = VersionRecord::from_stored(k.value(), v.value())
-            .map_err(|source| version_error(name, step, source))?;
+        let (_, step, rec) = decode_entry(name, k.value(), v.value())?;
         out.push((step, rec));
     }
     Ok(out)
@@ -118,10 +126,7 @@ pub(crate) fn every_version(
 ) -> Result<()> {
     for entry in versions.iter().ctx("listing versions")? {
         let (k, v) = entry.ctx("listing versions")?;
-        let key = k.value();
-        let (name, step) = decode_version_key(key).ok_or_else(|| bad_version_key("?", key))?;
-        let rec = VersionRecord::from_stored(key, v.value())
-            .map_err(|source| version_error(name, step, source))?;
+        let (name, step, rec) = decode_entry("?", k.value(), v.value())?;
         each(name, step, rec);
     }
     Ok(())

@@ -100,6 +100,16 @@ impl BlockRecord {
         }
     }
 
+    /// Segment bytes this block adds to the store: none when it refers to an earlier
+    /// block's segment (or has none, Tier 0).
+    pub(crate) fn stored_bytes(&self) -> u64 {
+        if self.reference {
+            0
+        } else {
+            u64::from(self.segment_len)
+        }
+    }
+
     /// Whether the block has a segment of its own (not Tier 0).
     pub(crate) fn has_segment(&self) -> bool {
         self.form != Form::Absent

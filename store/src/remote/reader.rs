@@ -283,12 +283,7 @@ impl RemoteStore {
                         step,
                     })
                 })?;
-                Ok(PendingTensor {
-                    name: name.clone(),
-                    dtype: rec.dtype,
-                    shape: rec.shape.clone(),
-                    bytes: rec.raw_bytes(),
-                })
+                Ok(PendingTensor::of(name, rec))
             })
             .collect()
     }
