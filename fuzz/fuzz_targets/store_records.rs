@@ -5,8 +5,9 @@
 //! A random byte change to a store file almost always stops at redb's structure or at the
 //! record checksum (xxh3-64 of key and value; `store_open` covers those paths). Here a
 //! small valid store with every kind of record ([`build_store`]: keyframes, deltas and
-//! references in 1 KiB blocks, checkpoints, tags, a retained checkpoint, quantized blocks
-//! with exact residuals and tier rows, a pinned pattern, a frame stream) is built once;
+//! references in 1 KiB blocks, inline versions of a 32-byte tensor, checkpoints, tags, a
+//! retained checkpoint, quantized blocks with exact residuals and tier rows, a pinned
+//! pattern, a frame stream) is built once;
 //! each input picks one record of one table, edits it, reseals it with the store's record
 //! checksum (unless asked not to), writes it back with redb directly, and then opens the
 //! store with Strata: every read of [`exercise`], then (byte 2, bit 4) a few writes

@@ -60,7 +60,7 @@ impl Store {
             let size = rec.dtype.size() as u64;
             for (b, block) in rec.blocks.iter().enumerate() {
                 let b = b as u64;
-                if block.form == Form::Lossless {
+                if matches!(block.form, Form::Lossless | Form::Inline) {
                     continue;
                 }
                 let row = r.required_tier_row(name, step, b)?;
@@ -390,6 +390,7 @@ pub(crate) fn version_info(step: u64, rec: &VersionRecord, tiers: &[Tier]) -> Ve
             reference: b.reference,
             depth: b.depth,
             stored_bytes: b.stored_bytes(),
+            inline: b.form == Form::Inline,
         })
         .collect();
     VersionInfo {

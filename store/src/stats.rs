@@ -6,7 +6,7 @@ use redb::{ReadableTable, ReadableTableMetadata};
 
 use crate::engine::{row_blobs, View};
 use crate::error::{Corruption, DbContext, Result, StoreError};
-use crate::record::{decode_version_key, segment_key, SegmentInfo, Stored, VersionRecord};
+use crate::record::{decode_version_key, segment_key, Form, SegmentInfo, Stored, VersionRecord};
 use crate::store::{contain, Store};
 use strata_tiering::Tier;
 
@@ -178,6 +178,10 @@ impl Store {
                     let row = row.as_ref();
                     let tier = row.map_or(Tier::Exact, |row| row.tier);
                     let mut bytes = b.stored_bytes();
+                    if b.form == Form::Inline {
+                        // Exact bytes held in the version record (ADR 0029).
+                        bytes = u64::from(b.segment_len);
+                    }
                     if let Some(row) = row {
                         for address in row_blobs(row) {
                             if let Some(len) = seg_len.remove(&address) {

@@ -73,6 +73,9 @@ pub struct BlockEncoding {
     pub stored_bytes: u64,
     /// The block's tier: `Exact` for lossless blocks.
     pub tier: strata_tiering::Tier,
+    /// The block's bytes are held in its version record, not in a segment: a tensor of at
+    /// most 32 bytes (a step counter, a scalar), always exact (ADR 0029).
+    pub inline: bool,
 }
 
 /// One version of a tensor, as [`crate::Store::versions`] lists it.

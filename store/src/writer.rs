@@ -33,7 +33,7 @@ use crate::engine::{
     VersionPlan, View, WriteTxn, Writeback,
 };
 use crate::error::{DbContext, InvalidInput, Result, StoreError};
-use crate::record::{CheckpointRecord, Rebuild, ResidualRef, TierRow};
+use crate::record::{CheckpointRecord, Form, Rebuild, ResidualRef, TierRow};
 use crate::store::{contain, Store};
 use crate::tensor::TensorRef;
 use crate::tiers::runtime::{spec_of, tiering_reconstruct};
@@ -524,6 +524,12 @@ fn insert_block(
     enc: Encoded,
     residuals: &mut Vec<Option<ResidualRef>>,
 ) -> Result<()> {
+    if enc.record.form == Form::Inline {
+        // The bytes go in the version record: no segment (ADR 0029).
+        plan.record.inline = enc.segment;
+        plan.record.blocks.push(enc.record);
+        return Ok(());
+    }
     wt.add_ref(
         &plan.name,
         plan.step,

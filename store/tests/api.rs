@@ -122,8 +122,10 @@ fn tags_and_checkpoint_metadata() {
         "{\"loss\": 2.5}"
     );
     assert_eq!(store.checkpoints().expect("list"), vec![1, 2]);
-    // A scalar that did not change is a reference.
-    assert!(store.versions("s").expect("v")[1].encodings[0].reference);
+    // A scalar is stored in its record (ADR 0029), changed or not: 4 bytes, no segment.
+    let second = &store.versions("s").expect("v")[1];
+    assert!(second.encodings[0].inline && !second.encodings[0].reference);
+    assert_eq!(second.stored_bytes, 3 + 4 + 8);
 }
 
 #[test]

@@ -156,6 +156,20 @@ impl<'a> Fetcher<'a> {
             keep: self.keep,
         };
         let (mut cur_step, mut cur) = (step, block_record(name, step, rec, block)?);
+        if cur.form == Form::Inline {
+            // The bytes are the record's (ADR 0029): nothing to fetch or decode.
+            let bytes = rec.inline.as_ref().filter(|b| b.len() == len);
+            let bytes = bytes.ok_or_else(|| {
+                StoreError::Corrupt(Corruption::BlockMismatch {
+                    tensor: name.to_string(),
+                    step,
+                    block,
+                    reason: format!("an inline block without its {len} bytes"),
+                })
+            })?;
+            job.base = Some(Arc::new(bytes.clone()));
+            return Ok(job);
+        }
         if !matches!(cur.form, Form::Lossless | Form::Aged) {
             job.want = len;
             return self.fetch_tiered(job, cur);
@@ -313,7 +327,8 @@ impl Job {
     /// Decodes the chain bottom-up, caching every block decoded on the way.
     pub(crate) fn decode(self, cache: &BlockCache) -> Result<Block> {
         match self.form {
-            Form::Lossless | Form::Aged => self.decode_chain(cache),
+            // An inline job holds its bytes as its base, with no link to decode.
+            Form::Lossless | Form::Aged | Form::Inline => self.decode_chain(cache),
             Form::Quantized | Form::Frame { .. } => self.decode_quantized(cache),
             Form::Absent => Err(StoreError::Tier(TierFailure::Reconstruct {
                 tensor: self.name.to_string(),

@@ -41,6 +41,8 @@ pub(crate) struct VersionPlan {
     pred: Option<(u64, Arc<VersionRecord>)>,
     /// Quantize instead: the start tier and residual.
     lossy: Option<(strata_tiering::Tier, Residual)>,
+    /// A small tensor, stored in its version record (one block, no segment; ADR 0029).
+    inline: bool,
     /// Blocks of the version.
     pub(crate) blocks: u64,
 }
@@ -113,16 +115,21 @@ pub(crate) fn plan_version(
         }));
     }
     let policy = rules.resolve(&name);
-    let lossy = (policy.is_lossy() && dtype.is_float())
+    // A small tensor is stored exactly in its record, whatever its tier policy: a counter
+    // or a scalar costs its bytes, not a segment's header (ADR 0029).
+    let inline = VersionRecord::fits_inline(elements.saturating_mul(dtype.size() as u64));
+    let lossy = (!inline && policy.is_lossy() && dtype.is_float())
         .then(|| (policy.policy.write_tier(), policy.residual));
     let pred = match lossy {
         Some(_) => None,
+        None if inline => None,
         None => view
             .predecessor(&name, step)?
             .filter(|(_, p)| p.dtype == dtype && p.shape == shape)
             .map(|(s, p)| (s, Arc::new(p))),
     };
     let block_elems = match &pred {
+        _ if inline => elements,
         Some((_, p)) => p.block_elems,
         None => opts.block_elems(dtype.size()),
     };
@@ -135,6 +142,7 @@ pub(crate) fn plan_version(
             block_elems,
             blocks: Vec::with_capacity(blocks.min(1 << 20) as usize),
             aged: None,
+            inline: None,
         },
         name,
         step,
@@ -142,6 +150,7 @@ pub(crate) fn plan_version(
         tiered: lossy.map(|_| policy.clone()),
         pred,
         lossy,
+        inline,
         blocks,
     })
 }
@@ -223,6 +232,7 @@ pub(crate) fn prepare_window<'d>(
             run: 1,
             anchor: false,
             lossy: plan.lossy,
+            inline: plan.inline,
         };
         if let Some((pstep, prec)) = &plan.pred {
             choose_base(
@@ -279,6 +289,8 @@ pub(crate) struct Task<'d> {
     anchor: bool,
     /// Quantize instead: the tier policy's start tier and residual.
     lossy: Option<(strata_tiering::Tier, Residual)>,
+    /// Store the bytes in the version record ([`VersionPlan`]'s `inline`).
+    inline: bool,
 }
 
 /// Fills in the predecessor block and the base of `task` by the policy.
@@ -375,6 +387,13 @@ fn encode_task(
         block: task.block,
         source: Box::new(source),
     };
+    if task.inline {
+        return Ok(Encoded {
+            record: BlockRecord::standalone(0, task.data.len(), Form::Inline),
+            segment: Some(task.data.to_vec()),
+            residual: None,
+        });
+    }
     // A block of integers (counters, indices) or with non-finite values stays exact
     // whatever the tier policy says (ADR 0027): written losslessly, read back exact.
     let keep_exact = || Domain::of(task.dtype, &task.data).is_ok_and(|d| !d.lossy_allowed());

@@ -59,6 +59,7 @@ impl Manifest {
         self.versions
             .values()
             .flat_map(|r| r.blocks.iter())
+            .filter(|b| b.has_segment())
             .map(|b| (b.address, b.segment_len))
             .collect()
     }
@@ -192,7 +193,7 @@ impl Manifest {
         }
         for ((name, step), rec) in &self.versions {
             for b in &rec.blocks {
-                if b.form != Form::Lossless {
+                if !matches!(b.form, Form::Lossless | Form::Inline) {
                     return Err(ManifestError::Inconsistent(format!(
                         "version {name:?} at step {step} has a tiered block"
                     )));

@@ -46,6 +46,7 @@ fn sample() -> VersionRecord {
             },
         ],
         aged: None,
+        inline: None,
     }
 }
 
@@ -71,6 +72,7 @@ fn aged_sample() -> VersionRecord {
             block(Some(70), true),
         ],
         aged: Some(2.5e-3),
+        inline: None,
     }
 }
 
@@ -101,6 +103,34 @@ fn aged_version_record_round_trips_and_rejects_bad_values() {
         b[flags_at] = flags;
         assert!(VersionRecord::decode(&b).is_err(), "flags {flags:#x}");
     }
+}
+
+#[test]
+fn inline_version_record_round_trips_and_rejects_bad_lengths() {
+    let r = VersionRecord::inline(DType::F32, vec![], 1, 7f32.to_le_bytes().to_vec());
+    let bytes = r.encode();
+    assert_eq!(bytes, [3, DType::F32.code(), 0, 0, 0, 0xe0, 0x40]);
+    assert_eq!(bytes.len(), r.encoded_len());
+    assert_eq!(VersionRecord::decode(&bytes), Ok(r.clone()));
+    assert_eq!(r.blocks.len(), 1);
+    assert!(!r.blocks[0].has_segment());
+    assert_eq!(r.blocks[0].stored_bytes(), 0);
+    // One byte short, one over, and a shape whose bytes exceed the inline bound: refused.
+    assert!(VersionRecord::decode(&bytes[..bytes.len() - 1]).is_err());
+    assert!(VersionRecord::decode(&[bytes.as_slice(), &[0]].concat()).is_err());
+    let mut big = vec![3, DType::F32.code(), 1];
+    big.extend_from_slice(&9u64.to_le_bytes());
+    big.extend_from_slice(&[0; 36]);
+    assert!(
+        VersionRecord::decode(&big).is_err(),
+        "36 bytes is over the bound"
+    );
+    let mut empty = vec![3, DType::F32.code(), 1];
+    empty.extend_from_slice(&0u64.to_le_bytes());
+    assert!(
+        VersionRecord::decode(&empty).is_err(),
+        "an empty tensor is not inline"
+    );
 }
 
 #[test]
@@ -241,6 +271,19 @@ mod arbitrary_bytes {
             let _ = SegmentInfo::decode(&bytes);
             let _ = Rule::decode(b"kv.*", &bytes);
             let _ = unseal(b"key", &bytes);
+        }
+
+        #[test]
+        fn inline_records_round_trip(
+            shape in proptest::collection::vec(1u64..4, 0..3),
+            seed in any::<u64>(),
+        ) {
+            let elements: u64 = shape.iter().product();
+            let bytes: Vec<u8> = (0..elements * 2).map(|i| (seed >> (i % 64)) as u8).collect();
+            let r = VersionRecord::inline(DType::BF16, shape, elements, bytes);
+            let enc = r.encode();
+            prop_assert_eq!(enc.len(), r.encoded_len());
+            prop_assert_eq!(VersionRecord::decode(&enc), Ok(r));
         }
 
         #[test]

@@ -22,6 +22,17 @@
 //! f32     (version 2 only) the version's fidelity: the largest relative Frobenius error of
 //!         its aged blocks, measured when it was aged
 //! ```
+//!
+//! An inline version (record version 3) holds a small tensor's bytes in the record itself:
+//! no segment, no block records (ADR 0029).
+//!
+//! ```text
+//! u8      record version: 3
+//! u8      dtype code
+//! u8      ndim (<= MAX_DIMS)
+//! u64*n   dims
+//! bytes   the tensor's raw bytes: elements * dtype size, 1 to INLINE_MAX_BYTES
+//! ```
 
 use strata_codec::DType;
 
@@ -30,6 +41,12 @@ use super::{Reader, RecordError};
 const RECORD_VERSION: u8 = 1;
 /// The record version of an aged version (with its measured error).
 const RECORD_VERSION_AGED: u8 = 2;
+/// The record version of an inline version (its bytes in the record).
+const RECORD_VERSION_INLINE: u8 = 3;
+/// Largest tensor, in raw bytes, stored inline in its version record: step counters and
+/// other scalars. At most the bytes of a reference block's record, so an inline version never
+/// costs more than a version that repeats its predecessor (ADR 0029).
+pub(crate) const INLINE_MAX_BYTES: u64 = 32;
 /// Most dimensions a shape may have.
 pub(crate) const MAX_DIMS: usize = 32;
 /// Bytes of one encoded [`BlockRecord`].
@@ -64,6 +81,9 @@ pub(crate) enum Form {
     /// An aged blob: a quantized delta against the base's reconstruction (with a base),
     /// or quantized values (without).
     Aged,
+    /// The only block of an inline version: its bytes are the record's
+    /// ([`VersionRecord::inline`]); no segment, never a base, never tiered or aged.
+    Inline,
 }
 
 /// How one block of a version is stored.
@@ -101,18 +121,18 @@ impl BlockRecord {
     }
 
     /// Segment bytes this block adds to the store: none when it refers to an earlier
-    /// block's segment (or has none, Tier 0).
+    /// block's segment (or has none: Tier 0, or inline bytes, counted with the record).
     pub(crate) fn stored_bytes(&self) -> u64 {
-        if self.reference {
+        if self.reference || self.form == Form::Inline {
             0
         } else {
             u64::from(self.segment_len)
         }
     }
 
-    /// Whether the block has a segment of its own (not Tier 0).
+    /// Whether the block has a segment of its own (not Tier 0, not inline).
     pub(crate) fn has_segment(&self) -> bool {
-        self.form != Form::Absent
+        !matches!(self.form, Form::Absent | Form::Inline)
     }
 
     fn write(&self, out: &mut Vec<u8>) {
@@ -129,6 +149,8 @@ impl BlockRecord {
             Form::Absent => FLAG_ABSENT,
             Form::Frame { .. } => FLAG_FRAME,
             Form::Aged => FLAG_AGED,
+            // An inline version writes no block records (VersionRecord::encode).
+            Form::Inline => 0,
         };
         out.push(flags);
         out.extend_from_slice(&self.address.to_le_bytes());
@@ -220,6 +242,9 @@ pub(crate) struct VersionRecord {
     /// For an aged version, the largest relative Frobenius error of its blocks, measured
     /// when it was aged; `None` for every other version.
     pub(crate) aged: Option<f32>,
+    /// For an inline version, the tensor's bytes (its one block has [`Form::Inline`]);
+    /// `None` for every other version.
+    pub(crate) inline: Option<Vec<u8>>,
 }
 
 impl VersionRecord {
@@ -248,22 +273,48 @@ impl VersionRecord {
         self.elements.saturating_mul(self.dtype.size() as u64)
     }
 
+    /// An inline version of `bytes` (1 to [`INLINE_MAX_BYTES`], checked by the caller).
+    pub(crate) fn inline(dtype: DType, shape: Vec<u64>, elements: u64, bytes: Vec<u8>) -> Self {
+        VersionRecord {
+            dtype,
+            shape,
+            elements,
+            block_elems: elements,
+            blocks: vec![BlockRecord::standalone(0, bytes.len(), Form::Inline)],
+            aged: None,
+            inline: Some(bytes),
+        }
+    }
+
+    /// Whether a tensor of `raw_bytes` is stored inline.
+    pub(crate) fn fits_inline(raw_bytes: u64) -> bool {
+        (1..=INLINE_MAX_BYTES).contains(&raw_bytes)
+    }
+
     /// Bytes [`VersionRecord::encode`] gives.
     pub(crate) fn encoded_len(&self) -> usize {
+        if let Some(bytes) = &self.inline {
+            return 3 + 8 * self.shape.len() + bytes.len();
+        }
         let aged = if self.aged.is_some() { 4 } else { 0 };
         3 + 8 * self.shape.len() + 12 + BLOCK_RECORD_LEN * self.blocks.len() + aged
     }
 
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.encoded_len());
-        out.push(match self.aged {
-            None => RECORD_VERSION,
-            Some(_) => RECORD_VERSION_AGED,
+        out.push(match (&self.inline, self.aged) {
+            (Some(_), _) => RECORD_VERSION_INLINE,
+            (None, None) => RECORD_VERSION,
+            (None, Some(_)) => RECORD_VERSION_AGED,
         });
         out.push(self.dtype.code());
         out.push(self.shape.len() as u8);
         for d in &self.shape {
             out.extend_from_slice(&d.to_le_bytes());
+        }
+        if let Some(bytes) = &self.inline {
+            out.extend_from_slice(bytes);
+            return out;
         }
         out.extend_from_slice(&self.block_elems.to_le_bytes());
         out.extend_from_slice(&(self.blocks.len() as u32).to_le_bytes());
@@ -279,10 +330,10 @@ impl VersionRecord {
     pub(crate) fn decode(bytes: &[u8]) -> Result<Self, RecordError> {
         let mut r = Reader::new(bytes);
         let version = r.u8("record version")?;
-        if version != RECORD_VERSION && version != RECORD_VERSION_AGED {
+        if !(RECORD_VERSION..=RECORD_VERSION_INLINE).contains(&version) {
             return Err(RecordError::Version {
                 found: version,
-                supported: RECORD_VERSION_AGED,
+                supported: RECORD_VERSION_INLINE,
             });
         }
         let code = r.u8("dtype")?;
@@ -307,12 +358,23 @@ impl VersionRecord {
             })?;
             shape.push(d);
         }
-        elements
+        let raw = elements
             .checked_mul(dtype.size() as u64)
             .ok_or(RecordError::BadValue {
                 field: "element count",
                 value: elements,
             })?;
+        if version == RECORD_VERSION_INLINE {
+            if !Self::fits_inline(raw) {
+                return Err(RecordError::BadValue {
+                    field: "inline bytes",
+                    value: raw,
+                });
+            }
+            let bytes = r.take(raw as usize, "inline bytes")?.to_vec();
+            r.finish()?;
+            return Ok(Self::inline(dtype, shape, elements, bytes));
+        }
         let block_elems = r.u64("elements per block")?;
         let block_bytes_ok = block_elems
             .checked_mul(dtype.size() as u64)
@@ -364,6 +426,7 @@ impl VersionRecord {
             block_elems,
             blocks,
             aged,
+            inline: None,
         })
     }
 }

@@ -32,7 +32,7 @@ pub(crate) fn of_checkpoint(
                 })
             })?;
             for b in &rec.blocks {
-                if b.form != Form::Lossless {
+                if !matches!(b.form, Form::Lossless | Form::Inline) {
                     return Err(RemoteError::Tiered {
                         tensor: name.clone(),
                         step: s,

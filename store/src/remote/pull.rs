@@ -184,7 +184,7 @@ fn apply_in(
     }
     let mut refs: BTreeMap<u128, (u32, u64)> = BTreeMap::new();
     for (_, _, rec) in &new {
-        for b in &rec.blocks {
+        for b in rec.blocks.iter().filter(|b| b.has_segment()) {
             refs.entry(b.address).or_insert((b.segment_len, 0)).1 += 1;
         }
     }

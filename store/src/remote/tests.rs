@@ -622,3 +622,55 @@ proptest! {
         prop_assert!(Manifest::decode(&bytes[..i]).is_err());
     }
 }
+
+#[test]
+fn small_tensors_travel_in_their_records() {
+    // A step counter is stored inline (ADR 0029): no segment to send or fetch, and its bytes
+    // arrive with the manifest, through pull and through a remote read.
+    let dir = tempfile::tempdir().unwrap();
+    let src = open(&dir, "src.strata");
+    for s in [10u64, 20, 30] {
+        let a = weights(1000, 5, s);
+        let counter = (s as f32).to_le_bytes();
+        src.save_checkpoint(
+            s,
+            &[
+                (
+                    "a",
+                    TensorRef {
+                        dtype: DType::F32,
+                        shape: &[1000],
+                        bytes: &a,
+                    },
+                ),
+                (
+                    "step",
+                    TensorRef {
+                        dtype: DType::F32,
+                        shape: &[],
+                        bytes: &counter,
+                    },
+                ),
+            ],
+            "{}",
+        )
+        .unwrap();
+    }
+    assert!(src.versions("step").unwrap()[0].encodings[0].inline);
+    let folder = dir.path().join("remote");
+    let url = format!("file://{}", folder.display());
+    let remote = Remote::open(&url).unwrap();
+    let sent = push(&src, &remote, None).unwrap();
+    assert_eq!(sent.steps_sent, vec![10, 20, 30]);
+    let dst = open(&dir, "dst.strata");
+    pull(&remote, &dst, None).unwrap();
+    let rs = Store::open_remote(&url, dir.path().join("cache")).unwrap();
+    for s in [10u64, 20, 30] {
+        let want = (s as f32).to_le_bytes().to_vec();
+        assert_eq!(dst.get("step", s).unwrap().data, want);
+        assert_eq!(rs.get("step", s).unwrap().data, want);
+        assert_eq!(dst.get("a", s).unwrap().data, src.get("a", s).unwrap().data);
+    }
+    assert!(dst.versions("step").unwrap()[0].encodings[0].inline);
+    assert!(dst.verify().unwrap().is_ok());
+}

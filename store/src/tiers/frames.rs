@@ -168,6 +168,7 @@ impl Store {
                     block_elems: n,
                     blocks: vec![record(frame)],
                     aged: None,
+                    inline: None,
                 };
                 wt.add_ref(name, step, 0, address, Some(&segment))?;
                 wt.put_version(name, step, &rec)?;

@@ -166,8 +166,8 @@ fn follow_policy(
         let vid: (Arc<str>, u64) = (Arc::from(name), step);
         let rows = wt.tier_rows(name, step)?;
         if rows.is_empty() {
-            // A lossless version.
-            if policy.is_lossy() && rec.dtype.is_float() {
+            // A lossless version; an inline one stays exact (ADR 0029).
+            if policy.is_lossy() && rec.dtype.is_float() && rec.inline.is_none() {
                 let first = wt.take_block_ids(rec.blocks.len() as u64)?;
                 for b in 0..rec.blocks.len() as u32 {
                     let row = TierRow {
