@@ -143,6 +143,16 @@ fn small_tensors_live_in_their_records_and_cost_their_bytes() {
         (at, t.data),
         (STEPS, (STEPS as f32 * 25.0).to_le_bytes().to_vec())
     );
+    // Partial reads cut the record's bytes: a range and a history of elements 2..5.
+    let (_, _, _, seed8) = &state(4)[5];
+    let slice = store.get_range("rng.seed8", 4, 2..5).expect("get_range");
+    assert_eq!(slice.data, seed8[8..20]);
+    let history = store.history("rng.seed8", 2..5, 1..=STEPS).expect("history");
+    assert_eq!(history.len() as u64, STEPS);
+    for (step, slice) in history {
+        let (_, _, _, bytes) = &state(step)[5];
+        assert_eq!(slice.data, bytes[8..20], "history at {step}");
+    }
     // Stats hold the small tensors' bytes as exact bytes, in no segment.
     let stats = store.stats().expect("stats");
     assert!(stats.tier_bytes.get("exact").copied().unwrap_or(0) > 0);
