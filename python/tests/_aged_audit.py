@@ -48,6 +48,8 @@ class Row:
     name: str
     role: str
     ndim: int
+    #: Bytes of the tensor: one of at most 32 is stored in its record, exact (ADR 0029).
+    nbytes: int
     fidelity: dict[str, Any]
     #: Bit-exact equal to the value saved.
     same_bits: bool
@@ -68,6 +70,10 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous().view(torch.uint8) if t.dim() else t.reshape(1).view(torch.uint8)
 
 
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
 def audit(store: str, exact: dict[int, dict[str, torch.Tensor]]) -> list[Row]:
     """Every tensor of every checkpoint in ``exact`` (step -> name -> the saved tensor), read
     back from ``store`` with its fidelity."""
@@ -86,15 +92,15 @@ def _row(step: int, name: str, want: torch.Tensor, got: torch.Tensor,
          fidelity: dict[str, Any]) -> Row:
     same = torch.equal(_bits(got), _bits(want))
     if not want.is_floating_point():
-        return Row(step, name, expected_role(name, want), want.dim(), fidelity, same, 0, 0,
-                   True, 0.0, 0.0)
+        return Row(step, name, expected_role(name, want), want.dim(), _nbytes(want), fidelity,
+                   same, 0, 0, True, 0.0, 0.0)
     w, g = want.double(), got.double()
     nonzero = w != 0
     err = (g - w).abs()
     elem = (err[nonzero] / w[nonzero].abs()).max().item() if nonzero.any() else 0.0
     norm = torch.linalg.vector_norm(w).item()
     return Row(
-        step, name, expected_role(name, want), want.dim(), fidelity, same,
+        step, name, expected_role(name, want), want.dim(), _nbytes(want), fidelity, same,
         negatives=int(((g < 0) & (w >= 0)).sum()),
         nonfinite=int((~torch.isfinite(g) & torch.isfinite(w)).sum()),
         zeros_kept=bool(torch.equal(g == 0, w == 0)),
