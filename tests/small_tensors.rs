@@ -147,7 +147,9 @@ fn small_tensors_live_in_their_records_and_cost_their_bytes() {
     let (_, _, _, seed8) = &state(4)[5];
     let slice = store.get_range("rng.seed8", 4, 2..5).expect("get_range");
     assert_eq!(slice.data, seed8[8..20]);
-    let history = store.history("rng.seed8", 2..5, 1..=STEPS).expect("history");
+    let history = store
+        .history("rng.seed8", 2..5, 1..=STEPS)
+        .expect("history");
     assert_eq!(history.len() as u64, STEPS);
     for (step, slice) in history {
         let (_, _, _, bytes) = &state(step)[5];

@@ -349,19 +349,23 @@ fn tier_zero_reconstruct_policies_on(src: &Series) {
     store
         .put("delta", 1, &tensor_ref(&shape, &w1))
         .expect("put");
-    // Low rank: 2 x 3 times 3 x 2. Signed values that are not all whole numbers: a block of
-    // integers or of non-negative values never goes to a Tier 0 rebuild (ADR 0027).
-    let l: Vec<u8> = [1.5f32, -2., -3., 4., -5., 6.25]
+    // Low rank: 3 x 4 times 4 x 3. Signed values that are not all whole numbers, at 3 bits
+    // too: a block of integers or of non-negative values never goes to a Tier 0 rebuild (ADR
+    // 0027). Each tensor is over 32 bytes: smaller ones are stored in their records, never
+    // tiered (ADR 0029).
+    let l: Vec<u8> = [
+        1.5f32, -2., -3., 4., -5., 6.25, 0.5, -1., 2., 1., -0.5, 8.25,
+    ]
+    .iter()
+    .flat_map(|v| v.to_le_bytes())
+    .collect();
+    let r: Vec<u8> = [1f32, 0., 0., 0., 1., 0., 0., 0., 1., 1., 1., 1.]
         .iter()
         .flat_map(|v| v.to_le_bytes())
         .collect();
-    let r: Vec<u8> = [1f32, 0., 0., 1., 1., 1.]
-        .iter()
-        .flat_map(|v| v.to_le_bytes())
-        .collect();
-    store.put("left", 1, &tensor_ref(&[2, 3], &l)).expect("put");
+    store.put("left", 1, &tensor_ref(&[3, 4], &l)).expect("put");
     store
-        .put("right", 1, &tensor_ref(&[3, 2], &r))
+        .put("right", 1, &tensor_ref(&[4, 3], &r))
         .expect("put");
     store
         .set_policy(
@@ -372,30 +376,30 @@ fn tier_zero_reconstruct_policies_on(src: &Series) {
             }),
         )
         .expect("policy");
-    let prod: Vec<u8> = [-1.5f32, -5., 10.25, 1.25]
+    let prod: Vec<u8> = [5.5f32, 2., 1., -6., 5.25, -0.5, 10.25, 9.25, 7.75]
         .iter()
         .flat_map(|v| v.to_le_bytes())
         .collect();
     store
-        .put("prod", 1, &tensor_ref(&[2, 2], &prod))
+        .put("prod", 1, &tensor_ref(&[3, 3], &prod))
         .expect("put");
-    // Scaled and permuted rows of `left`.
+    // Scaled and permuted rows of `left`: row i is 2 x row permutation[i].
     store
         .set_policy(
             "scaled",
             TierPolicy::tiered(Tier::Cold3).with_reconstruct(Reconstruct::Scaled {
                 source: Source::same_step("left"),
                 scale: 2.0,
-                permutation: Some(vec![1, 0]),
+                permutation: Some(vec![2, 0, 1]),
             }),
         )
         .expect("policy");
-    let scaled: Vec<u8> = [8f32, -10., 12.5, 3., -4., -6.]
+    let scaled: Vec<u8> = [4f32, 2., -1., 16.5, 3., -4., -6., 8., -10., 12.5, 1., -2.]
         .iter()
         .flat_map(|v| v.to_le_bytes())
         .collect();
     store
-        .put("scaled", 1, &tensor_ref(&[2, 3], &scaled))
+        .put("scaled", 1, &tensor_ref(&[3, 4], &scaled))
         .expect("put");
 
     // The delta is taken from the data held when the block goes to Tier 0 (3 bits here).
@@ -404,7 +408,8 @@ fn tier_zero_reconstruct_policies_on(src: &Series) {
     for name in ["delta", "prod", "scaled"] {
         assert!(
             tiers_of(&store, name, 1).iter().all(|t| *t == Tier::Absent),
-            "{name}"
+            "{name}: {:?}",
+            tiers_of(&store, name, 1)
         );
     }
     let d = store.get("delta", 1).expect("get");
