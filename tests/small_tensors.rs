@@ -87,6 +87,22 @@ fn save(store: &Store, step: u64) {
     store.save_checkpoint(step, &refs, "{}").expect("save");
 }
 
+/// Writes `value` as the f32 step counter of `step`, replacing one already there if asked.
+fn put_counter(store: &Store, step: u64, value: f32, overwrite: bool) -> strata::store::Result<()> {
+    let bytes = value.to_le_bytes();
+    let t = TensorRef {
+        dtype: DType::F32,
+        shape: &[],
+        bytes: &bytes,
+    };
+    store.put_with(
+        "optimizer.state.0.step",
+        step,
+        &t,
+        &PutOptions { overwrite },
+    )
+}
+
 /// Every version of every tensor still held reads back bit-exact (the large ones at the last
 /// step only: aging may have made older ones lossy), and `verify` finds nothing.
 fn check_exact(store: &Store, what: &str) {
@@ -177,18 +193,7 @@ fn small_tensors_survive_overwrite_delete_retain_and_compaction() {
     }
     // An overwrite replaces the inline bytes.
     let seven = 7.5f32.to_le_bytes();
-    store
-        .put_with(
-            "optimizer.state.0.step",
-            3,
-            &TensorRef {
-                dtype: DType::F32,
-                shape: &[],
-                bytes: &seven,
-            },
-            &PutOptions { overwrite: true },
-        )
-        .expect("overwrite");
+    put_counter(&store, 3, 7.5, true).expect("overwrite");
     assert_eq!(
         store.get("optimizer.state.0.step", 3).expect("get").data,
         seven
@@ -198,18 +203,7 @@ fn small_tensors_survive_overwrite_delete_retain_and_compaction() {
     let (at, t) = store.get_at("optimizer.state.0.step", 3).expect("get_at");
     assert_eq!((at, t.data), (2, 50f32.to_le_bytes().to_vec()));
     // Put step 3 back as it was, so every checkpoint reads as `state` says.
-    store
-        .put_with(
-            "optimizer.state.0.step",
-            3,
-            &TensorRef {
-                dtype: DType::F32,
-                shape: &[],
-                bytes: &75f32.to_le_bytes(),
-            },
-            &PutOptions::default(),
-        )
-        .expect("put back");
+    put_counter(&store, 3, 75.0, false).expect("put back");
     store.delete_checkpoint(5).expect("delete checkpoint");
     assert!(store.get_at("rng.seed8", 5).expect("get_at").0 == 4);
     let report = store

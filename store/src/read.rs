@@ -60,7 +60,7 @@ impl Store {
             let size = rec.dtype.size() as u64;
             for (b, block) in rec.blocks.iter().enumerate() {
                 let b = b as u64;
-                if matches!(block.form, Form::Lossless | Form::Inline) {
+                if block.is_exact() {
                     continue;
                 }
                 let row = r.required_tier_row(name, step, b)?;

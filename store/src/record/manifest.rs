@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use xxhash_rust::xxh3::xxh3_64;
 
-use super::{Form, Reader, RecordError, VersionRecord};
+use super::{Reader, RecordError, VersionRecord};
 
 const MAGIC: &[u8; 8] = b"STRATAMF";
 /// The manifest format this build writes and reads.
@@ -193,7 +193,7 @@ impl Manifest {
         }
         for ((name, step), rec) in &self.versions {
             for b in &rec.blocks {
-                if !matches!(b.form, Form::Lossless | Form::Inline) {
+                if !b.is_exact() {
                     return Err(ManifestError::Inconsistent(format!(
                         "version {name:?} at step {step} has a tiered block"
                     )));

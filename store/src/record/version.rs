@@ -130,6 +130,12 @@ impl BlockRecord {
         }
     }
 
+    /// Whether the block holds exact data by itself: a lossless segment or inline bytes
+    /// (not quantized, Tier 0, a frame or aged).
+    pub(crate) fn is_exact(&self) -> bool {
+        matches!(self.form, Form::Lossless | Form::Inline)
+    }
+
     /// Whether the block has a segment of its own (not Tier 0, not inline).
     pub(crate) fn has_segment(&self) -> bool {
         !matches!(self.form, Form::Absent | Form::Inline)

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use crate::engine::View;
 use crate::error::RemoteError;
 use crate::error::{NotFound, StoreError};
-use crate::record::{Form, Kind, Manifest};
+use crate::record::{Kind, Manifest};
 
 /// The manifest of checkpoint `step` as `view` holds it. Tiered versions (quantized,
 /// Tier 0 or frame blocks) are refused: a remote carries exact versions only.
@@ -32,7 +32,7 @@ pub(crate) fn of_checkpoint(
                 })
             })?;
             for b in &rec.blocks {
-                if !matches!(b.form, Form::Lossless | Form::Inline) {
+                if !b.is_exact() {
                     return Err(RemoteError::Tiered {
                         tensor: name.clone(),
                         step: s,
