@@ -1,13 +1,17 @@
 //! [`Store::checkpoint_summaries`]: every checkpoint's size, counted in one pass over the
 //! version index (what `strata log` lists). Counting version by version
 //! ([`Store::versions`] of each tensor, [`Store::checkpoint_info`] of each step) took 1.1 s
-//! for 1000 checkpoints of 300 tensors; one pass reads each record once.
+//! for 1000 checkpoints of 300 tensors; one pass reads each record once, the thread pool's
+//! threads each reading one run of names (0.145 -> 0.101 s median on 2 cores).
 
 use std::collections::HashMap;
 
-use crate::engine::{checkpoint_steps, every_version, View};
+use rayon::prelude::*;
+
+use crate::engine::{checkpoint_steps, versions_between, BytesTable, View};
 use crate::error::Result;
 use crate::read::stored_bytes;
+use crate::record::version_key;
 use crate::store::{contain, Store};
 
 /// One checkpoint as [`Store::checkpoint_summaries`] counts it.
@@ -80,33 +84,157 @@ impl Store {
                     holds,
                 });
             }
-            // Versions come sorted by name: a name's id is looked up once per tensor.
-            let mut last: Option<(String, Option<usize>)> = None;
-            every_version(&r.versions, |name, step, rec| {
-                let id = match &last {
-                    Some((n, id)) if n == name => *id,
-                    _ => {
-                        let id = ids.get(name).copied();
-                        last = Some((name.to_string(), id));
-                        id
-                    }
-                };
-                let Some(id) = id else { return };
-                let Ok(at) = tallies.binary_search_by_key(&step, |t| t.summary.step) else {
-                    return;
-                };
-                let tally = &mut tallies[at];
-                if !tally.holds(id) {
-                    return;
+            // The version records are most of the work: each thread sums one run of names.
+            let ranges = name_ranges(&ids, rayon::current_num_threads());
+            let sums = ranges
+                .par_iter()
+                .map(|(from, to)| {
+                    let mut sums = vec![Sums::default(); tallies.len()];
+                    add_versions(
+                        &r.versions,
+                        from.as_deref(),
+                        to.as_deref(),
+                        &ids,
+                        &tallies,
+                        &mut sums,
+                    )?;
+                    Ok(sums)
+                })
+                .collect::<Result<Vec<_>>>()?;
+            for part in sums {
+                for (tally, sum) in tallies.iter_mut().zip(part) {
+                    let s = &mut tally.summary;
+                    s.raw_bytes += sum.raw_bytes;
+                    s.stored_bytes += sum.stored_bytes;
+                    s.aged = worst(s.aged, sum.aged);
                 }
-                let s = &mut tally.summary;
-                s.raw_bytes += rec.raw_bytes();
-                s.stored_bytes += stored_bytes(&rec);
-                if let Some(e) = rec.aged.map(f64::from) {
-                    s.aged = Some(s.aged.map_or(e, |worst| worst.max(e)));
-                }
-            })?;
+            }
             Ok(tallies.into_iter().map(|t| t.summary).collect())
         })
+    }
+}
+
+/// What one run of version records adds to a checkpoint's summary.
+#[derive(Debug, Clone, Copy, Default)]
+struct Sums {
+    raw_bytes: u64,
+    stored_bytes: u64,
+    aged: Option<f64>,
+}
+
+/// The larger of two errors, either of which may be missing.
+fn worst(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// A run of version keys `[from, to)`; `None`: no bound.
+type KeyRun = (Option<Vec<u8>>, Option<Vec<u8>>);
+
+/// Splits the version keys into at most `parts` runs `[from, to)` (`None`: no bound) that
+/// hold about as many checkpointed tensors each.
+fn name_ranges(ids: &HashMap<String, usize>, parts: usize) -> Vec<KeyRun> {
+    let mut keys: Vec<Vec<u8>> = ids.keys().map(|name| version_key(name, 0)).collect();
+    keys.sort_unstable();
+    let parts = parts.clamp(1, keys.len().max(1));
+    let mut bounds: Vec<Option<Vec<u8>>> = vec![None];
+    bounds.extend((1..parts).map(|i| Some(keys[i * keys.len() / parts].clone())));
+    bounds.dedup();
+    bounds.push(None);
+    bounds
+        .windows(2)
+        .map(|w| (w[0].clone(), w[1].clone()))
+        .collect()
+}
+
+/// Adds the versions with keys in `[from, to)` that belong to a checkpoint to `sums`
+/// (one per tally).
+fn add_versions(
+    versions: &impl BytesTable,
+    from: Option<&[u8]>,
+    to: Option<&[u8]>,
+    ids: &HashMap<String, usize>,
+    tallies: &[Tally],
+    sums: &mut [Sums],
+) -> Result<()> {
+    // Versions come sorted by name: a name's id is looked up once per tensor.
+    let mut last: Option<(String, Option<usize>)> = None;
+    versions_between(versions, from, to, |name, step, rec| {
+        let id = match &last {
+            Some((n, id)) if n == name => *id,
+            _ => {
+                let id = ids.get(name).copied();
+                last = Some((name.to_string(), id));
+                id
+            }
+        };
+        let Some(id) = id else { return };
+        let Ok(at) = tallies.binary_search_by_key(&step, |t| t.summary.step) else {
+            return;
+        };
+        if !tallies[at].holds(id) {
+            return;
+        }
+        let s = &mut sums[at];
+        s.raw_bytes += rec.raw_bytes();
+        s.stored_bytes += stored_bytes(&rec);
+        s.aged = worst(s.aged, rec.aged.map(f64::from));
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(names: &[&str]) -> HashMap<String, usize> {
+        names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.to_string(), i))
+            .collect()
+    }
+
+    #[test]
+    fn name_ranges_cover_every_key_once_in_order() {
+        let names: Vec<String> = (0..37).map(|i| format!("layer.{i}.w")).collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        for parts in [1, 2, 3, 8, 37, 100] {
+            let ranges = name_ranges(&ids(&refs), parts);
+            assert_eq!(ranges.len(), parts.min(names.len()), "{parts} parts");
+            assert_eq!(ranges.first().unwrap().0, None);
+            assert_eq!(ranges.last().unwrap().1, None);
+            for w in ranges.windows(2) {
+                assert_eq!(w[0].1, w[1].0, "runs meet");
+                assert!(w[1].0.is_some());
+            }
+            // Every name's versions fall in exactly one run.
+            for name in &names {
+                let (lo, hi) = (version_key(name, 0), version_key(name, u64::MAX));
+                let inside = |k: &Vec<u8>, (from, to): &KeyRun| {
+                    from.as_ref().is_none_or(|f| k >= f) && to.as_ref().is_none_or(|t| k < t)
+                };
+                let holding: Vec<_> = ranges.iter().filter(|r| inside(&lo, r)).collect();
+                assert_eq!(holding.len(), 1, "{name} in {parts} parts");
+                assert!(
+                    inside(&hi, holding[0]),
+                    "{name}'s last step in the same run"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn no_names_make_one_run_over_everything() {
+        assert_eq!(name_ranges(&HashMap::new(), 4), vec![(None, None)]);
+    }
+
+    #[test]
+    fn worst_keeps_the_larger_error() {
+        assert_eq!(worst(None, None), None);
+        assert_eq!(worst(Some(0.5), None), Some(0.5));
+        assert_eq!(worst(None, Some(0.25)), Some(0.25));
+        assert_eq!(worst(Some(0.5), Some(0.75)), Some(0.75));
     }
 }

@@ -56,7 +56,9 @@ pub(crate) use tables::{
 };
 pub(crate) use tier_rows::{put_row, remove_rows, row_blobs, store_residual};
 pub(crate) use txn::{ReadTxn, TierChanges, VersionId, View, WriteTxn};
-pub(crate) use versions::{check_name, checkpoint_steps, every_version, tag_list, tensor_names};
+pub(crate) use versions::{
+    check_name, checkpoint_steps, tag_list, tensor_names, versions_between, BytesTable,
+};
 pub(crate) use writeback::Writeback;
 
 /// Quantized blocks and residuals (the `quantized` module), for tiers and frame streams.

@@ -118,13 +118,22 @@ pub(crate) fn versions_of(
     Ok(out)
 }
 
-/// Calls `each` with the name, step and record of every version, in key order: by name
-/// (shorter names first), then by step.
-pub(crate) fn every_version(
+/// Calls `each` with the name, step and record of every version whose key is at or after
+/// `from` and before `to` (`None`: no bound), in key order: by name (shorter names first),
+/// then by step.
+pub(crate) fn versions_between(
     versions: &impl BytesTable,
+    from: Option<&[u8]>,
+    to: Option<&[u8]>,
     mut each: impl FnMut(&str, u64, VersionRecord),
 ) -> Result<()> {
-    for entry in versions.iter().ctx("listing versions")? {
+    use std::ops::Bound::{Excluded, Included, Unbounded};
+    let start = from.map_or(Unbounded, Included);
+    let end = to.map_or(Unbounded, Excluded);
+    for entry in versions
+        .range::<&[u8]>((start, end))
+        .ctx("listing versions")?
+    {
         let (k, v) = entry.ctx("listing versions")?;
         let (name, step, rec) = decode_entry("?", k.value(), v.value())?;
         each(name, step, rec);
