@@ -114,6 +114,24 @@ impl BlockCache {
         }
     }
 
+    /// Drops the block at `address`, if held: a write drops the copy of a block the block
+    /// it just wrote supersedes as the base of the tensor's next version.
+    pub(crate) fn forget(&self, address: u128) {
+        let dropped = {
+            let mut inner = self.inner.lock();
+            let dropped = inner.lru.pop(&address);
+            if let Some(b) = &dropped {
+                inner.bytes -= b.len();
+            }
+            dropped
+        };
+        if let Some(b) = dropped {
+            if let Ok(buf) = Arc::try_unwrap(b) {
+                POOL.give(buf);
+            }
+        }
+    }
+
     /// Bytes held.
     #[cfg(test)]
     pub(crate) fn bytes(&self) -> usize {
@@ -146,6 +164,11 @@ mod tests {
         assert_eq!(c.bytes(), 90);
         c.insert(4, Arc::new(vec![0; 101]));
         assert!(c.get(4).is_none());
+        c.forget(3);
+        assert!(c.get(3).is_none());
+        assert_eq!(c.bytes(), 60);
+        c.forget(3);
+        assert_eq!(c.bytes(), 60, "forgetting a block not held changes nothing");
         let off = BlockCache::new(0);
         off.insert(1, Arc::new(vec![1]));
         assert!(off.get(1).is_none());

@@ -414,6 +414,7 @@ fn encode_task(
         residual: None,
     };
     let mut pred_bytes = None;
+    let pred_record = task.pred.as_ref().map(|(p, _)| *p);
     if let Some((p, job)) = task.pred {
         let bytes = job.decode(cache)?;
         if bytes.as_slice() == &*task.data {
@@ -463,6 +464,9 @@ fn encode_task(
         copy.extend_from_slice(&task.data);
         cache.insert(address, Arc::new(copy));
     }
+    if let Some(p) = superseded(pred_record, address) {
+        cache.forget(p);
+    }
     Ok(Encoded {
         record: BlockRecord {
             address,
@@ -476,6 +480,17 @@ fn encode_task(
         segment: Some(segment),
         residual: None,
     })
+}
+
+/// The cache key of the predecessor's block once a block at `written` follows it, if no
+/// later write of the tensor reads it again: a delta is the base of its successor only
+/// (the next write takes the new block, or the lineage's keyframe), so its copy is dropped,
+/// and a write of a long series holds about two versions of each block, not a cache's worth
+/// (the comparison harness's write memory). Keyframes stay: Chain's anchors and Star's
+/// deltas are taken against them.
+fn superseded(pred: Option<BlockRecord>, written: u128) -> Option<u128> {
+    pred.filter(|p| p.form == Form::Lossless && p.base.is_some() && p.address != written)
+        .map(|p| p.address)
 }
 
 /// Quantizes a block of a tiered tensor at its start tier, with the policy's residual.
@@ -506,4 +521,83 @@ fn encode_lossy(
         segment: Some(block.segment),
         residual: block.residual,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Store, TensorRef};
+
+    fn block(address: u128, base: Option<u64>, form: Form) -> BlockRecord {
+        BlockRecord {
+            base,
+            form,
+            ..BlockRecord::standalone(address, 64, form)
+        }
+    }
+
+    #[test]
+    fn only_a_delta_predecessor_is_superseded() {
+        let delta = block(7, Some(10), Form::Lossless);
+        assert_eq!(superseded(Some(delta), 8), Some(7));
+        assert_eq!(
+            superseded(Some(delta), 7),
+            None,
+            "the same block: a reference"
+        );
+        let keyframe = block(7, None, Form::Lossless);
+        assert_eq!(
+            superseded(Some(keyframe), 8),
+            None,
+            "a lineage's root stays"
+        );
+        assert_eq!(
+            superseded(Some(block(7, Some(10), Form::Quantized)), 8),
+            None
+        );
+        assert_eq!(superseded(None, 8), None);
+    }
+
+    /// A series written version by version keeps the lineage's keyframe and the newest
+    /// version of the block in the cache, not every version (which the 256 MiB default
+    /// would hold), and every version still reads back exactly.
+    #[test]
+    fn a_series_write_caches_the_keyframe_and_the_newest_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("s.strata")).unwrap();
+        let n = 4096usize;
+        let versions: Vec<Vec<u8>> = (0..8u32)
+            .map(|v| {
+                (0..n)
+                    .flat_map(|i| (1.0f32 + (i as f32) * 1e-3 + (v as f32) * 1e-5).to_le_bytes())
+                    .collect()
+            })
+            .collect();
+        for (v, bytes) in versions.iter().enumerate() {
+            let t = TensorRef {
+                dtype: DType::F32,
+                shape: &[n as u64],
+                bytes,
+            };
+            store.put("w", v as u64, &t).unwrap();
+            let held = store.cache.bytes();
+            assert!(
+                held <= 2 * bytes.len(),
+                "after version {v} the cache holds {held} bytes, more than two versions"
+            );
+        }
+        let infos = store.versions("w").unwrap();
+        assert!(
+            infos.iter().filter(|i| i.encodings[0].depth > 1).count() >= 4,
+            "the series is written as deltas"
+        );
+        let check = |s: &Store| {
+            for (v, bytes) in versions.iter().enumerate() {
+                assert_eq!(&s.get("w", v as u64).unwrap().data, bytes, "version {v}");
+            }
+        };
+        check(&store);
+        drop(store);
+        check(&Store::open(dir.path().join("s.strata")).unwrap());
+    }
 }
