@@ -4,8 +4,11 @@
 use std::ops::{Range, RangeBounds};
 use std::sync::Arc;
 
-use crate::engine::{read_blocks, BlockCache, Fetcher, Span, View};
+use rayon::prelude::*;
+
+use crate::engine::{read_blocks, BlockCache, Fetcher, ReadTxn, Span, View};
 use crate::error::{InvalidInput, NotFound, Result, StoreError};
+use crate::record::VersionRecord;
 use crate::store::{contain, Store};
 use crate::tensor::{Fidelity, TensorSlice};
 
@@ -20,7 +23,9 @@ impl Store {
     /// Versions are read oldest first through a private cache of decoded blocks, so each
     /// version's blocks decode from its base's blocks, already decoded: one decode per block
     /// per version, not one per link of its chain (only the first version read pays for the
-    /// chain under it). A lossless block is decoded only up to the last element asked for
+    /// chain under it). A long history is read in runs of versions, one per thread of the
+    /// pool, each through a cache of its own (100 versions: 1.29 to 0.86 ms a version on
+    /// 2 cores). A lossless block is decoded only up to the last element asked for
     /// (ADR 0022): an element near a block's start costs next to nothing.
     ///
     /// ```no_run
@@ -68,53 +73,118 @@ impl Store {
                 }
             }
             // The blocks of a version, its base's, and its lineage's keyframe stay in the cache.
-            let cache = BlockCache::new(needed.saturating_mul(4).clamp(CACHE_MIN, CACHE_MAX));
-            let name_arc: Arc<str> = Arc::from(name);
-            let mut out = Vec::with_capacity(chosen.len());
-            for (step, rec) in &chosen {
-                let size = rec.dtype.size() as u64;
-                let mut data = Vec::with_capacity(((elems.end - elems.start) * size) as usize);
-                let mut fidelity = Fidelity::Exact;
-                if elems.start < elems.end {
-                    let span = Span {
-                        name: name_arc.clone(),
-                        step: *step,
-                        rec,
-                        blocks: elems.start / rec.block_elems
-                            ..(elems.end - 1) / rec.block_elems + 1,
-                        upto: Some(elems.end),
-                    };
-                    let mut fetcher = Fetcher::new(&r, &cache);
-                    read_blocks(
-                        &mut fetcher,
-                        &cache,
-                        std::slice::from_ref(&span),
-                        |_, job| self.rebuild_block(&r, job, rec, 0),
-                        |_, b, bytes, f| {
-                            let start = b * rec.block_elems;
-                            let lo = elems.start.max(start) - start;
-                            let hi = elems.end.min(start + rec.block_len(b)) - start;
-                            data.extend_from_slice(
-                                &bytes[(lo * size) as usize..(hi * size) as usize],
-                            );
-                            fidelity = fidelity.worst(f);
-                            Ok(())
-                        },
-                    )?;
-                    self.record_read(name, *step, span.blocks.clone());
-                }
-                out.push((
-                    *step,
-                    TensorSlice {
-                        dtype: rec.dtype,
-                        shape: rec.shape.clone(),
-                        elems: elems.clone(),
-                        data,
-                        fidelity,
-                    },
-                ));
+            let cache_bytes = needed.saturating_mul(4).clamp(CACHE_MIN, CACHE_MAX);
+            let name: Arc<str> = Arc::from(name);
+            let read_run = |run: &[(u64, VersionRecord)]| -> Result<Vec<(u64, TensorSlice)>> {
+                let cache = BlockCache::new(cache_bytes);
+                run.iter()
+                    .map(|(step, rec)| self.history_version(&r, &cache, &name, *step, rec, &elems))
+                    .collect()
+            };
+            let runs = history_runs(chosen.len(), rayon::current_num_threads());
+            if runs.len() <= 1 {
+                return read_run(&chosen);
             }
-            Ok(out)
+            let parts = runs
+                .into_par_iter()
+                .map(|run| read_run(&chosen[run]))
+                .collect::<Result<Vec<_>>>()?;
+            Ok(parts.into_iter().flatten().collect())
         })
+    }
+
+    /// Elements `elems` of version `step` of `name`, read through `cache`, where the
+    /// version before it left its blocks.
+    fn history_version(
+        &self,
+        r: &ReadTxn,
+        cache: &BlockCache,
+        name: &Arc<str>,
+        step: u64,
+        rec: &VersionRecord,
+        elems: &Range<u64>,
+    ) -> Result<(u64, TensorSlice)> {
+        let size = rec.dtype.size() as u64;
+        let mut data = Vec::with_capacity(((elems.end - elems.start) * size) as usize);
+        let mut fidelity = Fidelity::Exact;
+        if elems.start < elems.end {
+            let span = Span {
+                name: name.clone(),
+                step,
+                rec,
+                blocks: elems.start / rec.block_elems..(elems.end - 1) / rec.block_elems + 1,
+                upto: Some(elems.end),
+            };
+            let mut fetcher = Fetcher::new(r, cache);
+            read_blocks(
+                &mut fetcher,
+                cache,
+                std::slice::from_ref(&span),
+                |_, job| self.rebuild_block(r, job, rec, 0),
+                |_, b, bytes, f| {
+                    let start = b * rec.block_elems;
+                    let lo = elems.start.max(start) - start;
+                    let hi = elems.end.min(start + rec.block_len(b)) - start;
+                    data.extend_from_slice(&bytes[(lo * size) as usize..(hi * size) as usize]);
+                    fidelity = fidelity.worst(f);
+                    Ok(())
+                },
+            )?;
+            self.record_read(name, step, span.blocks.clone());
+        }
+        Ok((
+            step,
+            TensorSlice {
+                dtype: rec.dtype,
+                shape: rec.shape.clone(),
+                elems: elems.clone(),
+                data,
+                fidelity,
+            },
+        ))
+    }
+}
+
+/// Splits `versions` versions into contiguous runs, one per thread, each read through a
+/// cache of its own. A run's first version decodes the chain under it (up to
+/// `max_chain` links), so a history is split only when every run has at least
+/// [`MIN_RUN`] versions; one run otherwise.
+fn history_runs(versions: usize, threads: usize) -> Vec<Range<usize>> {
+    let parts = (versions / MIN_RUN).clamp(1, threads.max(1));
+    (0..parts)
+        .map(|i| i * versions / parts..(i + 1) * versions / parts)
+        .collect()
+}
+
+/// Fewest versions a thread reads of a split history: its first version's chain costs at
+/// most [`strata_codec::chain::DEFAULT_MAX_CHAIN`] decodes more than the versions after it.
+const MIN_RUN: usize = 16;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_cover_every_version_once_in_order() {
+        for versions in [0, 1, 15, 16, 31, 32, 33, 100, 1000] {
+            for threads in [1, 2, 3, 8] {
+                let runs = history_runs(versions, threads);
+                assert!(!runs.is_empty());
+                assert_eq!(runs.first().unwrap().start, 0);
+                assert_eq!(runs.last().unwrap().end, versions);
+                for w in runs.windows(2) {
+                    assert_eq!(w[0].end, w[1].start);
+                }
+                assert!(runs.len() <= threads);
+                if runs.len() > 1 {
+                    assert!(
+                        runs.iter().all(|r| r.len() >= MIN_RUN),
+                        "{versions} {threads}"
+                    );
+                }
+            }
+        }
+        assert_eq!(history_runs(100, 2), vec![0..50, 50..100]);
+        assert_eq!(history_runs(31, 2), vec![0..31], "too short to split");
     }
 }

@@ -234,7 +234,9 @@ fn history_equals_reads_of_each_version() {
     let store = small_windows(&path);
     let mut values = noise(20_000, 9);
     let mut expected = Vec::new();
-    for step in 0..30u64 {
+    // 40 versions: a history of all of them is read in runs, one per thread (16 or more
+    // versions each), each run starting with a decode of the chain under its first version.
+    for step in 0..40u64 {
         for v in values.iter_mut().skip(step as usize % 5).step_by(5) {
             *v *= 1.0001;
         }
@@ -267,6 +269,12 @@ fn history_equals_reads_of_each_version() {
             store.get_range("w", *s, elems.clone()).unwrap().data
         );
     }
+    let all = store.history("w", elems.clone(), ..).unwrap();
+    assert_eq!(all.len(), expected.len());
+    for ((step, slice), (s, data)) in all.iter().zip(&expected) {
+        assert_eq!(step, s);
+        assert_eq!(slice.data, data[4000 * 4..5100 * 4], "step {s}");
+    }
     assert!(matches!(
         store.history("w", 0..30_000, ..).unwrap_err(),
         StoreError::Invalid(InvalidInput::Range { .. })
@@ -275,7 +283,7 @@ fn history_equals_reads_of_each_version() {
         store.history("nope", 0..1, ..).unwrap_err(),
         StoreError::NotFound(NotFound::Tensor { .. })
     ));
-    assert_eq!(store.history("w", 3..3, ..).unwrap().len(), 30);
+    assert_eq!(store.history("w", 3..3, ..).unwrap().len(), 40);
 }
 
 #[test]
