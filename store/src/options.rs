@@ -21,7 +21,8 @@ pub struct Options {
     /// How bases are chosen. Default [`DeltaPolicy::Chain`].
     pub policy: DeltaPolicy,
     /// Bytes of decoded blocks kept in memory for reads and delta encoding. 0 disables the
-    /// cache. Default 256 MiB.
+    /// cache. Default 256 MiB. A write keeps only what later writes read: the newest version
+    /// of each block it writes and the keyframes under them (ADR 0030).
     pub cache_bytes: usize,
     /// Settings of the lossless codec.
     pub lossless: LosslessOptions,
