@@ -38,12 +38,6 @@ impl Domain {
     pub fn of(dtype: DType, bytes: &[u8]) -> Result<Domain, ConvertError> {
         let size = dtype.size();
         let mut d = Domain::EMPTY;
-        if dtype == DType::F32 {
-            for x in bytes.chunks_exact(4) {
-                d.add(&[f32::from_le_bytes([x[0], x[1], x[2], x[3]])]);
-            }
-            return Ok(d);
-        }
         let mut buf = [0f32; CHUNK];
         for chunk in bytes.chunks(CHUNK * size) {
             let k = chunk.len() / size;
@@ -71,10 +65,14 @@ impl Domain {
     };
 
     fn add(&mut self, values: &[f32]) {
+        // A block of weights has its first non-integer early: the rest is two comparisons
+        // an element, which vectorize (aging checks every block it reads).
+        if self.integers {
+            self.integers = values.iter().all(|&x| is_integer(x));
+        }
         for &x in values {
             self.non_negative &= x >= 0.0;
             self.finite &= x.is_finite();
-            self.integers &= is_integer(x);
         }
     }
 

@@ -64,12 +64,12 @@ fn recon_chunk(dtype: DType, b: &[f32], q: &[i32], step: f32, scratch: &mut [f32
     let _ = from_f32_into(dtype, scratch, out);
 }
 
-/// Measures `step` on elements `idx` (all of them, or a sample), filling `keep` with `q`.
+/// Measures `step` on the elements `t` and their bases `b` (a whole block, or a sample
+/// gathered from it), filling `keep` with `q`.
 fn measure(
     dtype: DType,
     t: &[f32],
     b: &[f32],
-    idx: &[usize],
     step: f32,
     non_negative: bool,
     mut keep: Option<&mut Vec<i32>>,
@@ -80,19 +80,18 @@ fn measure(
         max_abs: 0.0,
         max_zigzag: 0,
     };
-    let (mut tb, mut bb, mut qb, mut rb) =
-        ([0f32; CHUNK], [0f32; CHUNK], [0i32; CHUNK], [0f32; CHUNK]);
+    let (mut qb, mut rb) = ([0i32; CHUNK], [0f32; CHUNK]);
     let mut bytes = [0u8; CHUNK * 4];
     let mut back = [0f32; CHUNK];
     let inv_step = 1.0 / step;
-    for part in idx.chunks(CHUNK) {
-        let k = part.len();
-        for (j, &i) in part.iter().enumerate() {
-            tb[j] = t[i];
-            bb[j] = b[i];
-            qb[j] = quant(t[i] - b[i], inv_step);
-            if non_negative {
-                qb[j] = lift(b[i], qb[j], step);
+    for (tb, bb) in t.chunks(CHUNK).zip(b.chunks(CHUNK)) {
+        let k = tb.len();
+        for ((q, &tv), &bv) in qb[..k].iter_mut().zip(tb).zip(bb) {
+            *q = quant(tv - bv, inv_step);
+        }
+        if non_negative {
+            for (q, &bv) in qb[..k].iter_mut().zip(bb) {
+                *q = lift(bv, *q, step);
             }
         }
         let back: &[f32] = if dtype == DType::F32 {
@@ -167,10 +166,9 @@ pub(super) fn quantize(
             .map_or(of_norm, |f| of_norm.min(f * f * delta2))
     };
     let allowed = limit(norm2, delta2);
-    let all: Vec<usize> = (0..n).collect();
     let found = |step: f32| -> Option<Found> {
         let mut q = Vec::with_capacity(n);
-        let m = measure(dtype, &t, &b, &all, step, non_negative, Some(&mut q));
+        let m = measure(dtype, &t, &b, step, non_negative, Some(&mut q));
         (m.err2 <= allowed).then(|| Found {
             q,
             step,
@@ -183,19 +181,17 @@ pub(super) fn quantize(
         return found(1.0);
     }
     let stride = n.div_ceil(SAMPLE).max(1);
-    let sample: Vec<usize> = (0..n).step_by(stride).collect();
-    let sample_norm2: f64 = sample
+    // The sample, gathered once: the search measures it about twenty times.
+    let ts: Vec<f32> = t.iter().step_by(stride).copied().collect();
+    let bs: Vec<f32> = b.iter().step_by(stride).copied().collect();
+    let sample_norm2: f64 = ts.iter().map(|&x| f64::from(x) * f64::from(x)).sum();
+    let sample_delta2: f64 = ts
         .iter()
-        .map(|&i| f64::from(t[i]) * f64::from(t[i]))
-        .sum();
-    let sample_delta2: f64 = sample
-        .iter()
-        .map(|&i| f64::from(t[i] - b[i]) * f64::from(t[i] - b[i]))
+        .zip(&bs)
+        .map(|(&x, &y)| f64::from(x - y) * f64::from(x - y))
         .sum();
     let sample_allowed = limit(sample_norm2, sample_delta2);
-    let ok = |step: f32| {
-        measure(dtype, &t, &b, &sample, step, non_negative, None).err2 <= sample_allowed
-    };
+    let ok = |step: f32| measure(dtype, &ts, &bs, step, non_negative, None).err2 <= sample_allowed;
     // A step of 4x the largest delta rounds every delta to 0: the base itself.
     let coarse = max_delta * 4.0;
     if ok(coarse) {
