@@ -379,3 +379,77 @@ fn refusals_rules_and_unmeetable_budgets() {
         }
     }
 }
+
+/// One pass ages the tensors together (each round encodes the next blocks of many tensors
+/// in the thread pool): it must store exactly what aging each tensor in a pass of its own
+/// stores, since tensors are aged independently. Committed series, f32 and bf16.
+#[test]
+fn one_pass_stores_what_a_pass_per_tensor_stores() {
+    let series = &all_series()[0];
+    for sub in ["dev_ft", "dev_pre/bf16"] {
+        let cps = checkpoints(&series.root, sub);
+        let dir = tempfile::tempdir().expect("make a temp dir");
+        let open = |file: &str| {
+            let mut store = Store::open(dir.path().join(file)).expect("open a store");
+            for (step, path) in &cps {
+                store
+                    .import_safetensors(path, *step)
+                    .expect("import a checkpoint");
+            }
+            store
+        };
+        let (mut together, mut apart) = (open("together.strata"), open("apart.strata"));
+        let policy = AgePolicy {
+            keep_exact_last: 2,
+            budget: 1e-2,
+            ..AgePolicy::default()
+        };
+        let report = together.age(&policy).expect("age in one pass");
+        assert!(report.versions_aged > 0, "{sub}: {report:?}");
+        let names: Vec<String> = common::load_file(&cps[0].1)
+            .into_iter()
+            .map(|t| t.name)
+            .collect();
+        assert!(names.len() > 2, "{sub}: several tensors");
+        for name in &names {
+            // Every other tensor exact: this pass ages `name` alone, by the default rules.
+            let rules = names
+                .iter()
+                .filter(|n| *n != name)
+                .map(|n| AgeRule {
+                    pattern: n.clone(),
+                    budget: None,
+                })
+                .collect();
+            apart
+                .age(&AgePolicy {
+                    rules,
+                    ..policy.clone()
+                })
+                .expect("age one tensor");
+        }
+        let (t, a) = (
+            together.stats().expect("stats"),
+            apart.stats().expect("stats"),
+        );
+        assert_eq!(t.stored_bytes, a.stored_bytes, "{sub}");
+        assert_eq!(t.segments, a.segments, "{sub}");
+        for name in &names {
+            let (tv, av) = (
+                together.versions(name).expect("versions"),
+                apart.versions(name).expect("versions"),
+            );
+            assert_eq!(
+                tv, av,
+                "{sub} {name}: the same versions, encodings and errors"
+            );
+            for (step, _) in &cps {
+                assert_eq!(
+                    together.get(name, *step).expect("read").data,
+                    apart.get(name, *step).expect("read").data,
+                    "{sub} {name} at {step}"
+                );
+            }
+        }
+    }
+}

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use strata_codec::aged;
 use wildmatch::WildMatch;
 
-use crate::engine::{age_versions, AgeHow, AgeTally, View, WriteTxn};
+use crate::engine::{age_versions, AgeHow, AgeJob, AgeTally, View, WriteTxn};
 use crate::error::{DbContext, InvalidInput, NotFound, Result, StoreError};
 use crate::retain::RetainPolicy;
 use crate::roles::{role_of, Role, RoleRule};
@@ -339,6 +339,7 @@ impl Store {
                 by_tensor.entry(name).or_default().insert(step);
             }
         }
+        let mut jobs = Vec::new();
         for (name, steps) in &by_tensor {
             let mut ageable = BTreeSet::new();
             let mut how = None;
@@ -365,20 +366,14 @@ impl Store {
             let Some(how) = how else {
                 continue;
             };
-            let t = age_versions(
-                wt,
-                &self.cache,
-                &self.opts,
-                name,
-                &ageable,
+            jobs.push(AgeJob {
+                name: name.clone(),
+                steps: ageable,
                 how,
-                policy.max_chain,
-            )?;
-            tally.versions_aged += t.versions_aged;
-            tally.versions_exact += t.versions_exact;
-            tally.blocks_unmet += t.blocks_unmet;
-            tally.max_rel_error = tally.max_rel_error.max(t.max_rel_error);
+            });
         }
+        let aged = age_versions(wt, &self.cache, &self.opts, jobs, policy.max_chain)?;
+        tally.add(aged);
         Ok(AgePass {
             tally,
             stored_bytes_before: stored_before.total(),

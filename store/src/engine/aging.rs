@@ -33,7 +33,7 @@ use crate::error::{Result, StoreError};
 use crate::options::Options;
 use crate::record::{BlockRecord, Form, VersionRecord};
 
-/// What aging one tensor did.
+/// What aging did.
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct AgeTally {
     /// Versions now aged.
@@ -48,6 +48,17 @@ pub(crate) struct AgeTally {
     pub(crate) max_rel_error: f64,
 }
 
+impl AgeTally {
+    /// Adds what `other` counted.
+    pub(crate) fn add(&mut self, other: AgeTally) {
+        self.versions_aged += other.versions_aged;
+        self.versions_exact += other.versions_exact;
+        self.blocks_exact += other.blocks_exact;
+        self.blocks_unmet += other.blocks_unmet;
+        self.max_rel_error = self.max_rel_error.max(other.max_rel_error);
+    }
+}
+
 /// One block to age: its exact bytes and its base (step, block record, reconstruction).
 struct Work {
     block: u64,
@@ -55,6 +66,13 @@ struct Work {
     base: Option<(u64, BlockRecord, Block)>,
     /// Bytes the block's old segment costs (0 for a reference).
     old_cost: usize,
+}
+
+impl Work {
+    /// Bytes of data it holds: the block and its base.
+    fn bytes(&self) -> usize {
+        self.data.len() + self.base.as_ref().map_or(0, |(_, _, b)| b.len())
+    }
 }
 
 /// A block's new record, its new segment if any, and its measured error if lossy.
@@ -79,79 +97,215 @@ pub(crate) enum AgeHow {
     Log(f64),
 }
 
-/// Ages the versions of `name` at `steps` (each exists, is lossless, and has a dtype
-/// [`aged::supports`]) as `how` says, chains of aged versions at most `max_chain` segments
-/// deep. Whatever `how` says, a block whose values are all integers or not all finite stays
-/// exact, and a block whose values are all non-negative reads back non-negative
-/// ([`strata_codec::domain`]).
+/// One tensor to age: its name, the steps to age (each exists, is lossless, and has a dtype
+/// [`aged::supports`]), and how.
+pub(crate) struct AgeJob {
+    pub(crate) name: String,
+    pub(crate) steps: BTreeSet<u64>,
+    pub(crate) how: AgeHow,
+}
+
+/// Ages every tensor of `jobs` as its job says, chains of aged versions at most
+/// `max_chain` segments deep. Whatever `how` says, a block whose values are all integers or
+/// not all finite stays exact, and a block whose values are all non-negative reads back
+/// non-negative ([`strata_codec::domain`]).
+///
+/// A tensor's versions are aged one after another (each is the base of the next older
+/// one); different tensors are independent, so each round gathers the next window of
+/// blocks of as many tensors as about [`BATCH_BYTES`] of data holds, encodes them all in
+/// the thread pool, then writes them. A checkpoint of many small tensors is encoded in
+/// parallel, not a tensor at a time.
 pub(crate) fn age_versions(
     wt: &mut WriteTxn<'_>,
     cache: &BlockCache,
     opts: &Options,
-    name: &str,
-    steps: &BTreeSet<u64>,
-    how: AgeHow,
+    jobs: Vec<AgeJob>,
     max_chain: u8,
 ) -> Result<AgeTally> {
-    let mut all = rebase_off(wt, cache, opts, name, steps)?;
-    let name_arc: Arc<str> = Arc::from(name);
+    let mut pending = jobs.into_iter();
+    let mut active: Vec<Aging> = Vec::new();
     let mut tally = AgeTally::default();
-    for &step in steps.iter().rev() {
-        let Ok(at) = all.binary_search_by_key(&step, |(s, _)| *s) else {
-            continue;
-        };
-        let rec = all[at].1.clone();
-        let mut new = rec.clone();
-        let mut worst: Option<f32> = None;
-        let count = rec.blocks.len() as u64;
-        let mut next = 0u64;
-        while next < count {
-            // A window of blocks at a time: memory stays bounded for any tensor size.
-            let window = gather(
-                wt,
-                cache,
-                &name_arc,
-                step,
-                &rec,
-                &all[at + 1..],
-                &mut next,
-                max_chain,
-            )?;
-            let outcomes: Vec<Result<Outcome>> = window
-                .par_iter()
-                .map(|w| encode_block(name, step, &rec, w, how, opts))
-                .collect();
-            for (w, outcome) in window.iter().zip(outcomes) {
-                let outcome = outcome?;
-                let old = rec.blocks[w.block as usize];
-                wt.add_ref(
-                    name,
-                    step,
-                    w.block,
-                    outcome.record.address,
-                    outcome.segment.as_deref(),
-                )?;
-                wt.release(name, step, w.block, old.address)?;
-                new.blocks[w.block as usize] = outcome.record;
-                match outcome.error {
-                    Some(e) => worst = Some(worst.map_or(e, |w| w.max(e))),
-                    None => tally.blocks_exact += 1,
+    loop {
+        let mut round: Vec<(usize, Vec<Work>)> = Vec::new();
+        let mut bytes = 0usize;
+        let mut i = 0;
+        while round.is_empty() || bytes < BATCH_BYTES {
+            if i == active.len() {
+                match pending.next() {
+                    Some(job) => active.push(Aging::start(wt, cache, opts, job)?),
+                    None => break,
                 }
-                tally.blocks_unmet += u64::from(outcome.unmet);
+            }
+            match active[i].next_window(wt, cache, max_chain)? {
+                Some(window) => {
+                    bytes += window.iter().map(Work::bytes).sum::<usize>();
+                    round.push((i, window));
+                    i += 1;
+                }
+                None => tally.add(active.remove(i).tally),
             }
         }
-        new.aged = worst;
-        match worst {
-            Some(e) => {
-                tally.versions_aged += 1;
-                tally.max_rel_error = tally.max_rel_error.max(f64::from(e));
-            }
-            None => tally.versions_exact += 1,
+        if round.is_empty() {
+            return Ok(tally);
         }
-        wt.put_version(name, step, &new)?;
-        all[at].1 = new;
+        let outcomes: Vec<Vec<Result<Outcome>>> = round
+            .par_iter()
+            .map(|(i, window)| {
+                let t = &active[*i];
+                let Some(cur) = &t.current else {
+                    return Vec::new();
+                };
+                window
+                    .par_iter()
+                    .map(|w| encode_block(&t.name, cur.step, &cur.rec, w, t.how, opts))
+                    .collect()
+            })
+            .collect();
+        for ((i, window), outcomes) in round.iter().zip(outcomes) {
+            active[*i].apply(wt, window, outcomes)?;
+        }
     }
-    Ok(tally)
+}
+
+/// A tensor being aged: its versions as they now are, the steps still to age, and the
+/// version whose blocks are being re-encoded.
+struct Aging {
+    name: String,
+    name_arc: Arc<str>,
+    how: AgeHow,
+    all: Vec<(u64, VersionRecord)>,
+    /// Steps still to age, oldest first: the newest is taken next.
+    todo: Vec<u64>,
+    current: Option<Current>,
+    tally: AgeTally,
+}
+
+/// The version being aged: its record before and after, its worst error so far, and its
+/// next block to gather.
+struct Current {
+    at: usize,
+    step: u64,
+    rec: VersionRecord,
+    new: VersionRecord,
+    worst: Option<f32>,
+    next: u64,
+}
+
+impl Aging {
+    /// Re-bases the exact versions off the steps to age ([`rebase_off`]), then waits for
+    /// its first window.
+    fn start(
+        wt: &mut WriteTxn<'_>,
+        cache: &BlockCache,
+        opts: &Options,
+        job: AgeJob,
+    ) -> Result<Aging> {
+        let all = rebase_off(wt, cache, opts, &job.name, &job.steps)?;
+        Ok(Aging {
+            name_arc: Arc::from(job.name.as_str()),
+            name: job.name,
+            how: job.how,
+            all,
+            todo: job.steps.into_iter().collect(),
+            current: None,
+            tally: AgeTally::default(),
+        })
+    }
+
+    /// The next window of blocks to encode: of the version being aged, or, once its blocks
+    /// are done and it is written, of the next newest step. `None` when every step is done.
+    fn next_window(
+        &mut self,
+        wt: &mut WriteTxn<'_>,
+        cache: &BlockCache,
+        max_chain: u8,
+    ) -> Result<Option<Vec<Work>>> {
+        loop {
+            match &mut self.current {
+                Some(cur) if cur.next < cur.rec.blocks.len() as u64 => {
+                    // A window of blocks at a time: memory stays bounded for any tensor size.
+                    let window = gather(
+                        wt,
+                        cache,
+                        &self.name_arc,
+                        cur.step,
+                        &cur.rec,
+                        &self.all[cur.at + 1..],
+                        &mut cur.next,
+                        max_chain,
+                    )?;
+                    return Ok(Some(window));
+                }
+                Some(_) => self.finish(wt)?,
+                None => {
+                    let Some(step) = self.todo.pop() else {
+                        return Ok(None);
+                    };
+                    let Ok(at) = self.all.binary_search_by_key(&step, |(s, _)| *s) else {
+                        continue;
+                    };
+                    let rec = self.all[at].1.clone();
+                    self.current = Some(Current {
+                        at,
+                        step,
+                        new: rec.clone(),
+                        rec,
+                        worst: None,
+                        next: 0,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Writes the outcomes of a window of the version being aged.
+    fn apply(
+        &mut self,
+        wt: &mut WriteTxn<'_>,
+        window: &[Work],
+        outcomes: Vec<Result<Outcome>>,
+    ) -> Result<()> {
+        let Some(cur) = &mut self.current else {
+            return Ok(());
+        };
+        for (w, outcome) in window.iter().zip(outcomes) {
+            let outcome = outcome?;
+            let old = cur.rec.blocks[w.block as usize];
+            wt.add_ref(
+                &self.name,
+                cur.step,
+                w.block,
+                outcome.record.address,
+                outcome.segment.as_deref(),
+            )?;
+            wt.release(&self.name, cur.step, w.block, old.address)?;
+            cur.new.blocks[w.block as usize] = outcome.record;
+            match outcome.error {
+                Some(e) => cur.worst = Some(cur.worst.map_or(e, |w| w.max(e))),
+                None => self.tally.blocks_exact += 1,
+            }
+            self.tally.blocks_unmet += u64::from(outcome.unmet);
+        }
+        Ok(())
+    }
+
+    /// Writes the version being aged, its blocks all done: the base of the next older one.
+    fn finish(&mut self, wt: &mut WriteTxn<'_>) -> Result<()> {
+        let Some(mut cur) = self.current.take() else {
+            return Ok(());
+        };
+        cur.new.aged = cur.worst;
+        match cur.worst {
+            Some(e) => {
+                self.tally.versions_aged += 1;
+                self.tally.max_rel_error = self.tally.max_rel_error.max(f64::from(e));
+            }
+            None => self.tally.versions_exact += 1,
+        }
+        wt.put_version(&self.name, cur.step, &cur.new)?;
+        self.all[cur.at].1 = cur.new;
+        Ok(())
+    }
 }
 
 /// Reads the next window of blocks of version `step` (from block `*next`, about

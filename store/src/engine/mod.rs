@@ -36,7 +36,7 @@ mod txn;
 mod versions;
 mod writeback;
 
-pub(crate) use aging::{age_versions, AgeHow, AgeTally};
+pub(crate) use aging::{age_versions, AgeHow, AgeJob, AgeTally};
 pub(crate) use blocks::{decode_all, read_blocks, Fetcher, Job, Span};
 pub(crate) use cache::{Block, BlockCache, CacheRoom};
 pub(crate) use encode::{
