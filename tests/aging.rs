@@ -390,7 +390,7 @@ fn one_pass_stores_what_a_pass_per_tensor_stores() {
         let cps = checkpoints(&series.root, sub);
         let dir = tempfile::tempdir().expect("make a temp dir");
         let open = |file: &str| {
-            let mut store = Store::open(dir.path().join(file)).expect("open a store");
+            let store = Store::open(dir.path().join(file)).expect("open a store");
             for (step, path) in &cps {
                 store
                     .import_safetensors(path, *step)
