@@ -180,6 +180,28 @@ pub fn metadata_to_text(meta: Option<&HashMap<String, String>>) -> String {
     serde_json::to_string(&sorted).unwrap_or_default()
 }
 
+/// A safetensors header: `tensors` (the header's JSON object without `__metadata__`) with
+/// `meta` put first, its keys in sorted order. `Metadata` would write them in a `HashMap`'s
+/// order, which differs from one map to the next: two exports of one checkpoint would
+/// differ in their bytes.
+fn with_metadata(tensors: Vec<u8>, meta: Option<&HashMap<String, String>>) -> Vec<u8> {
+    let Some(meta) = meta.filter(|m| !m.is_empty()) else {
+        return tensors;
+    };
+    let sorted: BTreeMap<&String, &String> = meta.iter().collect();
+    let mut out = b"{\"__metadata__\":".to_vec();
+    // A map of strings always serializes.
+    out.extend(serde_json::to_vec(&sorted).unwrap_or_else(|_| b"{}".to_vec()));
+    match tensors.strip_prefix(b"{") {
+        Some(b"}") | None => out.push(b'}'),
+        Some(rest) => {
+            out.push(b',');
+            out.extend_from_slice(rest);
+        }
+    }
+    out
+}
+
 /// The `__metadata__` map for checkpoint metadata text (`None` for empty text).
 pub fn metadata_from_text(text: &str) -> Option<HashMap<String, String>> {
     if text.is_empty() {
@@ -704,9 +726,10 @@ impl Store {
                 path: path.to_path_buf(),
                 source: Box::new(source),
             };
-            let meta = Metadata::new(metadata_from_text(&cp.metadata), infos).map_err(st_err)?;
-            let mut header = serde_json::to_vec(&meta)
+            let meta = Metadata::new(None, infos).map_err(st_err)?;
+            let tensors = serde_json::to_vec(&meta)
                 .map_err(|e| st_err(SafeTensorError::InvalidHeaderDeserialization(e)))?;
+            let mut header = with_metadata(tensors, metadata_from_text(&cp.metadata).as_ref());
             // As the safetensors crate writes it: padded with spaces to a multiple of 8 bytes.
             header.resize(header.len().next_multiple_of(8), b' ');
             let tmp = temp_path(path);
@@ -764,6 +787,28 @@ fn temp_path(path: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn metadata_goes_first_with_sorted_keys() {
+        let meta: HashMap<String, String> = [("b", "2"), ("a", "1"), ("c", "\"3\"")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let tensors = br#"{"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}"#.to_vec();
+        assert_eq!(
+            String::from_utf8(with_metadata(tensors.clone(), Some(&meta))).unwrap(),
+            r#"{"__metadata__":{"a":"1","b":"2","c":"\"3\""},"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}"#
+        );
+        assert_eq!(
+            String::from_utf8(with_metadata(b"{}".to_vec(), Some(&meta))).unwrap(),
+            r#"{"__metadata__":{"a":"1","b":"2","c":"\"3\""}}"#
+        );
+        assert_eq!(with_metadata(tensors.clone(), None), tensors);
+        assert_eq!(
+            with_metadata(tensors.clone(), Some(&HashMap::new())),
+            tensors
+        );
+    }
 
     #[test]
     fn dtype_mapping_round_trips() {

@@ -113,6 +113,53 @@ fn every_dtype_round_trips_bit_exact() {
 }
 
 #[test]
+fn exports_of_one_checkpoint_are_the_same_bytes() {
+    // Six metadata keys: written in a HashMap's order, two exports would differ in their
+    // header (each map has its own random order) and the files would not compare equal.
+    let meta = [
+        ("format", "pt"),
+        ("epoch", "3"),
+        ("global_step", "1200"),
+        ("lr", "0.0006"),
+        ("run", "a"),
+        ("seed", "7"),
+    ];
+    let file = file_with(
+        &[
+            ("w", Dtype::F32, vec![4, 8], bytes(32, 4, 1)),
+            ("b", Dtype::BF16, vec![8], bytes(8, 2, 2)),
+        ],
+        Some(&meta),
+    );
+    let (dir, path) = temp_store();
+    let src = dir.path().join("in.safetensors");
+    std::fs::write(&src, &file).expect("write");
+    let store = Store::open(&path).expect("open");
+    store.import_safetensors(&src, 5).expect("import");
+    let export = |i: usize| {
+        let out = dir.path().join(format!("out{i}.safetensors"));
+        store.export_safetensors(5, &out).expect("export");
+        std::fs::read(&out).expect("read")
+    };
+    let first = export(0);
+    for i in 1..8 {
+        assert_eq!(export(i), first, "export {i}");
+    }
+    let (_, header) = SafeTensors::read_metadata(&first).expect("header");
+    let got = header.metadata().clone().expect("__metadata__");
+    assert_eq!(got.len(), meta.len());
+    for (k, v) in meta {
+        assert_eq!(got.get(k).map(String::as_str), Some(v), "{k}");
+    }
+    let st = SafeTensors::deserialize(&first).expect("parse export");
+    assert_eq!(
+        st.tensor("w").expect("w").data(),
+        bytes(32, 4, 1).as_slice()
+    );
+    assert_eq!(st.tensor("b").expect("b").data(), bytes(8, 2, 2).as_slice());
+}
+
+#[test]
 fn metadata_that_is_not_an_object_of_strings_survives_a_round_trip() {
     let (dir, path) = temp_store();
     let store = Store::open(&path).expect("open");
