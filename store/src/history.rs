@@ -6,11 +6,11 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
-use crate::engine::{read_blocks, BlockCache, Fetcher, ReadTxn, Span, View};
+use crate::engine::{BlockCache, ReadTxn, View};
 use crate::error::{InvalidInput, NotFound, Result, StoreError};
 use crate::record::VersionRecord;
 use crate::store::{contain, Store};
-use crate::tensor::{Fidelity, TensorSlice};
+use crate::tensor::TensorSlice;
 
 /// Smallest and largest private block cache of one history query.
 const CACHE_MIN: usize = 16 << 20;
@@ -104,33 +104,11 @@ impl Store {
         rec: &VersionRecord,
         elems: &Range<u64>,
     ) -> Result<(u64, TensorSlice)> {
-        let size = rec.dtype.size() as u64;
-        let mut data = Vec::with_capacity(((elems.end - elems.start) * size) as usize);
-        let mut fidelity = Fidelity::Exact;
+        let (data, fidelity) =
+            self.read_elems_through(r, cache, name.clone(), step, rec, elems.clone(), 0)?;
         if elems.start < elems.end {
-            let span = Span {
-                name: name.clone(),
-                step,
-                rec,
-                blocks: elems.start / rec.block_elems..(elems.end - 1) / rec.block_elems + 1,
-                upto: Some(elems.end),
-            };
-            let mut fetcher = Fetcher::new(r, cache);
-            read_blocks(
-                &mut fetcher,
-                cache,
-                std::slice::from_ref(&span),
-                |_, job| self.rebuild_block(r, job, rec, 0),
-                |_, b, bytes, f| {
-                    let start = b * rec.block_elems;
-                    let lo = elems.start.max(start) - start;
-                    let hi = elems.end.min(start + rec.block_len(b)) - start;
-                    data.extend_from_slice(&bytes[(lo * size) as usize..(hi * size) as usize]);
-                    fidelity = fidelity.worst(f);
-                    Ok(())
-                },
-            )?;
-            self.record_read(name, step, span.blocks.clone());
+            let blocks = elems.start / rec.block_elems..(elems.end - 1) / rec.block_elems + 1;
+            self.record_read(name, step, blocks);
         }
         Ok((
             step,

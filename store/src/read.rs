@@ -8,7 +8,8 @@ use std::sync::Arc;
 use strata_tiering::Tier;
 
 use crate::engine::{
-    checkpoint_steps, lossy, read_blocks, tag_list, tensor_names, Fetcher, ReadTxn, Span, View,
+    checkpoint_steps, lossy, read_blocks, tag_list, tensor_names, BlockCache, Fetcher, ReadTxn,
+    Span, View,
 };
 use crate::error::{InvalidInput, NotFound, Result, StoreError, TierFailure};
 use crate::record::{BlockRecord, Form, ResidualRef, VersionRecord, CHECKSUM_LEN};
@@ -323,6 +324,21 @@ impl Store {
         elems: Range<u64>,
         depth: u8,
     ) -> Result<(Vec<u8>, Fidelity)> {
+        self.read_elems_through(r, &self.cache, Arc::from(name), step, rec, elems, depth)
+    }
+
+    /// [`Store::read_elems`] through `cache` (a history's private cache, or the store's).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn read_elems_through(
+        &self,
+        r: &ReadTxn,
+        cache: &BlockCache,
+        name: Arc<str>,
+        step: u64,
+        rec: &VersionRecord,
+        elems: Range<u64>,
+        depth: u8,
+    ) -> Result<(Vec<u8>, Fidelity)> {
         let size = rec.dtype.size() as u64;
         let mut data =
             Vec::with_capacity(((elems.end - elems.start) * size).min(RESERVE_LIMIT) as usize);
@@ -333,16 +349,16 @@ impl Store {
         let first = elems.start / rec.block_elems;
         let last = (elems.end - 1) / rec.block_elems;
         let span = Span {
-            name: Arc::from(name),
+            name,
             step,
             rec,
             blocks: first..last + 1,
             upto: Some(elems.end),
         };
-        let mut fetcher = Fetcher::new(r, &self.cache);
+        let mut fetcher = Fetcher::new(r, cache);
         read_blocks(
             &mut fetcher,
-            &self.cache,
+            cache,
             std::slice::from_ref(&span),
             |_, job| self.rebuild_block(r, job, rec, depth),
             |_, b, bytes, f| {

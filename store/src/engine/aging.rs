@@ -170,8 +170,7 @@ pub(crate) fn age_versions(
 /// A tensor being aged: its versions as they now are, the steps still to age, and the
 /// version whose blocks are being re-encoded.
 struct Aging {
-    name: String,
-    name_arc: Arc<str>,
+    name: Arc<str>,
     how: AgeHow,
     all: Vec<(u64, VersionRecord)>,
     /// Steps still to age, oldest first: the newest is taken next.
@@ -202,8 +201,7 @@ impl Aging {
     ) -> Result<Aging> {
         let all = rebase_off(wt, cache, opts, &job.name, &job.steps)?;
         Ok(Aging {
-            name_arc: Arc::from(job.name.as_str()),
-            name: job.name,
+            name: Arc::from(job.name),
             how: job.how,
             all,
             todo: job.steps.into_iter().collect(),
@@ -227,7 +225,7 @@ impl Aging {
                     let window = gather(
                         wt,
                         cache,
-                        &self.name_arc,
+                        &self.name,
                         cur.step,
                         &cur.rec,
                         &self.all[cur.at + 1..],
