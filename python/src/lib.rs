@@ -334,7 +334,11 @@ impl PyStore {
         upload: Option<String>,
         read_only: bool,
     ) -> PyResult<Self> {
-        let d = Options::default();
+        let d = if read_only {
+            Options::for_reading()
+        } else {
+            Options::default()
+        };
         let opts = Options {
             block_bytes: block_bytes.unwrap_or(d.block_bytes),
             max_chain: max_chain.unwrap_or(d.max_chain),
@@ -431,7 +435,7 @@ impl PyStore {
     ) -> PyResult<usize> {
         let read_once = Options {
             cache_bytes: 0,
-            ..Options::default()
+            ..Options::for_reading()
         };
         self.with(py, |s| {
             let mut w = s.begin_checkpoint(step, metadata)?;

@@ -155,7 +155,9 @@ pub use error::{
     Corruption, InvalidInput, NotFound, OpenError, Result, SafeTensorsProblem, StoreError,
     TierFailure,
 };
-pub use options::{DeltaPolicy, FrameOptions, Options, PutOptions, TierOptions};
+pub use options::{
+    DeltaPolicy, FrameOptions, Options, PutOptions, TierOptions, READ_DB_CACHE_BYTES,
+};
 pub use reader::{BlockRead, CheckpointReader, PendingTensor};
 pub use record::{decode_manifest, ManifestError, RecordError};
 /// The redb crate, whose [`redb::StorageBackend`] [`Store::open_with_backend`] takes.

@@ -96,7 +96,7 @@ impl Store {
         Store::from_handle(path, Handle::Writer(db), opts)
     }
 
-    /// Opens an existing store to read only, with default [`Options`]: a trainer (or any one
+    /// Opens an existing store to read only, with [`Options::for_reading`]: a trainer (or any one
     /// process) may hold it open for writing meanwhile, and each read sees the writer's latest
     /// commit, every checkpoint whole or not at all. Writes fail with
     /// [`crate::InvalidInput::ReadOnly`].
@@ -115,7 +115,7 @@ impl Store {
     /// read-only opens existed, which locks the whole file, still gives `InUse`), and
     /// [`crate::OpenError::NotFound`] if the file does not exist.
     pub fn open_read_only(path: impl AsRef<Path>) -> Result<Store> {
-        Store::open_read_only_with(path, Options::default())
+        Store::open_read_only_with(path, Options::for_reading())
     }
 
     /// [`Store::open_read_only`] with `opts` (cache sizes and tier options apply; the write

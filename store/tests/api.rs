@@ -310,3 +310,29 @@ fn checkpoint_summaries_sum_what_versions_say() {
         info.is_ok_and(|v| v.encodings.iter().all(|e| e.reference))
     }));
 }
+
+/// A read-only handle opens with the reading defaults (a small redb page cache, ADR 0031),
+/// reads what the writer wrote, and a writer keeps the write defaults.
+#[test]
+fn read_only_handles_keep_a_small_page_cache() {
+    let (_d, path) = temp_store();
+    let bytes = f32_bytes(&noise(300, 7));
+    let t = TensorRef {
+        dtype: DType::F32,
+        shape: &[300],
+        bytes: &bytes,
+    };
+    let writer = Store::open(&path).expect("open");
+    writer.put("w", 1, &t).expect("put");
+    assert_eq!(
+        writer.options().db_cache_bytes,
+        Options::default().db_cache_bytes
+    );
+    let reader = Store::open_read_only(&path).expect("open read-only");
+    assert_eq!(
+        reader.options().db_cache_bytes,
+        strata_store::READ_DB_CACHE_BYTES
+    );
+    assert!(strata_store::READ_DB_CACHE_BYTES < Options::default().db_cache_bytes);
+    assert_eq!(reader.get("w", 1).expect("get").data, bytes);
+}
