@@ -24,7 +24,7 @@ use strata_codec::aged;
 use strata_codec::domain::Domain;
 use strata_codec::segment;
 
-use super::blocks::{block_bytes, Fetcher, BATCH_BYTES};
+use super::blocks::{Fetcher, BATCH_BYTES};
 use super::cache::{Block, BlockCache};
 use super::rebase::rebase_off;
 use super::segments::address_of;
@@ -40,8 +40,6 @@ pub(crate) struct AgeTally {
     pub(crate) versions_aged: u64,
     /// Versions left exact: every block stayed exact.
     pub(crate) versions_exact: u64,
-    /// Blocks that read back exact: identical to their base, or kept lossless.
-    pub(crate) blocks_exact: u64,
     /// Blocks kept lossless because no quantization step met the budget.
     pub(crate) blocks_unmet: u64,
     /// The largest measured relative error of an aged version.
@@ -53,7 +51,6 @@ impl AgeTally {
     pub(crate) fn add(&mut self, other: AgeTally) {
         self.versions_aged += other.versions_aged;
         self.versions_exact += other.versions_exact;
-        self.blocks_exact += other.blocks_exact;
         self.blocks_unmet += other.blocks_unmet;
         self.max_rel_error = self.max_rel_error.max(other.max_rel_error);
     }
@@ -278,9 +275,8 @@ impl Aging {
             )?;
             wt.release(&self.name, cur.step, w.block, old.address)?;
             cur.new.blocks[w.block as usize] = outcome.record;
-            match outcome.error {
-                Some(e) => cur.worst = Some(cur.worst.map_or(e, |w| w.max(e))),
-                None => self.tally.blocks_exact += 1,
+            if let Some(e) = outcome.error {
+                cur.worst = Some(cur.worst.map_or(e, |w| w.max(e)));
             }
             self.tally.blocks_unmet += u64::from(outcome.unmet);
         }
@@ -325,7 +321,6 @@ fn gather(
     while *next < rec.blocks.len() as u64 && (window.is_empty() || bytes < BATCH_BYTES) {
         let b = *next;
         *next += 1;
-        bytes += 2 * block_bytes(rec, b);
         let data = fetcher.fetch(name, step, rec, b)?.decode(cache)?;
         let base = match choose_base(newer, rec, b, max_chain) {
             Some((s, brec, block)) => {
@@ -335,12 +330,14 @@ fn gather(
             None => None,
         };
         let old = rec.blocks[b as usize];
-        window.push(Work {
+        let work = Work {
             block: b,
             data,
             base,
             old_cost: old.stored_bytes() as usize,
-        });
+        };
+        bytes += work.bytes();
+        window.push(work);
     }
     Ok(window)
 }
