@@ -5,12 +5,14 @@
 //! that holds the exponent then has few distinct values and codes well. XOR with a base of
 //! the same dtype is applied to the word first (rotation and XOR commute).
 //!
-//! Two cuts:
+//! Three cuts:
 //!
 //! - bytes ([`split`], [`join`]): plane `k` holds byte `k` (little-endian) of each word;
 //! - head ([`split_head`], [`join_head`], floats of 2, 4 or 8 bytes), top down: the top
 //!   [`HEAD_BITS`] bits (the exponent and the top mantissa bits, one joint symbol), then
-//!   bytes, then the last [`TAIL_BITS`] bits (low mantissa bits and the sign).
+//!   bytes, then the last [`TAIL_BITS`] bits (low mantissa bits and the sign);
+//! - differences ([`split_difference`], [`join_difference`], f32 deltas): as bytes, of the
+//!   zigzagged wrapping difference of the words instead of their XOR (no rotation).
 
 use super::rans::Symbol;
 use crate::cpu::Simd;
@@ -216,6 +218,104 @@ fn xor_in_place(out: &mut [u8], base: &[u8]) {
     for (o, &b) in out.iter_mut().zip(base) {
         *o ^= b;
     }
+}
+
+/// Splits f32 `data` into 4 byte planes of its zigzagged differences from `base`
+/// (`planes.len() == data.len() == base.len()`): plane `k` holds byte `k` of
+/// `zigzag(data_word - base_word)`, the words as wrapping `i32`s.
+pub(crate) fn split_difference(data: &[u8], base: &[u8], planes: &mut [u8]) {
+    let n = data.len() / 4;
+    let (p0, rest) = planes.split_at_mut(n);
+    let (p1, rest) = rest.split_at_mut(n);
+    let (p2, p3) = rest.split_at_mut(n);
+    let out = p0
+        .iter_mut()
+        .zip(p1.iter_mut())
+        .zip(p2.iter_mut().zip(p3.iter_mut()));
+    let words = data.as_chunks::<4>().0.iter().zip(base.as_chunks::<4>().0);
+    for ((d, b), ((a0, a1), (a2, a3))) in words.zip(out) {
+        let w = zigzag(u32::from_le_bytes(*d).wrapping_sub(u32::from_le_bytes(*b)));
+        [*a0, *a1, *a2, *a3] = w.to_le_bytes();
+    }
+}
+
+/// The inverse of [`split_difference`]: `out` (`4 * m` bytes for the first `m` elements)
+/// gets `base_word + unzigzag(word)`; `base` is at least as long as `out`.
+pub(crate) fn join_difference(planes: &[Plane<'_>; 4], base: &[u8], out: &mut [u8]) {
+    let n = out.len() / 4;
+    let filled = constant_fills(planes, n);
+    let p = plane_slices(planes, &filled);
+    let (p0, p1, p2, p3) = (&p[0][..n], &p[1][..n], &p[2][..n], &p[3][..n]);
+    let planes = p0.iter().zip(p1).zip(p2.iter().zip(p3));
+    let words = out
+        .as_chunks_mut::<4>()
+        .0
+        .iter_mut()
+        .zip(base.as_chunks::<4>().0);
+    for ((o, b), ((&a0, &a1), (&a2, &a3))) in words.zip(planes) {
+        let d = unzigzag(u32::from_le_bytes([a0, a1, a2, a3]));
+        *o = u32::from_le_bytes(*b).wrapping_add(d).to_le_bytes();
+    }
+}
+
+/// A wrapping `i32` difference (as `u32` bits) with its sign moved to bit 0.
+fn zigzag(d: u32) -> u32 {
+    (d << 1) ^ ((d as i32 >> 31) as u32)
+}
+
+fn unzigzag(z: u32) -> u32 {
+    (z >> 1) ^ (z & 1).wrapping_neg()
+}
+
+/// Elements of the sample [`differences_code_smaller`] measures: runs of [`SAMPLE_RUN`]
+/// spread over the block.
+const SAMPLE: usize = 8192;
+const SAMPLE_RUN: usize = 64;
+/// How much smaller (a fraction) the differences' estimate must be for them to be chosen:
+/// the estimate is order-0 per plane, while the XOR cut's exponent plane may code below
+/// its order-0 entropy (marked, ADR 0019).
+const DIFFERENCE_MARGIN: f64 = 0.01;
+
+/// Whether the zigzagged differences of f32 `data` from `base` code smaller than their
+/// rotated XOR, by the order-0 entropies of the four byte planes of a sample of the block.
+pub(crate) fn differences_code_smaller(data: &[u8], base: &[u8]) -> bool {
+    let (d, b) = (data.as_chunks::<4>().0, base.as_chunks::<4>().0);
+    let n = d.len().min(b.len());
+    if n == 0 {
+        return false;
+    }
+    let runs = (SAMPLE / SAMPLE_RUN).min(n.div_ceil(SAMPLE_RUN));
+    let stride = n / runs;
+    let mut xor = [[0u32; 256]; 4];
+    let mut diff = [[0u32; 256]; 4];
+    for r in 0..runs {
+        let start = r * stride;
+        let end = (start + SAMPLE_RUN).min(n);
+        for (d, b) in d[start..end].iter().zip(&b[start..end]) {
+            let (d, b) = (u32::from_le_bytes(*d), u32::from_le_bytes(*b));
+            let x = (d ^ b).rotate_left(1).to_le_bytes();
+            let z = zigzag(d.wrapping_sub(b)).to_le_bytes();
+            for k in 0..4 {
+                xor[k][usize::from(x[k])] += 1;
+                diff[k][usize::from(z[k])] += 1;
+            }
+        }
+    }
+    let bits = |h: &[[u32; 256]; 4]| h.iter().map(entropy_bits).sum::<f64>();
+    bits(&diff) < bits(&xor) * (1.0 - DIFFERENCE_MARGIN)
+}
+
+/// Bits an order-0 code of the counted symbols takes.
+fn entropy_bits(counts: &[u32; 256]) -> f64 {
+    let total: f64 = counts.iter().map(|&c| f64::from(c)).sum();
+    counts
+        .iter()
+        .filter(|&&c| c > 0)
+        .map(|&c| {
+            let c = f64::from(c);
+            -c * (c / total).log2()
+        })
+        .sum()
 }
 
 /// One decoded plane: its bytes, or a single byte repeated.

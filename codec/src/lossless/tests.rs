@@ -450,7 +450,9 @@ fn fine_tune_exponent_planes_are_marked_and_smaller() {
         let (data, base) = (of(&data), of(&base));
         let opts = LosslessOptions::default();
         let mut payload = Vec::new();
-        let stats = encode(dtype, &data, Some(&base), &opts, &mut payload).unwrap();
+        // The XOR cut (f32 deltas like these code smaller as differences, which have no
+        // marked plane).
+        let stats = encode_cut(dtype, &data, Some(&base), &opts, Cut::Bytes, &mut payload).unwrap();
         let top = stats.planes[dtype.size() - 1];
         assert_eq!(top.0, PlaneMethod::Marked, "{dtype}: {stats:?}");
         round_trip(dtype, &data, Some(&base));
@@ -572,5 +574,111 @@ proptest! {
         let base: Vec<u8> = mantissa.iter().flat_map(|&m| [m, 0x3F]).collect();
         let mut out = vec![0u8; 80];
         let _ = decode(DType::BF16, &payload, Some(&base), &mut out);
+    }
+}
+
+/// Encodes with the cut given and checks the decode and every prefix; returns the payload.
+fn round_trip_cut(cut: Cut, data: &[u8], base: &[u8]) -> Vec<u8> {
+    let mut payload = Vec::new();
+    let opts = LosslessOptions::default();
+    encode_cut(DType::F32, data, Some(base), &opts, cut, &mut payload).expect("encode");
+    assert_eq!(payload[0], cut.code());
+    let mut out = vec![0xEEu8; data.len()];
+    decode(DType::F32, &payload, Some(base), &mut out).expect("decode");
+    assert_eq!(out, data, "{cut:?} round trip");
+    check_prefixes(DType::F32, &payload, data, Some(base));
+    payload
+}
+
+/// A second moment's step: each value decays by `decay` and gains a noisy square, as
+/// AdamW's `exp_avg_sq` between two checkpoints.
+fn second_moment_step(n: usize, seed: u64, decay: f32) -> (Vec<f32>, Vec<f32>) {
+    let (g, v) = fine_tune_step(n, seed, 0.5, 0, false);
+    let base: Vec<f32> = v.iter().map(|x| x * x + 1e-8).collect();
+    let data = base
+        .iter()
+        .zip(&g)
+        .map(|(b, g)| b * decay + (1.0 - decay) * g * g)
+        .collect();
+    (data, base)
+}
+
+#[test]
+fn second_moments_code_as_differences_and_smaller() {
+    let (data, base) = second_moment_step(100_000, 11, 0.975);
+    let (data, base) = (f32_of(&data), f32_of(&base));
+    assert!(planes::differences_code_smaller(&data, &base));
+    let chosen = round_trip(DType::F32, &data, Some(&base));
+    assert_eq!(
+        chosen[0],
+        Cut::Difference.code(),
+        "encode picks the difference cut"
+    );
+    let xor = round_trip_cut(Cut::Bytes, &data, &base);
+    let difference = round_trip_cut(Cut::Difference, &data, &base);
+    assert_eq!(chosen, difference);
+    assert!(
+        difference.len() * 100 < xor.len() * 97,
+        "differences {} bytes, XOR {}",
+        difference.len(),
+        xor.len()
+    );
+}
+
+#[test]
+fn unrelated_words_keep_the_xor_cut() {
+    // Words with no relation to their base: neither delta codes, XOR stays.
+    let words: Vec<u32> = (0..20_000u32)
+        .map(|i| i.wrapping_mul(0x9E37_79B9))
+        .collect();
+    let base: Vec<u32> = (0..20_000u32)
+        .map(|i| i.wrapping_mul(0x85EB_CA6B))
+        .collect();
+    let (data, base) = (bytes_of(&words), bytes_of(&base));
+    assert!(!planes::differences_code_smaller(&data, &base));
+    assert_eq!(
+        round_trip(DType::F32, &data, Some(&base))[0],
+        Cut::Bytes.code()
+    );
+}
+
+#[test]
+fn difference_payloads_need_a_base_and_f32() {
+    let (data, base) = second_moment_step(1000, 3, 0.9);
+    let (data, base) = (f32_of(&data), f32_of(&base));
+    let payload = round_trip_cut(Cut::Difference, &data, &base);
+    let mut out = vec![0u8; data.len()];
+    assert_eq!(
+        decode(DType::F32, &payload, None, &mut out),
+        Err(LosslessError::MissingBase { code: 2 })
+    );
+    for dtype in [DType::I32, DType::U32, DType::BF16, DType::F64] {
+        let mut out = vec![0u8; data.len() / 4 * dtype.size()];
+        let base = vec![0u8; out.len()];
+        assert!(
+            matches!(
+                decode(dtype, &payload, Some(&base), &mut out),
+                Err(LosslessError::UnknownPlaneLayout { code: 2, .. })
+            ),
+            "{dtype}"
+        );
+    }
+}
+
+proptest! {
+    #[test]
+    fn differences_round_trip_any_words(
+        pairs in prop::collection::vec((special_f32(), special_f32()), 0..900),
+    ) {
+        let (words, base): (Vec<u32>, Vec<u32>) = pairs.into_iter().unzip();
+        round_trip_cut(Cut::Difference, &bytes_of(&words), &bytes_of(&base));
+        round_trip_cut(Cut::Bytes, &bytes_of(&words), &bytes_of(&base));
+    }
+
+    #[test]
+    fn second_moment_deltas_round_trip(n in 0usize..3000, seed in any::<u64>(), decay in 0.5f32..1.0) {
+        let (data, base) = second_moment_step(n, seed, decay);
+        round_trip(DType::F32, &f32_of(&data), Some(&f32_of(&base)));
+        round_trip_cut(Cut::Difference, &f32_of(&data), &f32_of(&base));
     }
 }
