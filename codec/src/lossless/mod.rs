@@ -710,13 +710,7 @@ impl PlaneEncoder<'_> {
                 hist[s.index()] += 1;
             }
         }
-        let n = (RUNS * RUN) as f64;
-        let entropy: f64 = hist
-            .iter()
-            .filter(|&&c| c > 0)
-            .map(|&c| -f64::from(c) * (f64::from(c) / n).log2())
-            .sum::<f64>()
-            / n;
+        let entropy = rans::order0_bits(&hist) / (RUNS * RUN) as f64;
         entropy >= f64::from(bits) * (1.0 - self.opts.min_gain / 2.0)
     }
 

@@ -14,7 +14,7 @@
 //! - differences ([`split_difference`], [`join_difference`], f32 deltas): as bytes, of the
 //!   zigzagged wrapping difference of the words instead of their XOR (no rotation).
 
-use super::rans::Symbol;
+use super::rans::{order0_bits, Symbol};
 use crate::cpu::Simd;
 
 #[cfg(target_arch = "x86_64")]
@@ -67,27 +67,37 @@ fn split2(data: &[u8], base: Option<&[u8]>, rotate: bool, p0: &mut [u8], p1: &mu
 }
 
 fn split4(data: &[u8], base: Option<&[u8]>, rotate: bool, p0: &mut [u8], rest: &mut [u8]) {
+    let r = u32::from(rotate);
+    let words = data
+        .as_chunks::<4>()
+        .0
+        .iter()
+        .map(|d| u32::from_le_bytes(*d));
+    match base {
+        Some(bs) => {
+            let bases = bs.as_chunks::<4>().0.iter().map(|b| u32::from_le_bytes(*b));
+            cut4(
+                p0,
+                rest,
+                words.zip(bases).map(|(d, b)| (d ^ b).rotate_left(r)),
+            );
+        }
+        None => cut4(p0, rest, words.map(|d| d.rotate_left(r))),
+    }
+}
+
+/// Cuts 4-byte `words` into planes: byte `k` of word `i` goes to `p0[i]` for `k == 0`, and
+/// to `rest[(k - 1) * n + i]` after (`n == p0.len()`, `rest` three planes of `n`).
+fn cut4(p0: &mut [u8], rest: &mut [u8], words: impl Iterator<Item = u32>) {
     let n = p0.len();
     let (p1, rest) = rest.split_at_mut(n);
     let (p2, p3) = rest.split_at_mut(n);
-    let r = u32::from(rotate);
     let planes = p0
         .iter_mut()
         .zip(p1.iter_mut())
         .zip(p2.iter_mut().zip(p3.iter_mut()));
-    match base {
-        Some(bs) => {
-            let words = data.as_chunks::<4>().0.iter().zip(bs.as_chunks::<4>().0);
-            for ((d, b), ((a0, a1), (a2, a3))) in words.zip(planes) {
-                let w = (u32::from_le_bytes(*d) ^ u32::from_le_bytes(*b)).rotate_left(r);
-                [*a0, *a1, *a2, *a3] = w.to_le_bytes();
-            }
-        }
-        None => {
-            for (d, ((a0, a1), (a2, a3))) in data.as_chunks::<4>().0.iter().zip(planes) {
-                [*a0, *a1, *a2, *a3] = u32::from_le_bytes(*d).rotate_left(r).to_le_bytes();
-            }
-        }
+    for (w, ((a0, a1), (a2, a3))) in words.zip(planes) {
+        [*a0, *a1, *a2, *a3] = w.to_le_bytes();
     }
 }
 
@@ -224,19 +234,13 @@ fn xor_in_place(out: &mut [u8], base: &[u8]) {
 /// (`planes.len() == data.len() == base.len()`): plane `k` holds byte `k` of
 /// `zigzag(data_word - base_word)`, the words as wrapping `i32`s.
 pub(crate) fn split_difference(data: &[u8], base: &[u8], planes: &mut [u8]) {
-    let n = data.len() / 4;
-    let (p0, rest) = planes.split_at_mut(n);
-    let (p1, rest) = rest.split_at_mut(n);
-    let (p2, p3) = rest.split_at_mut(n);
-    let out = p0
-        .iter_mut()
-        .zip(p1.iter_mut())
-        .zip(p2.iter_mut().zip(p3.iter_mut()));
+    let (p0, rest) = planes.split_at_mut(data.len() / 4);
     let words = data.as_chunks::<4>().0.iter().zip(base.as_chunks::<4>().0);
-    for ((d, b), ((a0, a1), (a2, a3))) in words.zip(out) {
-        let w = zigzag(u32::from_le_bytes(*d).wrapping_sub(u32::from_le_bytes(*b)));
-        [*a0, *a1, *a2, *a3] = w.to_le_bytes();
-    }
+    cut4(
+        p0,
+        rest,
+        words.map(|(d, b)| zigzag(u32::from_le_bytes(*d).wrapping_sub(u32::from_le_bytes(*b)))),
+    );
 }
 
 /// The inverse of [`split_difference`]: `out` (`4 * m` bytes for the first `m` elements)
@@ -301,21 +305,8 @@ pub(crate) fn differences_code_smaller(data: &[u8], base: &[u8]) -> bool {
             }
         }
     }
-    let bits = |h: &[[u32; 256]; 4]| h.iter().map(entropy_bits).sum::<f64>();
+    let bits = |h: &[[u32; 256]; 4]| h.iter().map(|p| order0_bits(p)).sum::<f64>();
     bits(&diff) < bits(&xor) * (1.0 - DIFFERENCE_MARGIN)
-}
-
-/// Bits an order-0 code of the counted symbols takes.
-fn entropy_bits(counts: &[u32; 256]) -> f64 {
-    let total: f64 = counts.iter().map(|&c| f64::from(c)).sum();
-    counts
-        .iter()
-        .filter(|&&c| c > 0)
-        .map(|&c| {
-            let c = f64::from(c);
-            -c * (c / total).log2()
-        })
-        .sum()
 }
 
 /// One decoded plane: its bytes, or a single byte repeated.

@@ -444,6 +444,18 @@ fn log2_table() -> &'static [f64] {
     })
 }
 
+/// Bits an order-0 code of the counted symbols takes: the entropy of the histogram
+/// `counts` times its total (exact `log2`, for sampled decisions; see [`estimate`] for a
+/// plane's bytes with its tables).
+pub(crate) fn order0_bits(counts: &[u32]) -> f64 {
+    let total: f64 = counts.iter().map(|&c| f64::from(c)).sum();
+    counts
+        .iter()
+        .filter(|&&c| c > 0)
+        .map(|&c| -f64::from(c) * (f64::from(c) / total).log2())
+        .sum()
+}
+
 /// A quick estimate of the bytes a plane codes to with one model per histogram: the
 /// order-0 entropy of each context (frequencies not normalized, `log2` of counts above
 /// the scale approximated to 0.0008 bits) and the tables' length (counts above the scale
