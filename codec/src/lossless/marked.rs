@@ -119,7 +119,7 @@ pub(super) fn gather(marked: &[usize], src: &[u8]) -> Vec<u8> {
 }
 
 /// Appends a LEB128 varint.
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+pub(super) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push(v as u8 | 0x80);
         v >>= 7;
@@ -129,7 +129,7 @@ fn put_varint(out: &mut Vec<u8>, mut v: u64) {
 
 /// Reads a LEB128 varint at `*pos`; `None` if truncated, longer than 10 bytes or over
 /// `2^64 - 1`.
-fn get_varint(src: &[u8], pos: &mut usize) -> Option<u64> {
+pub(super) fn get_varint(src: &[u8], pos: &mut usize) -> Option<u64> {
     let mut v = 0u64;
     for k in 0..10 {
         let b = *src.get(*pos)?;

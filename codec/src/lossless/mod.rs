@@ -46,6 +46,10 @@
 //! - 5 marked (the exponent plane, `W - 1`, of bf16 and f32 deltas only): only the
 //!   elements whose sign or top mantissa bit changed, as the planes below say, are coded,
 //!   and the few other non-zero bytes are listed; see the `marked` module (ADR 0019).
+//! - 6 sparse (byte planes only): the plane's non-zero elements listed by position gaps
+//!   and bytes; the top plane of f32 differences on fine-tuning steps. The encoder lists a
+//!   plane when that costs at most `n / 1024` bytes more than its best other coding: it
+//!   decodes in a scan; see the `sparse` module (ADR 0033).
 //!
 //! Symbols at or above `2^b` are refused (a rANS table that has them, a constant).
 
@@ -53,6 +57,7 @@ mod marked;
 mod planes;
 mod rans;
 mod scratch;
+mod sparse;
 
 use crate::DType;
 use planes::{join, join_difference, join_head, split, split_difference, split_head, Head, Plane};
@@ -158,6 +163,14 @@ pub enum LosslessError {
         /// What is wrong.
         reason: &'static str,
     },
+    /// A sparse plane (method 6) is invalid.
+    #[error("plane {plane}: sparse plane invalid: {reason}")]
+    Sparse {
+        /// Plane index.
+        plane: usize,
+        /// What is wrong.
+        reason: &'static str,
+    },
     /// A prefix asked of [`decode_prefix`] is longer than the data, or the data's length
     /// is not a whole number of elements.
     #[error("a prefix of {prefix} bytes of {len} decoded bytes")]
@@ -189,6 +202,8 @@ pub enum PlaneMethod {
     /// Only the elements the lower planes mark, and exceptions (the exponent plane of
     /// bf16 and f32 deltas).
     Marked = 5,
+    /// A byte plane listed as its non-zero elements (ADR 0033).
+    Sparse = 6,
 }
 
 /// For a delta of bf16 or f32, the plane that holds the top mantissa bit (`W - 2`): the
@@ -363,6 +378,7 @@ fn encode_cut(
         zstd: None,
         stats: Vec::with_capacity(w),
         beat: None,
+        lists: true,
     };
     scratch::with(|scratch| -> Result<(), LosslessError> {
         match cut {
@@ -514,7 +530,14 @@ struct PlaneEncoder<'a> {
     /// nothing and returning [`PlaneMethod::Marked`], when its model shows it cannot
     /// beat it.
     beat: Option<usize>,
+    /// Whether a byte plane may be listed ([`PlaneMethod::Sparse`]); not inside a marked
+    /// plane, whose inner methods are fewer.
+    lists: bool,
 }
+
+/// A byte plane of `n` elements is listed when that costs at most `n / SPARSE_SLACK` bytes
+/// more than its best other coding (ADR 0033).
+const SPARSE_SLACK: usize = 1024;
 
 impl PlaneEncoder<'_> {
     /// Appends one plane of `bits`-bit symbols to `out` and records its method and size.
@@ -572,6 +595,7 @@ impl PlaneEncoder<'_> {
                 zstd: None,
                 stats: Vec::new(),
                 beat: None,
+                lists: false,
             };
             let tag = alt.len();
             alt.push(0);
@@ -606,6 +630,20 @@ impl PlaneEncoder<'_> {
             return Ok(PlaneMethod::Constant);
         }
         let worth = |size: usize| (size as f64) < raw as f64 * (1.0 - self.opts.min_gain);
+        // A byte plane that is almost all zeros may be listed: it then decodes in a scan.
+        // A list within the slack is taken without modelling the plane.
+        let slack = plane.len() / SPARSE_SLACK;
+        let list = match S::as_bytes(plane) {
+            Some(bytes) if self.lists && bits == 8 => {
+                let k = sparse::count(bytes);
+                (k <= plane.len() / 64).then(|| (bytes, k, sparse::len(bytes, k)))
+            }
+            _ => None,
+        };
+        if let Some((bytes, k, _)) = list.filter(|l| l.2 <= slack) {
+            sparse::put(bytes, k, out);
+            return Ok(PlaneMethod::Sparse);
+        }
         if self.contexts.is_none() && self.clearly_random(plane, bits) {
             return Ok(self.raw(plane, bits, out));
         }
@@ -678,6 +716,13 @@ impl PlaneEncoder<'_> {
         if method == PlaneMethod::Raw || !worth(out.len() - at) {
             out.truncate(at);
             method = self.raw(plane, bits, out);
+        }
+        if let Some((bytes, k, size)) = list {
+            if size <= out.len() - at + slack {
+                out.truncate(at);
+                sparse::put(bytes, k, out);
+                method = PlaneMethod::Sparse;
+            }
         }
         Ok(method)
     }
@@ -837,6 +882,7 @@ fn decode_first(
             2 => stored == constant_len(bits) && n > 0,
             3 => stored > 0 && stored <= payload.len() && n > 0,
             4 => stored > 1 && stored <= payload.len() && n > 0 && float && base.is_some(),
+            6 => bits == 8 && stored > 0 && stored <= payload.len() && n > 0,
             5 => {
                 cut == Cut::Bytes
                     && k == w - 1
@@ -1078,7 +1124,7 @@ impl PlaneDecoder<'_> {
         rans::decode(src, plane, ctx, bits, dst, self.table, self.m == self.n)
     }
 
-    /// Decodes plane `plane` (method 0, 1, 3 or 4; the table entry was checked) into `dst`.
+    /// Decodes plane `plane` (method 0, 1, 3, 4 or 6; the table entry was checked) into `dst`.
     fn plane<S: rans::Symbol>(
         &mut self,
         method: u8,
@@ -1112,6 +1158,11 @@ impl PlaneDecoder<'_> {
                 None => return Err(LosslessError::UnknownMethod { plane, method }),
             },
             3 => self.rans(body, plane, rans::Contexts::Order0, bits, dst)?,
+            // The table check allows method 6 only on byte planes.
+            6 => match S::as_bytes_mut(dst) {
+                Some(d) => sparse::decode(body, plane, self.n, d)?,
+                None => return Err(LosslessError::UnknownMethod { plane, method }),
+            },
             _ => {
                 // Method 4; the table check guarantees a base of a float.
                 let count = rans::stream_contexts(&body[1..], plane, rans::MAX_CONTEXTS)?;

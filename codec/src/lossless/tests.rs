@@ -471,6 +471,7 @@ fn fine_tune_exponent_planes_are_marked_and_smaller() {
             zstd: None,
             stats: Vec::new(),
             beat: None,
+            lists: false,
         };
         let mut regular = Vec::new();
         enc.choose(&planes[(w - 1) * n..], 8, &mut regular).unwrap();
@@ -680,5 +681,120 @@ proptest! {
         let (data, base) = second_moment_step(n, seed, decay);
         round_trip(DType::F32, &f32_of(&data), Some(&f32_of(&base)));
         round_trip_cut(Cut::Difference, &f32_of(&data), &f32_of(&base));
+    }
+}
+
+/// A fine-tuning step of f32 weights taken as differences: the top plane is non-zero only
+/// where a weight jumped, so it is listed (method 6).
+fn sparse_top_payload(n: usize, seed: u64) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
+    let (data, base) = fine_tune_step(n, seed, 1e-3, 1, false);
+    let (data, base) = (f32_of(&data), f32_of(&base));
+    let payload = round_trip_cut(Cut::Difference, &data, &base);
+    (payload, data, base)
+}
+
+#[test]
+fn near_empty_planes_are_listed() {
+    let (data, base) = fine_tune_step(100_000, 5, 1e-3, 1, false);
+    let (data, base) = (f32_of(&data), f32_of(&base));
+    let mut payload = Vec::new();
+    let opts = LosslessOptions::default();
+    let stats = encode_cut(
+        DType::F32,
+        &data,
+        Some(&base),
+        &opts,
+        Cut::Difference,
+        &mut payload,
+    )
+    .expect("encode");
+    assert_eq!(stats.planes[3].0, PlaneMethod::Sparse, "{stats:?}");
+    // The list costs no more than the slack over what rANS would store.
+    let top = &planes_of_difference(&data, &base)[3 * 100_000..];
+    let mut enc = PlaneEncoder {
+        opts: &opts,
+        contexts: None,
+        zstd: None,
+        stats: Vec::new(),
+        beat: None,
+        lists: false,
+    };
+    let mut regular = Vec::new();
+    assert_eq!(enc.choose(top, 8, &mut regular).unwrap(), PlaneMethod::Rans);
+    assert!(stats.planes[3].1 <= regular.len() + 100_000 / SPARSE_SLACK);
+    let mut out = vec![0u8; data.len()];
+    decode(DType::F32, &payload, Some(&base), &mut out).expect("decode");
+    assert_eq!(out, data);
+}
+
+fn planes_of_difference(data: &[u8], base: &[u8]) -> Vec<u8> {
+    let mut planes = vec![0u8; data.len()];
+    planes::split_difference(data, base, &mut planes);
+    planes
+}
+
+#[test]
+fn listed_planes_refuse_bad_bodies() {
+    let (payload, data, base) = sparse_top_payload(20_000, 9);
+    let w = 4;
+    let table = &payload[1..1 + 5 * w];
+    assert_eq!(table[5 * 3], PlaneMethod::Sparse as u8);
+    let top_len = u32::from_le_bytes(table[16..20].try_into().unwrap()) as usize;
+    let top = payload.len() - top_len;
+    let mut out = vec![0u8; data.len()];
+    let with_top = |body: &[u8]| {
+        let mut p = payload[..top].to_vec();
+        p[17..21].copy_from_slice(&(body.len() as u32).to_le_bytes());
+        p.extend_from_slice(body);
+        p
+    };
+    // The payload with its own body decodes; then a zero listed byte, a position past the
+    // plane, a count over the elements, bytes after the list.
+    decode(
+        DType::F32,
+        &with_top(&payload[top..]),
+        Some(&base),
+        &mut out,
+    )
+    .expect("decode");
+    assert_eq!(out, data);
+    let past = [1, 0xA0, 0x9C, 0x01, 5]; // 20_000
+    let count = [0xA1, 0x9C, 0x01]; // 20_001
+    for (body, reason) in [
+        (&[1, 0, 0][..], "a listed byte is zero"),
+        (&past[..], "position outside the plane"),
+        (&count[..], "more non-zero elements than elements"),
+        (&[1, 0, 5, 7][..], "bytes after the list"),
+    ] {
+        let r = decode(DType::F32, &with_top(body), Some(&base), &mut out);
+        assert_eq!(r, Err(LosslessError::Sparse { plane: 3, reason }));
+    }
+    // Method 6 on a plane of 16-bit symbols (the head of layout 1) is refused by the table.
+    let mut head = vec![0u8; data.len()];
+    let mut payload = Vec::new();
+    encode_cut(
+        DType::F32,
+        &data,
+        Some(&base),
+        &LosslessOptions::default(),
+        Cut::Head,
+        &mut payload,
+    )
+    .expect("encode");
+    payload[1] = PlaneMethod::Sparse as u8;
+    assert!(matches!(
+        decode(DType::F32, &payload, Some(&base), &mut head),
+        Err(LosslessError::PlaneLength {
+            plane: 0,
+            method: 6,
+            ..
+        })
+    ));
+}
+
+proptest! {
+    #[test]
+    fn listed_planes_round_trip(n in 0usize..5000, seed in any::<u64>()) {
+        sparse_top_payload(n, seed);
     }
 }
