@@ -25,8 +25,10 @@
 //!   (as `strata compact` does; `strata import` itself skips it on a fresh store, ADR 0023)
 //!   and closes it (`compact_seconds`: the compaction and close alone). Sizes come from
 //!   [`Store::stats`] afterwards.
-//! - **read**: each repetition opens the store, then reads one tensor at one step; the
-//!   open and the read are timed apart (`open_seconds`, `seconds`).
+//! - **read**: each repetition opens the store read-only ([`Store::open_read_only`], as the
+//!   CLI's read commands and the Python drop-ins' loads do: a reader's smaller page cache, ADR 0031),
+//!   then reads one tensor at one step; the open and the read are timed apart
+//!   (`open_seconds`, `seconds`).
 //! - **load**: the same with one whole checkpoint loaded.
 //! - **verify**: every checkpoint is loaded and compared with its file (names, dtypes,
 //!   shapes, bytes).
@@ -556,7 +558,7 @@ fn open_then<R>(
     let mut open = Timer::new(reps, Duration::ZERO);
     let mut work = Timer::new(reps, Duration::ZERO);
     while work.more() {
-        let store = open.time(|| Store::open(store_path))?;
+        let store = open.time(|| Store::open_read_only(store_path))?;
         let got = work.time(|| op(&store))?;
         drop(store);
         check(&got)?;
