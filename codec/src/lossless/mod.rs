@@ -98,7 +98,7 @@ pub enum LosslessError {
         extra: usize,
     },
     /// The payload's plane layout byte is unknown, or the layout does not fit the dtype.
-    #[error("unknown plane layout {code} for {dtype}")]
+    #[error("unknown plane layout {code} for {dtype} (damaged, or written by a newer Strata)")]
     UnknownPlaneLayout {
         /// The layout byte.
         code: u8,
@@ -120,7 +120,7 @@ pub enum LosslessError {
         bits: u32,
     },
     /// A plane uses a method code this version does not know.
-    #[error("plane {plane}: unknown method {method}")]
+    #[error("plane {plane}: unknown method {method} (damaged, or written by a newer Strata)")]
     UnknownMethod {
         /// Plane index.
         plane: usize,

@@ -56,7 +56,7 @@ pub enum SegmentError {
         version: u8,
     },
     /// An unknown encoding code.
-    #[error("unknown segment encoding {code}")]
+    #[error("unknown segment encoding {code} (damaged, or written by a newer Strata)")]
     UnknownEncoding {
         /// The code found.
         code: u8,
