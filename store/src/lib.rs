@@ -93,7 +93,8 @@
 //! | `strata.tiers` | version key, u32 BE block index | tier row (`record/tier.rs`) |
 //! | `strata.policies` | name pattern (UTF-8 bytes) | policy rule (`tiers/policy.rs`) |
 //!
-//! **Version record**: `u8 record version (1, or 2 for an aged version)`, `u8 dtype code`,
+//! **Version record**: `u8 record version (1, 2 for an aged version, 3 for an inline one:
+//! dtype, shape and the raw bytes of a tensor of at most 32 bytes, ADR 0029)`, `u8 dtype code`,
 //! `u8 ndim (<= 32)`, `u64 x ndim dims`, `u64 elements per block`, `u32 block count (=
 //! ceil(elements / elements per block))`, then 31 bytes per block: `u8 flags` (bit 0: delta,
 //! bit 1: reference, no new segment, bit 2: quantized, bit 3: Tier 0, bit 4: frame of a
@@ -104,8 +105,10 @@
 //! since the lineage's keyframe), `u32 segment length`; version 2 ends with `f32` the
 //! version's measured relative error ([`Store::age`], ADR 0020).
 //!
-//! **Checkpoint record**: `u8 record version (1)`, `u32 length + metadata (UTF-8)`,
-//! `u32 tensor count`, per tensor `u32 length + name (UTF-8)`.
+//! **Checkpoint record**: `u8 record version (2)`, `u32 length + metadata (UTF-8)`,
+//! `u32 tensor count`, per tensor `varint shared, varint suffix length, suffix`: the name is
+//! the first `shared` bytes of the name before it and the suffix (ADR 0034). Version 1,
+//! still read, stored each name as `u32 length + name (UTF-8)`.
 //!
 //! **Segment pieces**: a segment is stored once per content address, under a local id from
 //! the `next_segment_id` counter. Its body goes to `strata.chunks` in pieces that each fill
