@@ -66,11 +66,23 @@ fn aged_series_read_back_within_budget_and_smaller() {
                 "{label}: {report:?}"
             );
             assert!(report.compacted, "{label}");
-            // Space comes back: the file is its stored bytes plus a small slack (redb's tables,
-            // and its allocation granularity, about 1 MiB, which weighs on the small committed
-            // series: 1.04x to 1.06x on the shared ones).
+            // Space comes back: the pages the store holds are its stored bytes plus a small
+            // slack (redb's tables, and its allocation granularity, about 1 MiB, which weighs
+            // on the small committed series), and the file shrinks. How far the file's tail
+            // shrinks depends on where redb's compaction finds room for the last pages: on
+            // shared dev_ft/bf16 imported in one handle it stops at 1.6x the held pages
+            // (3.9 MB for 2.5 MB), with one process per import at 1.0x.
+            let allocated = store
+                .stats()
+                .expect("stats")
+                .allocated_bytes
+                .expect("a writer's handle counts its pages");
             assert!(
-                report.file_bytes_after as f64 <= 1.1 * report.stored_bytes_after as f64 + 1.1e6,
+                allocated as f64 <= 1.1 * report.stored_bytes_after as f64 + 1.1e6,
+                "{label}: {allocated} bytes held, {report:?}"
+            );
+            assert!(
+                report.file_bytes_after < report.file_bytes_before,
                 "{label}: {report:?}"
             );
             eprintln!(

@@ -58,7 +58,6 @@ pub(crate) use tier_rows::{put_row, remove_rows, row_blobs, store_residual};
 pub(crate) use txn::{ReadTxn, TierChanges, VersionId, View, WriteTxn};
 pub(crate) use versions::{
     check_name, checkpoint_steps, tag_list, tensor_names, versions_between, BytesTable,
-    MAX_NAME_BYTES,
 };
 pub(crate) use writeback::Writeback;
 

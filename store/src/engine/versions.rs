@@ -9,11 +9,8 @@ use redb::ReadableTable;
 use crate::error::{Corruption, DbContext, InvalidInput, Result, StoreError};
 use crate::record::{
     checkpoint_key, decode_version_key, split_tier_key, tier_key, version_key, version_key_range,
-    CheckpointRecord, RecordError, Stored, TierRow, VersionRecord,
+    CheckpointRecord, RecordError, Stored, TierRow, VersionRecord, MAX_NAME_BYTES,
 };
-
-/// Longest tensor name (and tag or pattern) accepted, in bytes.
-pub(crate) const MAX_NAME_BYTES: usize = 4096;
 
 /// A table keyed by byte strings with byte-string values (versions, tier rows).
 pub(crate) trait BytesTable: ReadableTable<&'static [u8], &'static [u8]> {}

@@ -15,8 +15,7 @@
 //!
 //! Version 1, which stored every name whole (`u32` length and bytes), is still read.
 
-use super::{put_string, Reader, RecordError};
-use crate::engine::MAX_NAME_BYTES;
+use super::{put_string, Reader, RecordError, MAX_NAME_BYTES};
 
 const RECORD_VERSION: u8 = 2;
 /// The record version that stored names whole.

@@ -8,6 +8,9 @@
 
 use std::ops::RangeInclusive;
 
+/// Longest tensor name (and tag or pattern) accepted, in bytes.
+pub(crate) const MAX_NAME_BYTES: usize = 4096;
+
 /// The key of version `step` of tensor `name`.
 pub(crate) fn version_key(name: &str, step: u64) -> Vec<u8> {
     let mut k = Vec::with_capacity(4 + name.len() + 8);

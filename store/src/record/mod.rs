@@ -15,7 +15,9 @@ mod version;
 
 pub(crate) use checkpoint::CheckpointRecord;
 pub(crate) use format::FormatRecord;
-pub(crate) use keys::{decode_version_key, piece_key, version_key, version_key_range};
+pub(crate) use keys::{
+    decode_version_key, piece_key, version_key, version_key_range, MAX_NAME_BYTES,
+};
 pub use manifest::{decode_manifest, ManifestError};
 #[cfg(feature = "remote")]
 pub(crate) use manifest::{Kind, Manifest, MANIFEST_FORMAT};
