@@ -25,6 +25,7 @@
 //! value below `2^64`.
 
 use super::planes::Plane;
+use super::sparse::{ListError, ListReader, ListWriter};
 use super::LosslessError;
 
 /// Whether element `i` is marked (`sign`: plane 0, `mantissa`: plane `W - 2`).
@@ -178,11 +179,9 @@ pub(super) fn put_exceptions(
         check(i)?;
     }
     put_varint(out, list.len() as u64);
-    let mut next = 0;
+    let mut records = ListWriter::default();
     for (i, s) in list {
-        put_varint(out, (i - next) as u64);
-        out.push(s);
-        next = i + 1;
+        records.push(out, i, s);
     }
     Some(())
 }
@@ -222,21 +221,21 @@ pub(super) fn parse<'a>(
         .filter(|&c| c <= n)
         .ok_or(bad("more exceptions than elements"))?;
     let start = pos;
-    let mut next = 0usize;
+    let mut records = ListReader::new(body, pos, n);
+    let zero_or_marked = "exception zero or at a marked element";
     for _ in 0..count {
-        let gap = get_varint(body, &mut pos).ok_or(bad("truncated exceptions"))?;
-        let at = usize::try_from(gap)
-            .ok()
-            .and_then(|g| next.checked_add(g))
-            .filter(|&at| at < n)
-            .ok_or(bad("exception outside the plane"))?;
-        let &v = body.get(pos).ok_or(bad("truncated exceptions"))?;
-        pos += 1;
-        if v == 0 || at < m && mark(sign, mantissa, at) != 0 {
-            return Err(bad("exception zero or at a marked element"));
+        let (at, _) = records.read().map_err(|e| {
+            bad(match e {
+                ListError::Truncated => "truncated exceptions",
+                ListError::Outside => "exception outside the plane",
+                ListError::Zero => zero_or_marked,
+            })
+        })?;
+        if at < m && mark(sign, mantissa, at) != 0 {
+            return Err(bad(zero_or_marked));
         }
-        next = at + 1;
     }
+    let pos = records.pos;
     let exceptions = &body[start..pos];
     let &inner = body.get(pos).ok_or(bad("no inner method"))?;
     let rest = &body[pos + 1..];
@@ -270,16 +269,13 @@ impl Body<'_> {
                 *d = s;
             }
         }
-        let (mut pos, mut next) = (0, 0usize);
+        // Checked by `parse`.
+        let mut records = ListReader::new(self.exceptions, 0, usize::MAX);
         for _ in 0..self.count {
-            // Checked by `parse`.
-            let gap = get_varint(self.exceptions, &mut pos).unwrap_or(0) as usize;
-            let at = next + gap;
-            if let (Some(d), Some(&v)) = (dst.get_mut(at), self.exceptions.get(pos)) {
+            let Ok((at, v)) = records.read() else { break };
+            if let Some(d) = dst.get_mut(at) {
                 *d = v;
             }
-            pos += 1;
-            next = at + 1;
         }
     }
 }

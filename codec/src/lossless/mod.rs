@@ -635,13 +635,16 @@ impl PlaneEncoder<'_> {
         let slack = plane.len() / SPARSE_SLACK;
         let list = match S::as_bytes(plane) {
             Some(bytes) if self.lists && bits == 8 => {
-                let k = sparse::count(bytes);
-                (k <= plane.len() / 64).then(|| (bytes, k, sparse::len(bytes, k)))
+                sparse::count_at_most(bytes, plane.len() / 64).map(|k| {
+                    let mut list = Vec::new();
+                    sparse::put(bytes, k, &mut list);
+                    list
+                })
             }
             _ => None,
         };
-        if let Some((bytes, k, _)) = list.filter(|l| l.2 <= slack) {
-            sparse::put(bytes, k, out);
+        if let Some(list) = list.as_ref().filter(|l| l.len() <= slack) {
+            out.extend_from_slice(list);
             return Ok(PlaneMethod::Sparse);
         }
         if self.contexts.is_none() && self.clearly_random(plane, bits) {
@@ -717,12 +720,10 @@ impl PlaneEncoder<'_> {
             out.truncate(at);
             method = self.raw(plane, bits, out);
         }
-        if let Some((bytes, k, size)) = list {
-            if size <= out.len() - at + slack {
-                out.truncate(at);
-                sparse::put(bytes, k, out);
-                method = PlaneMethod::Sparse;
-            }
+        if let Some(list) = list.filter(|l| l.len() <= out.len() - at + slack) {
+            out.truncate(at);
+            out.extend_from_slice(&list);
+            method = PlaneMethod::Sparse;
         }
         Ok(method)
     }

@@ -19,40 +19,103 @@
 use super::marked::{get_varint, put_varint};
 use super::LosslessError;
 
-/// The number of non-zero bytes of `plane`.
-pub(super) fn count(plane: &[u8]) -> usize {
-    let (words, rest) = plane.as_chunks::<8>();
+/// The number of non-zero bytes of `plane`, or `None` as soon as there are more than
+/// `limit` (a plane that is not sparse is not counted to its end).
+pub(super) fn count_at_most(plane: &[u8], limit: usize) -> Option<usize> {
     let ones = 0x0101_0101_0101_0101u64;
-    let in_words: usize = words
-        .iter()
-        .map(|w| {
-            // A byte is non-zero when any of its bits is: fold them into its low bit.
-            let v = u64::from_le_bytes(*w);
-            let v = v | v >> 4;
-            let v = v | v >> 2;
-            ((v | v >> 1) & ones).count_ones() as usize
-        })
-        .sum();
-    in_words + rest.iter().filter(|&&b| b != 0).count()
+    let (words, rest) = plane.as_chunks::<8>();
+    let mut k = rest.iter().filter(|&&b| b != 0).count();
+    for w in words {
+        // A byte is non-zero when any of its bits is: fold them into its low bit.
+        let v = u64::from_le_bytes(*w);
+        let v = v | v >> 4;
+        let v = v | v >> 2;
+        k += ((v | v >> 1) & ones).count_ones() as usize;
+        if k > limit {
+            return None;
+        }
+    }
+    (k <= limit).then_some(k)
+}
+
+/// Writes a list of (position, byte) records: each position as its gap from the one after
+/// the previous record (method 6's elements, method 5's exceptions).
+#[derive(Default)]
+pub(super) struct ListWriter {
+    next: usize,
+}
+
+impl ListWriter {
+    /// Appends the record of byte `b` at position `i` (above the previous record's).
+    pub(super) fn push(&mut self, out: &mut Vec<u8>, i: usize, b: u8) {
+        put_varint(out, (i - self.next) as u64);
+        out.push(b);
+        self.next = i + 1;
+    }
+}
+
+/// Reads the records [`ListWriter`] writes, checking each: its position below `n`, its
+/// byte not zero.
+pub(super) struct ListReader<'a> {
+    body: &'a [u8],
+    /// The offset of the next record in `body`.
+    pub(super) pos: usize,
+    next: usize,
+    n: usize,
+}
+
+/// What is wrong with a record [`ListReader`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ListError {
+    /// The body ends inside it.
+    Truncated,
+    /// Its position is `n` or more.
+    Outside,
+    /// Its byte is zero.
+    Zero,
+}
+
+impl<'a> ListReader<'a> {
+    /// A reader of the records from offset `pos` of `body`, positions below `n`.
+    pub(super) fn new(body: &'a [u8], pos: usize, n: usize) -> Self {
+        ListReader {
+            body,
+            pos,
+            next: 0,
+            n,
+        }
+    }
+
+    /// The next record's position and byte.
+    pub(super) fn read(&mut self) -> Result<(usize, u8), ListError> {
+        let gap = get_varint(self.body, &mut self.pos).ok_or(ListError::Truncated)?;
+        let at = usize::try_from(gap)
+            .ok()
+            .and_then(|g| self.next.checked_add(g))
+            .filter(|&at| at < self.n)
+            .ok_or(ListError::Outside)?;
+        let &v = self.body.get(self.pos).ok_or(ListError::Truncated)?;
+        self.pos += 1;
+        if v == 0 {
+            return Err(ListError::Zero);
+        }
+        self.next = at + 1;
+        Ok((at, v))
+    }
 }
 
 /// Appends the body of `plane` as a list of its non-zero elements, of which there are
-/// `nonzero` (from [`count`]).
+/// `nonzero` (from [`count_at_most`]).
 pub(super) fn put(plane: &[u8], nonzero: usize, out: &mut Vec<u8>) {
     put_varint(out, nonzero as u64);
-    let mut next = 0;
-    let mut add = |i: usize, b: u8| {
-        put_varint(out, (i - next) as u64);
-        out.push(b);
-        next = i + 1;
-    };
+    let mut list = ListWriter::default();
     // Eight elements at a time: most words are zero.
     let (words, rest) = plane.as_chunks::<8>();
     for (k, w) in words.iter().enumerate() {
         if u64::from_le_bytes(*w) != 0 {
             for (j, &b) in w.iter().enumerate() {
                 if b != 0 {
-                    add(8 * k + j, b);
+                    list.push(out, 8 * k + j, b);
                 }
             }
         }
@@ -60,37 +123,9 @@ pub(super) fn put(plane: &[u8], nonzero: usize, out: &mut Vec<u8>) {
     let full = words.len() * 8;
     for (j, &b) in rest.iter().enumerate() {
         if b != 0 {
-            add(full + j, b);
+            list.push(out, full + j, b);
         }
     }
-}
-
-/// The size of the body [`put`] writes for `plane`.
-pub(super) fn len(plane: &[u8], nonzero: usize) -> usize {
-    let varint = |v: usize| (usize::BITS - v.leading_zeros()).max(1).div_ceil(7) as usize;
-    let mut size = varint(nonzero) + nonzero;
-    let mut next = 0;
-    let (words, rest) = plane.as_chunks::<8>();
-    let mut add = |i: usize| {
-        size += varint(i - next);
-        next = i + 1;
-    };
-    for (k, w) in words.iter().enumerate() {
-        if u64::from_le_bytes(*w) != 0 {
-            for (j, &b) in w.iter().enumerate() {
-                if b != 0 {
-                    add(8 * k + j);
-                }
-            }
-        }
-    }
-    let full = words.len() * 8;
-    for (j, &b) in rest.iter().enumerate() {
-        if b != 0 {
-            add(full + j);
-        }
-    }
-    size
 }
 
 /// Decodes the first `dst.len()` elements of plane `plane` of `n` elements from its body.
@@ -115,27 +150,22 @@ pub(super) fn decode(
         .filter(|&c| c <= n)
         .ok_or(bad("more non-zero elements than elements"))?;
     dst.fill(0);
-    let mut next = 0usize;
+    let mut list = ListReader::new(body, pos, n);
     for _ in 0..count {
-        let gap = get_varint(body, &mut pos).ok_or(bad("truncated list"))?;
-        let at = usize::try_from(gap)
-            .ok()
-            .and_then(|g| next.checked_add(g))
-            .filter(|&at| at < n)
-            .ok_or(bad("position outside the plane"))?;
-        let &v = body.get(pos).ok_or(bad("truncated list"))?;
-        pos += 1;
-        if v == 0 {
-            return Err(bad("a listed byte is zero"));
-        }
+        let (at, v) = list.read().map_err(|e| {
+            bad(match e {
+                ListError::Truncated => "truncated list",
+                ListError::Outside => "position outside the plane",
+                ListError::Zero => "a listed byte is zero",
+            })
+        })?;
         match dst.get_mut(at) {
             Some(d) => *d = v,
             // A prefix: the rest of the list is past it.
             None => return Ok(()),
         }
-        next = at + 1;
     }
-    if pos != body.len() && dst.len() == n {
+    if list.pos != body.len() && dst.len() == n {
         return Err(bad("bytes after the list"));
     }
     Ok(())
@@ -161,11 +191,11 @@ mod tests {
     proptest! {
         #[test]
         fn round_trips_every_prefix(plane in sparse_plane(), cut in any::<prop::sample::Index>()) {
-            let k = count(&plane);
-            prop_assert_eq!(k, plane.iter().filter(|&&b| b != 0).count());
+            let k = plane.iter().filter(|&&b| b != 0).count();
+            prop_assert_eq!(count_at_most(&plane, k), Some(k));
+            prop_assert_eq!(count_at_most(&plane, k.saturating_sub(1)), (k == 0).then_some(0));
             let mut body = Vec::new();
             put(&plane, k, &mut body);
-            prop_assert_eq!(body.len(), len(&plane, k));
             let mut out = vec![0xAAu8; plane.len()];
             decode(&body, 3, plane.len(), &mut out).unwrap();
             prop_assert_eq!(&out, &plane);
@@ -185,7 +215,7 @@ mod tests {
                 Ok(()) => {
                     // What decoded is what the body lists, and it lists every byte.
                     let mut again = Vec::new();
-                    put(&out, count(&out), &mut again);
+                    put(&out, count_at_most(&out, n).unwrap_or(n), &mut again);
                     prop_assert_eq!(again, body);
                 }
                 Err(e) => {
