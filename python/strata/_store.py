@@ -266,7 +266,7 @@ class ReadOnlyStore(_File):
     The file must exist (:class:`strata.NotFound` otherwise; nothing is created). A store whose
     last writer crashed is recovered first, as its next writer would (the one case where a
     read-only open writes to the file). Options: ``cache_bytes`` and ``db_cache_bytes``, as
-    for :class:`Store`; ``db_cache_bytes`` defaults to 8 MiB here (a reader reads each page
+    for :class:`Store`; ``db_cache_bytes`` defaults to 2 MiB here (a reader reads each page
     about once; ADR 0031).
     """
 

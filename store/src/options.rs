@@ -27,7 +27,7 @@ pub struct Options {
     /// Settings of the lossless codec.
     pub lossless: LosslessOptions,
     /// Bytes of redb's own page cache. Default 64 MiB; [`Options::for_reading`] (what
-    /// [`crate::Store::open_read_only`] uses) 8 MiB. redb keeps at most half of it in dirty
+    /// [`crate::Store::open_read_only`] uses) 2 MiB. redb keeps at most half of it in dirty
     /// pages of a write; the rest goes to the file before the commit.
     pub db_cache_bytes: usize,
     /// Raw bytes of tensor data a write encodes at once (ADR 0014): a checkpoint, an import or
@@ -67,7 +67,7 @@ impl Default for Options {
 }
 
 /// redb's page cache of a handle that only reads ([`Options::for_reading`], ADR 0031).
-pub const READ_DB_CACHE_BYTES: usize = 8 << 20;
+pub const READ_DB_CACHE_BYTES: usize = 2 << 20;
 
 impl Options {
     /// The defaults of a handle that only reads ([`crate::Store::open_read_only`]): redb's page
