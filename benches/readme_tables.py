@@ -18,6 +18,10 @@ machine's absolute paths; links in docs/ are made relative to docs/.
   zstd, safetensors files, icechunk and TileDB (the harness's venv, target/compare-venv, is made
   when missing: the first run downloads torch, ~3 GB); --compare-saved writes both from
   target/compare/results.json without measuring again, --compare-quick runs the harness's --quick;
+- `delta-policy`: the delta policy's cost and the newest checkpoint's read under the store's
+  forward chains and two reverse layouts (`examples/delta-policy.rs`, issue 28's decision 1;
+  ADR 0035) on the shared series, and on the training-state series when
+  target/trainstate/series holds them (the `trainstate` section generates them);
 - `tier-sim`: the tier simulation through the store (`examples/tier-sim.rs`) at 100 000 blocks
   and 1 000 000 reads;
 - `wasm-figures`: the .wasm size from wasm/build.sh and WASM against native speeds from
@@ -145,6 +149,34 @@ def store_table():
             )
             cmds.append(f"strata import STORE ../shared/data/series/{name} && strata compact STORE && strata stats STORE --json")
     return "\n".join(lines + ["", "Commands (`target/release/strata`):", "", "```"] + cmds + ["```"])
+
+
+def delta_policy_table():
+    run(["cargo", "build", "--release", "--example", "delta-policy"])
+    exe = os.path.join(ROOT, "target", "release", "examples", "delta-policy")
+    series = [os.path.join(DATA, "series", s) for s in ("dev_ft", "dev_ft/bf16", "dev_pre", "dev_pre/bf16")]
+    generated = os.path.join(ROOT, "target", "trainstate", "series")
+    if os.path.isdir(generated):
+        series += [os.path.join(generated, s) for s in sorted(os.listdir(generated))]
+    args = [a for folder in series for a in ("--series", folder)]
+    table = run([exe] + args).strip()
+    return "\n".join([
+        f"Measured {machine()} by `examples/delta-policy.rs` (one thread; every segment encoded and decoded "
+        "by the codec and compared with its input). Segment bytes only (no metadata). Read ms: the decode time "
+        "of every segment of a version's chain, summed over its blocks. Write encode ms: what a write encodes "
+        "or re-encodes (every segment of the layout after it that the layout before it did not have), mean "
+        "and worst over the series' writes. forward: the store's chains today (ADR 0006); reverse: the newest "
+        "a keyframe, older versions deltas against the next, every 6th kept a keyframe; reverse, anchored: "
+        "older keyframes replaced by anchors (deltas against the newest), re-encoded at every write (ADR 0035).",
+        "",
+        table,
+        "",
+        "Command:",
+        "",
+        "```",
+        "cargo run --release --example delta-policy -- " + " ".join(args),
+        "```",
+    ])
 
 
 def tier_sim_table():
@@ -883,6 +915,7 @@ def main():
         "codec-bench": codec_table,
         "store-series": store_table,
         "compare": compare_tables,
+        "delta-policy": delta_policy_table,
         "tier-sim": tier_sim_table,
         "wasm-figures": wasm_table,
         "scale": scale_table,
