@@ -14,6 +14,8 @@
 //! - **forward** (the store today, ADR 0006): each version a delta against the one before,
 //!   anchored on the lineage's keyframe when the chain is full ([`DeltaRule`]). The newest
 //!   version sits anywhere from 1 to `max_chain` segments deep.
+//! - **forward, thrifty**: forward, but a delta that saves under 3 % of its lineage's keyframe
+//!   is written as a keyframe instead (it shortens the chain for nothing it keeps).
 //! - **reverse**: the newest version a keyframe, each older one a delta against the version
 //!   after it, and every `max_chain`-th version (step index) kept a keyframe so that no read
 //!   decodes more than `max_chain` segments. A write encodes the new keyframe and re-encodes
@@ -45,6 +47,8 @@ type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
 const USAGE: &str =
     "usage: delta-policy [--series DIR]... [--max-chain N] [--json]  (see the file's doc)";
+/// Forward, thrifty: a delta must save this share of its lineage's keyframe.
+const THRIFT: f64 = 0.03;
 /// Raw bytes of a block, as the store cuts tensors by default.
 const BLOCK_BYTES: usize = 1 << 20;
 
@@ -208,7 +212,7 @@ impl<'b> Segments<'b> {
 type Layout = Vec<Option<usize>>;
 
 /// The store's rule today, over the first `n` versions.
-fn forward(seg: &mut Segments<'_>, n: usize, max_chain: u8) -> Res<Layout> {
+fn forward(seg: &mut Segments<'_>, n: usize, max_chain: u8, thrift: Option<f64>) -> Res<Layout> {
     let rule = DeltaRule::new(Default::default(), max_chain);
     let (mut bases, mut links): (Layout, Vec<Link>) = (vec![None], vec![Link::KEYFRAME]);
     let mut root = 0;
@@ -216,7 +220,16 @@ fn forward(seg: &mut Segments<'_>, n: usize, max_chain: u8) -> Res<Layout> {
         let pred = links[v - 1];
         let root_link = rule.root_needed(pred).map(|_| links[root]);
         let (base, link) = match rule.choose(pred, root_link) {
-            b @ Base::Predecessor { .. } => (Some(v - 1), b.link()),
+            b @ Base::Predecessor { .. } => {
+                // Thrifty: a delta that saves less than `t` of the lineage's keyframe is
+                // not worth its place in the chain.
+                let delta = seg.cost(v, Some(v - 1))?.bytes as f64;
+                let keyframe = seg.cost(root, None)?.bytes as f64;
+                match thrift {
+                    Some(t) if delta >= (1.0 - t) * keyframe => (None, Link::KEYFRAME),
+                    _ => (Some(v - 1), b.link()),
+                }
+            }
             b @ Base::Root { anchor, .. } => {
                 let delta = seg.cost(v, Some(root))?.bytes as usize;
                 let keyframe = seg.cost(root, None)?.bytes as usize;
@@ -342,13 +355,17 @@ fn measure(dir: &Path, max_chain: u8) -> Res<Value> {
     let (blocks, raw, steps) = blocks_of(dir)?;
     let m = usize::from(max_chain);
     let (mut fwd, mut rev, mut anch) = (Totals::default(), Totals::default(), Totals::default());
+    let mut thrifty = Totals::default();
     for block in &blocks {
         let mut seg = Segments {
             block,
             opts: LosslessOptions::default(),
             memo: HashMap::new(),
         };
-        fwd.add(&mut seg, &mut |seg, k| forward(seg, k, max_chain))?;
+        fwd.add(&mut seg, &mut |seg, k| forward(seg, k, max_chain, None))?;
+        thrifty.add(&mut seg, &mut |seg, k| {
+            forward(seg, k, max_chain, Some(THRIFT))
+        })?;
         rev.add(&mut seg, &mut |_, k| Ok(reverse(k, m)))?;
         anch.add(&mut seg, &mut |seg, k| reverse_anchored(seg, k, m))?;
     }
@@ -360,6 +377,7 @@ fn measure(dir: &Path, max_chain: u8) -> Res<Value> {
         "forward": fwd.row(raw, fwd.bytes),
         "reverse": rev.row(raw, fwd.bytes),
         "reverse_anchored": anch.row(raw, fwd.bytes),
+        "forward_thrifty": thrifty.row(raw, fwd.bytes),
     }))
 }
 
@@ -379,7 +397,7 @@ fn main() -> ExitCode {
         );
         println!("|---|---|---|---|---|---|---|---|---|---|---|");
         for s in &out {
-            for p in ["forward", "reverse", "reverse_anchored"] {
+            for p in ["forward", "forward_thrifty", "reverse", "reverse_anchored"] {
                 let r = &s[p];
                 let f = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
                 println!(
