@@ -102,8 +102,8 @@ struct BlockHistory {
     versions: Vec<Vec<u8>>,
 }
 
-/// The blocks of every tensor that keeps its dtype and size through the series, and the raw
-/// bytes of all versions of all tensors.
+/// The blocks of every tensor that keeps its dtype and size through the series (the others
+/// are no lineage to measure), their raw bytes in all versions, and the checkpoints.
 fn blocks_of(dir: &Path) -> Res<(Vec<BlockHistory>, u64, usize)> {
     let mut files: Vec<(u64, PathBuf)> = Vec::new();
     for e in std::fs::read_dir(dir)? {
@@ -122,12 +122,10 @@ fn blocks_of(dir: &Path) -> Res<(Vec<BlockHistory>, u64, usize)> {
         return Err(format!("{}: fewer than 2 checkpoints", dir.display()).into());
     }
     let mut tensors: HashMap<String, (DType, Vec<Vec<u8>>)> = HashMap::new();
-    let mut raw = 0u64;
     for (_, path) in &files {
         let bytes = std::fs::read(path)?;
         let st = SafeTensors::deserialize(&bytes)?;
         for (name, view) in st.tensors() {
-            raw += view.data().len() as u64;
             let dtype = dtype_from_safetensors(view.dtype())
                 .ok_or(format!("{}: {name}: unsupported dtype", path.display()))?;
             let entry = tensors.entry(name).or_insert((dtype, Vec::new()));
@@ -143,7 +141,7 @@ fn blocks_of(dir: &Path) -> Res<(Vec<BlockHistory>, u64, usize)> {
         let (dtype, versions) = &tensors[&name];
         let len = versions[0].len();
         if versions.len() != files.len() || versions.iter().any(|v| v.len() != len) || len == 0 {
-            continue; // Not in every checkpoint with one size: not a lineage to measure.
+            continue;
         }
         let per = (BLOCK_BYTES / dtype.size()).max(1) * dtype.size();
         for start in (0..len).step_by(per) {
@@ -154,6 +152,11 @@ fn blocks_of(dir: &Path) -> Res<(Vec<BlockHistory>, u64, usize)> {
             });
         }
     }
+    let raw = out
+        .iter()
+        .flat_map(|b| &b.versions)
+        .map(|v| v.len() as u64)
+        .sum();
     Ok((out, raw, files.len()))
 }
 
