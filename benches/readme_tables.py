@@ -19,7 +19,7 @@ machine's absolute paths; links in docs/ are made relative to docs/.
   when missing: the first run downloads torch, ~3 GB); --compare-saved writes both from
   target/compare/results.json without measuring again, --compare-quick runs the harness's --quick;
 - `delta-policy`: the delta policy's cost and the newest checkpoint's read under the store's
-  forward chains and two reverse layouts (`examples/delta-policy.rs`, issue 28's decision 1;
+  forward chains, thrifty forward chains and two reverse layouts (`examples/delta-policy.rs`;
   ADR 0035) on the shared series, and on the training-state series when
   target/trainstate/series holds them (the `trainstate` section generates them);
 - `tier-sim`: the tier simulation through the store (`examples/tier-sim.rs`) at 100 000 blocks
