@@ -40,6 +40,7 @@ use strata::codec::DType;
 use strata::store::safetensors::SafeTensors;
 use strata::store::{AgePolicy, Fidelity, Store, TensorRef};
 use strata_testkit::machine::{machine, peak_rss};
+use strata_testkit::series::{list_step_files, series_root};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -52,10 +53,6 @@ struct Args {
 }
 
 const USAGE: &str = "usage: age-bench [--series DIR]... [--budgets E,E,...] [--keep-exact-last N] [--synthetic MB] [--json]";
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
 
 fn parse_args() -> Res<Args> {
     let mut a = Args {
@@ -87,12 +84,7 @@ fn parse_args() -> Res<Args> {
         }
     }
     if a.series.is_empty() {
-        let shared = root().join("../shared/data/series");
-        let base = if shared.is_dir() {
-            shared
-        } else {
-            root().join("testdata/series")
-        };
+        let base = series_root();
         a.series = vec![base.join("dev_ft/bf16"), base.join("dev_pre/bf16")];
     }
     Ok(a)
@@ -100,19 +92,8 @@ fn parse_args() -> Res<Args> {
 
 /// The checkpoint files of a series folder, in step order.
 fn checkpoints(dir: &Path) -> Res<Vec<(u64, PathBuf)>> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir)? {
-        let p = e?.path();
-        let step = p
-            .file_name()
-            .and_then(|n| n.to_str())
-            .and_then(|n| n.strip_prefix("step_")?.strip_suffix(".safetensors"))
-            .and_then(|s| s.parse::<u64>().ok());
-        if let Some(step) = step {
-            out.push((step, p));
-        }
-    }
-    out.sort();
+    let out =
+        list_step_files(dir).map_err(|e| format!("cannot read series {}: {e}", dir.display()))?;
     if out.len() < 3 {
         return Err(format!("{}: fewer than 3 checkpoints", dir.display()).into());
     }

@@ -42,6 +42,7 @@ use strata::codec::segment::{self, Segment};
 use strata::codec::DType;
 use strata::store::dtype_from_safetensors;
 use strata::store::safetensors::SafeTensors;
+use strata_testkit::series::{list_step_files, series_root};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -82,13 +83,7 @@ fn args() -> Res<Args> {
         return Err("--max-chain must be at least 2".into());
     }
     if a.series.is_empty() {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let shared = root.join("../shared/data/series");
-        let base = if shared.is_dir() {
-            shared
-        } else {
-            root.join("testdata/series")
-        };
+        let base = series_root();
         for s in ["dev_ft", "dev_ft/bf16", "dev_pre", "dev_pre/bf16"] {
             a.series.push(base.join(s));
         }
@@ -105,19 +100,8 @@ struct BlockHistory {
 /// The blocks of every tensor that keeps its dtype and size through the series (the others
 /// are no lineage to measure), their raw bytes in all versions, and the checkpoints.
 fn blocks_of(dir: &Path) -> Res<(Vec<BlockHistory>, u64, usize)> {
-    let mut files: Vec<(u64, PathBuf)> = Vec::new();
-    for e in std::fs::read_dir(dir)? {
-        let p = e?.path();
-        let step = p
-            .file_name()
-            .and_then(|n| n.to_str())
-            .and_then(|n| n.strip_prefix("step_")?.strip_suffix(".safetensors"))
-            .and_then(|s| s.parse::<u64>().ok());
-        if let Some(step) = step {
-            files.push((step, p));
-        }
-    }
-    files.sort();
+    let files =
+        list_step_files(dir).map_err(|e| format!("cannot read series {}: {e}", dir.display()))?;
     if files.len() < 2 {
         return Err(format!("{}: fewer than 2 checkpoints", dir.display()).into());
     }

@@ -46,15 +46,12 @@ use strata::store::safetensors::SafeTensors;
 use strata::store::{dtype_from_safetensors, Store, VersionInfo};
 use strata_testkit::machine::{machine, peak_rss};
 use strata_testkit::moto::Moto;
+use strata_testkit::series::{list_step_files, series_root};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
 /// The prefix pushed to, in the bucket moto is started with.
 const S3_URL: &str = "s3://bkt/bench";
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
 
 struct Args {
     series: PathBuf,
@@ -64,22 +61,15 @@ struct Args {
 const USAGE: &str = "usage: remote-bench [--series DIR] [--json]";
 
 fn parse_args() -> Res<Args> {
-    let shared = root().join("../shared/data/series/dev_ft/bf16");
-    let mut a = Args {
-        series: if shared.is_dir() {
-            shared
-        } else {
-            root().join("testdata/series/dev_ft/bf16")
-        },
-        json: false,
-    };
+    let mut series = None;
+    let mut json = false;
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         match arg.as_str() {
             "--series" => {
-                a.series = PathBuf::from(it.next().ok_or("--series needs a folder")?);
+                series = Some(PathBuf::from(it.next().ok_or("--series needs a folder")?));
             }
-            "--json" => a.json = true,
+            "--json" => json = true,
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0);
@@ -87,7 +77,8 @@ fn parse_args() -> Res<Args> {
             other => return Err(format!("unknown argument {other}\n{USAGE}").into()),
         }
     }
-    Ok(a)
+    let series = series.unwrap_or_else(|| series_root().join("dev_ft/bf16"));
+    Ok(Args { series, json })
 }
 
 // ---------------------------------------------------------------------------------------
@@ -95,24 +86,8 @@ fn parse_args() -> Res<Args> {
 
 /// `step_NNNNNN.safetensors` files of `dir`, by step.
 fn series_files(dir: &Path) -> Res<Vec<(u64, PathBuf)>> {
-    let entries =
-        std::fs::read_dir(dir).map_err(|e| format!("cannot read series {}: {e}", dir.display()))?;
-    let mut files = Vec::new();
-    for e in entries {
-        let path = e?.path();
-        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
-            continue;
-        };
-        let Some(step) = name
-            .strip_prefix("step_")
-            .and_then(|n| n.strip_suffix(".safetensors"))
-            .and_then(|n| n.parse::<u64>().ok())
-        else {
-            continue;
-        };
-        files.push((step, path));
-    }
-    files.sort();
+    let files =
+        list_step_files(dir).map_err(|e| format!("cannot read series {}: {e}", dir.display()))?;
     if files.is_empty() {
         return Err(format!("no step_N.safetensors files in {}", dir.display()).into());
     }

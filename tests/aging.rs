@@ -10,31 +10,16 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
-use common::{all_series, Named};
+use common::{all_series, step_files, Named};
 use strata::store::remote::{push, Remote};
 use strata::store::{AgePolicy, AgeRule, Fidelity, InvalidInput, Store, StoreError, TierFailure};
-
-/// Steps and checkpoint files of one series folder (e.g. `dev_ft/bf16`).
-fn checkpoints(root: &Path, sub: &str) -> Vec<(u64, std::path::PathBuf)> {
-    let mut out: Vec<(u64, std::path::PathBuf)> = std::fs::read_dir(root.join(sub))
-        .expect("list the series folder")
-        .filter_map(|e| {
-            let p = e.ok()?.path();
-            let stem = p.file_name()?.to_str()?.strip_suffix(".safetensors")?;
-            Some((stem.strip_prefix("step_")?.parse().ok()?, p))
-        })
-        .collect();
-    out.sort();
-    out
-}
 
 #[test]
 fn aged_series_read_back_within_budget_and_smaller() {
     for series in all_series() {
         for sub in ["dev_ft", "dev_ft/bf16", "dev_pre", "dev_pre/bf16"] {
-            let cps = checkpoints(&series.root, sub);
+            let cps = step_files(&series.root.join(sub));
             if cps.len() < 3 {
                 continue;
             }
@@ -161,7 +146,7 @@ fn check_reads(
 #[test]
 fn retention_and_deletes_over_aged_versions_keep_reads_right() {
     let series = &all_series()[0];
-    let cps = checkpoints(&series.root, "dev_ft/bf16");
+    let cps = step_files(&series.root.join("dev_ft/bf16"));
     let dir = tempfile::tempdir().expect("make a temp dir");
     let mut store = Store::open(dir.path().join("s.strata")).expect("open the store");
     let mut data = BTreeMap::new();
@@ -252,7 +237,7 @@ fn retention_and_deletes_over_aged_versions_keep_reads_right() {
 #[test]
 fn refusals_rules_and_unmeetable_budgets() {
     let series = &all_series()[0];
-    let cps = checkpoints(&series.root, "dev_ft/bf16");
+    let cps = step_files(&series.root.join("dev_ft/bf16"));
     let dir = tempfile::tempdir().expect("make a temp dir");
     let mut store = Store::open(dir.path().join("s.strata")).expect("open the store");
     for (step, path) in &cps {
@@ -332,7 +317,7 @@ fn refusals_rules_and_unmeetable_budgets() {
     assert_eq!(store.stats().expect("stats"), stats);
     // A budget no step meets (finer than f32 arithmetic holds): every block stays exact,
     // and the report says so.
-    let f32_cps = checkpoints(&series.root, "dev_ft");
+    let f32_cps = step_files(&series.root.join("dev_ft"));
     let dir32 = tempfile::tempdir().expect("make a temp dir");
     let mut store32 = Store::open(dir32.path().join("s.strata")).expect("open the store");
     for (step, path) in &f32_cps {
@@ -399,7 +384,7 @@ fn refusals_rules_and_unmeetable_budgets() {
 fn one_pass_stores_what_a_pass_per_tensor_stores() {
     let series = &all_series()[0];
     for sub in ["dev_ft", "dev_pre/bf16"] {
-        let cps = checkpoints(&series.root, sub);
+        let cps = step_files(&series.root.join(sub));
         let dir = tempfile::tempdir().expect("make a temp dir");
         let open = |file: &str| {
             let store = Store::open(dir.path().join(file)).expect("open a store");

@@ -123,8 +123,16 @@ pub fn all_series() -> Vec<Series> {
 /// # Panics
 /// If the folder cannot be read.
 pub fn step_files(folder: &Path) -> Vec<(u64, PathBuf)> {
-    let mut files: Vec<(u64, PathBuf)> = std::fs::read_dir(folder)
-        .unwrap_or_else(|e| panic!("cannot list {}: {e}", folder.display()))
+    list_step_files(folder).unwrap_or_else(|e| panic!("cannot list {}: {e}", folder.display()))
+}
+
+/// [`step_files`], with the error of a folder that cannot be read (for tools given a folder
+/// by their user).
+///
+/// # Errors
+/// The error of listing `folder`.
+pub fn list_step_files(folder: &Path) -> std::io::Result<Vec<(u64, PathBuf)>> {
+    let mut files: Vec<(u64, PathBuf)> = std::fs::read_dir(folder)?
         .filter_map(|e| {
             let path = e.ok()?.path();
             let name = path.file_name()?.to_str()?;
@@ -137,7 +145,7 @@ pub fn step_files(folder: &Path) -> Vec<(u64, PathBuf)> {
         })
         .collect();
     files.sort();
-    files
+    Ok(files)
 }
 
 #[cfg(test)]

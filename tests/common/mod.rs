@@ -16,7 +16,7 @@ use std::path::Path;
 use strata::store::{DType, TensorRef};
 pub use strata_testkit::noise::{f32_bytes, f32s, seed, Rng};
 use strata_testkit::series::read_tensors;
-pub use strata_testkit::series::{all_series, committed_root, shared_root, Series};
+pub use strata_testkit::series::{all_series, committed_root, shared_root, step_files, Series};
 
 /// A tensor with its name.
 #[derive(Debug, Clone, PartialEq)]

@@ -21,13 +21,13 @@
 #![allow(dead_code, clippy::panic)]
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::mpsc;
 use std::time::Duration;
 
 use strata::store::Store;
 use strata_testkit::noise::Rng;
-use strata_testkit::series::committed_root;
+use strata_testkit::series::{committed_root, step_files};
 
 /// The most one damaged file's reads may take.
 pub(crate) const JUDGE_LIMIT: Duration = Duration::from_secs(30);
@@ -101,20 +101,7 @@ pub(crate) struct Base {
 pub(crate) fn base(dir: &Path) -> Base {
     let path = dir.join("base.strata");
     let series = committed_root().join("dev_ft/bf16");
-    let mut files: Vec<(u64, PathBuf)> = std::fs::read_dir(&series)
-        .unwrap_or_else(|e| panic!("{}: {e}", series.display()))
-        .filter_map(|e| {
-            let p = e.ok()?.path();
-            let step = p
-                .file_stem()?
-                .to_str()?
-                .strip_prefix("step_")?
-                .parse()
-                .ok()?;
-            Some((step, p))
-        })
-        .collect();
-    files.sort();
+    let files = step_files(&series);
     let mut store = Store::open(&path).unwrap_or_else(|e| panic!("create: {e}"));
     for (step, file) in &files {
         store
