@@ -115,6 +115,7 @@ fn to_py_kind(e: &StoreError, msg: String) -> PyErr {
         StoreError::NotFound(_) => NotFound::new_err(msg),
         StoreError::Invalid(_) => InvalidInput::new_err(msg),
         StoreError::Tier(_) => TierError::new_err(msg),
+        StoreError::OutOfMemory { .. } => PyMemoryError::new_err(msg),
         _ => StrataError::new_err(msg),
     }
 }

@@ -101,6 +101,18 @@ pub enum StoreError {
     #[cfg(feature = "remote")]
     #[error(transparent)]
     Remote(Box<RemoteError>),
+    /// A tensor read whole could not be given its buffer: the memory could not be
+    /// allocated (a tensor larger than memory; read it block by block with
+    /// [`crate::Store::get_blocks`] instead).
+    #[error("tensor {tensor:?} step {step}: {bytes} bytes could not be allocated")]
+    OutOfMemory {
+        /// Tensor name.
+        tensor: String,
+        /// Step.
+        step: u64,
+        /// The tensor's bytes.
+        bytes: u64,
+    },
 }
 
 /// Why a store could not be opened ([`crate::Store::open`]).

@@ -10,7 +10,6 @@ use std::sync::Arc;
 
 use crate::engine::{read_blocks, read_blocks_into, Fetcher, ReadTxn, Span, View};
 use crate::error::{InvalidInput, NotFound, Result, StoreError};
-use crate::read::RESERVE_LIMIT;
 use crate::record::VersionRecord;
 use crate::store::{contain, CallerPanic, Store};
 use crate::tensor::{Checkpoint, Fidelity, Tensor};
@@ -51,6 +50,19 @@ impl std::fmt::Debug for CheckpointReader<'_> {
             .field("left", &(self.todo.len() + self.ready.len()))
             .finish_non_exhaustive()
     }
+}
+
+/// `len` zero bytes, or `None` if they cannot be allocated.
+///
+/// A length from a version record is checked against the record's blocks, but a record can
+/// still name more bytes than memory holds: a failed allocation is refused here instead of
+/// aborting the process. The reservation only proves the allocation can be made; `vec!`
+/// then allocates zeroed memory, which for large buffers is fresh pages the OS zeroes as
+/// they are first written (the decode writes every byte), with no pass of our own.
+fn zeroed(len: u64) -> Option<Vec<u8>> {
+    let len = usize::try_from(len).ok()?;
+    Vec::<u8>::new().try_reserve_exact(len).ok()?;
+    Some(vec![0u8; len])
 }
 
 /// A tensor a [`CheckpointReader`] has not handed out yet: what a buffer for it must hold
@@ -209,27 +221,28 @@ impl CheckpointReader<'_> {
             names.extend(self.todo.pop_front());
         }
         let spans = whole_spans(names.iter(), &recs, self.step);
-        let mut out: Vec<(Vec<u8>, Fidelity)> = recs
+        // Each tensor's buffer is allocated whole and each block decodes straight into its
+        // place (as `read_into` does), not into a block buffer copied after it.
+        let mut data = names
             .iter()
-            .map(|rec| {
-                let cap = rec.raw_bytes().min(RESERVE_LIMIT) as usize;
-                (Vec::with_capacity(cap), Fidelity::Exact)
+            .zip(&recs)
+            .map(|(name, rec)| {
+                zeroed(rec.raw_bytes()).ok_or_else(|| StoreError::OutOfMemory {
+                    tensor: name.clone(),
+                    step: self.step,
+                    bytes: rec.raw_bytes(),
+                })
             })
-            .collect();
+            .collect::<Result<Vec<Vec<u8>>>>()?;
         let mut fetcher = Fetcher::streaming(&self.r, &store.cache);
         let r = &self.r;
-        read_blocks(
-            &mut fetcher,
-            &store.cache,
-            &spans,
-            |si, job| store.rebuild_block(r, job, spans[si].rec, 0),
-            |si, _, block, f| {
-                let (data, fidelity) = &mut out[si];
-                data.extend_from_slice(block);
-                *fidelity = fidelity.worst(f);
-                Ok(())
-            },
-        )?;
+        let fidelity = {
+            let mut outs: Vec<&mut [u8]> = data.iter_mut().map(Vec::as_mut_slice).collect();
+            read_blocks_into(&mut fetcher, &store.cache, &spans, &mut outs, |si, job| {
+                store.rebuild_block(r, job, spans[si].rec, 0)
+            })?
+        };
+        let out = data.into_iter().zip(fidelity);
         for ((name, rec), (data, fidelity)) in names.into_iter().zip(&recs).zip(out) {
             store.record_read(&name, self.step, 0..rec.blocks.len() as u64);
             self.ready.push_back((
@@ -433,4 +446,20 @@ pub(crate) fn whole_spans<'a>(
             upto: None,
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::zeroed;
+
+    #[test]
+    fn zeroed_gives_zeros_or_refuses() {
+        assert_eq!(zeroed(0), Some(Vec::new()));
+        assert_eq!(zeroed(5), Some(vec![0u8; 5]));
+        let big = zeroed(3 << 20).expect("3 MiB");
+        assert!(big.len() == 3 << 20 && big.iter().all(|&b| b == 0));
+        // More than any address space: refused, not an abort.
+        assert_eq!(zeroed(u64::MAX), None);
+        assert_eq!(zeroed(1 << 62), None);
+    }
 }
