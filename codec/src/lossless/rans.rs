@@ -213,45 +213,43 @@ impl Kernel {
     }
 }
 
-/// The context of each element of a plane, and which contexts occur.
+/// The context of each element of a plane, and the largest context it can hold.
 #[derive(Debug, Clone)]
 pub(crate) struct ContextMap {
     ctx: Vec<u8>,
-    /// Bit `k` set when some element has context `k` (contexts above 31 set bit 31).
-    present: u32,
+    /// No element's context is above it.
+    top: u8,
 }
 
 impl ContextMap {
     /// The map of `ctx` (element `i` has context `ctx[i]`).
     pub(crate) fn new(ctx: Vec<u8>) -> ContextMap {
-        let mut seen = [false; 256];
-        for &k in &ctx {
-            seen[usize::from(k)] = true;
-        }
-        let present = seen
-            .iter()
-            .enumerate()
-            .filter(|p| *p.1)
-            .fold(0u32, |m, (k, _)| m | 1 << k.min(31));
-        ContextMap { ctx, present }
+        let top = ctx.iter().copied().max().unwrap_or(0);
+        ContextMap { ctx, top }
     }
 
     /// The map of contexts `clamp(e - lo, 0, count - 1)` of exponent bytes `exps`
-    /// (`1 <= count <= 32`), in one pass.
+    /// (`1 <= count <= 32`), in one pass of byte arithmetic (it vectorizes; which contexts
+    /// occur is found only when a decode needs it, [`ContextMap::present`]).
     pub(crate) fn bucketized(exps: &[u8], lo: u8, count: usize) -> ContextMap {
         let top = count.clamp(1, 32) as u8 - 1;
-        let mut ctx = vec![0u8; exps.len()];
-        let mut present = 0u32;
-        for (c, e) in ctx.chunks_mut(64).zip(exps.chunks(64)) {
-            let mut p = 0u32;
-            for (d, &x) in c.iter_mut().zip(e) {
-                let v = x.saturating_sub(lo).min(top);
-                *d = v;
-                p |= 1 << v;
-            }
-            present |= p;
+        let ctx = exps
+            .iter()
+            .map(|&x| x.saturating_sub(lo).min(top))
+            .collect();
+        ContextMap { ctx, top }
+    }
+
+    /// Bit `k` set when some element has context `k` (contexts above 31 set bit 31).
+    fn present(&self) -> u32 {
+        let mut seen = [false; 256];
+        for &k in &self.ctx {
+            seen[usize::from(k)] = true;
         }
-        ContextMap { ctx, present }
+        seen.iter()
+            .enumerate()
+            .filter(|p| *p.1)
+            .fold(0u32, |m, (k, _)| m | 1 << k.min(31))
     }
 
     /// The context of each element.
@@ -1107,10 +1105,28 @@ fn check_contexts(
         Contexts::Order0 if n == 0 || used & 1 != 0 => Ok(()),
         Contexts::Order0 => Err("symbol in an unused context"),
         Contexts::Given(m) if m.ctx.len() < n => Err("fewer contexts than symbols"),
-        Contexts::Given(m) if m.present >> n_ctx != 0 => Err("context out of range"),
-        Contexts::Given(m) if m.present & !used != 0 => Err("symbol in an unused context"),
-        Contexts::Given(_) => Ok(()),
+        // Every context the map can hold has a table: nothing to look for.
+        Contexts::Given(m)
+            if usize::from(m.top) < n_ctx && used & through(m.top) == through(m.top) =>
+        {
+            Ok(())
+        }
+        Contexts::Given(m) => {
+            let present = m.present();
+            if present >> n_ctx != 0 {
+                Err("context out of range")
+            } else if present & !used != 0 {
+                Err("symbol in an unused context")
+            } else {
+                Ok(())
+            }
+        }
     }
+}
+
+/// Bits `0..=top` (every bit for `top >= 31`).
+fn through(top: u8) -> u32 {
+    u32::MAX >> 31u32.saturating_sub(u32::from(top))
 }
 
 /// Decodes the full steps of `out` (`out.len()` a multiple of `G * K`; the first is step

@@ -209,6 +209,29 @@ fn unused_contexts_and_out_of_range_are_errors() {
     );
     decode(&out, 0, Contexts::Given(&map), 2, &mut back, t, true).unwrap();
     assert_eq!(back, plane);
+    // Bucketized maps (contexts `clamp(e - lo, 0, count - 1)`, which contexts occur found
+    // only when some context of the map has no table): exponents 11 with lo 10 give
+    // context 1 everywhere, which decodes though contexts 0 and 2 have no table; one
+    // element at context 0 or 2 is refused.
+    let exps = vec![11u8; plane.len()];
+    let ones = ContextMap::bucketized(&exps, 10, 3);
+    back.fill(0);
+    decode(&out, 0, Contexts::Given(&ones), 8, &mut back, t, true).unwrap();
+    assert_eq!(back, plane);
+    for e in [10u8, 12, 200] {
+        let mut exps = exps.clone();
+        exps[500] = e;
+        let map = ContextMap::bucketized(&exps, 10, 3);
+        assert!(
+            decode(&out, 0, Contexts::Given(&map), 8, &mut back, t, true).is_err(),
+            "exponent {e}: a context without a table"
+        );
+    }
+    let beyond = ContextMap::bucketized(&exps, 0, 16);
+    assert!(
+        decode(&out, 0, Contexts::Given(&beyond), 8, &mut back, t, true).is_err(),
+        "context 11 does not exist"
+    );
 }
 
 #[test]
