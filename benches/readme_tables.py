@@ -292,7 +292,7 @@ def scale_markdown(runs):
         f"Measured {machine()} (Strata at {commit}) by `examples/scale-bench.rs`. GB = 10^9 bytes of tensor "
         "data; each operation is a separate process (the release `strata` binary; load is `Store::read_checkpoint` "
         "in a child process; ZipNN a python process, its time taken inside it, without python's and torch's "
-        "start), timed by wall clock; peak RSS is the process's `ru_maxrss` from `wait4`, read by a small "
+        "start), timed by wall clock (exports and loads: the run of median time of 3); peak RSS is the process's `ru_maxrss` from `wait4`, read by a small "
         "process that starts it (a child's `ru_maxrss` counts the memory of the process it was forked from). The page cache is "
         "warm (the files were just generated and fsynced) and the machine is shared: times are indicative. "
         "Every export and ZipNN's decompressed file were compared with the generated checkpoint tensor by "
@@ -929,6 +929,11 @@ def main():
         "age-quality": age_quality_table,
         "trainstate": trainstate_table,
     }
+    if "-h" in sys.argv or "--help" in sys.argv:
+        # Without this, an unknown flag is ignored and every section runs (over an hour).
+        print(__doc__.strip())
+        print(f"\nsections: {', '.join(makers)}")
+        return
     only = [sys.argv[i + 1] for i, a in enumerate(sys.argv[:-1]) if a == "--only"]
     unknown = [n for n in only if n not in makers]
     if unknown:

@@ -22,7 +22,7 @@
 //!    (step 1 is keyframes, later ones deltas), `strata export` of each (the exported file is
 //!    compared with the generated one tensor by tensor, streaming, bit for bit), a whole-
 //!    checkpoint load through `Store::read_checkpoint` (this example re-run as a child
-//!    process), beside `cp FILE DEST && sync` of the same file on the same disk and ZipNN
+//!    process; exports and loads run 3 times and the run of median time is reported), beside `cp FILE DEST && sync` of the same file on the same disk and ZipNN
 //!    compress / decompress of it (per tensor, in a python process of the comparison
 //!    harness's venv, target/compare-venv; the decompressed file is compared too).
 //! 3. **Deep chains.** The default store decodes at most 6 segments per block (max_chain 6),
@@ -572,6 +572,17 @@ struct Run {
     timed_out: bool,
 }
 
+/// Runs of each export and load: one run's time on a shared machine can be several times
+/// another's (a write after a large file was deleted waits for its blocks' discard).
+const TIMED_RUNS: usize = 3;
+
+/// The run of median wall time among `runs` (at least one).
+fn median_run(mut runs: Vec<Run>) -> Run {
+    runs.sort_by(|a, b| a.secs.total_cmp(&b.secs));
+    let mid = runs.len() / 2;
+    runs.swap_remove(mid)
+}
+
 /// Runs `cmd` to completion, its output into files of `logs`, and returns its wall time
 /// and peak RSS. A failing command is an error with its stderr.
 fn measure(cmd: &mut Command, logs: &Path, label: &str) -> Res<Run> {
@@ -928,18 +939,25 @@ impl Ctx<'_> {
         model: &str,
     ) -> Res<()> {
         let out = self.dir.join(format!("export-{model}-{step}.safetensors"));
-        let run = self.strata(
-            &format!("export-{model}-{step}"),
-            &[
-                "-q".as_ref(),
-                "export".as_ref(),
-                store.as_os_str(),
-                "--step".as_ref(),
-                step.to_string().as_ref(),
-                "-o".as_ref(),
-                out.as_os_str(),
-            ],
-        )?;
+        let mut runs = Vec::with_capacity(TIMED_RUNS);
+        for k in 0..TIMED_RUNS {
+            if k > 0 {
+                remove(&out);
+            }
+            runs.push(self.strata(
+                &format!("export-{model}-{step}-{k}"),
+                &[
+                    "-q".as_ref(),
+                    "export".as_ref(),
+                    store.as_os_str(),
+                    "--step".as_ref(),
+                    step.to_string().as_ref(),
+                    "-o".as_ref(),
+                    out.as_os_str(),
+                ],
+            )?);
+        }
+        let run = median_run(runs);
         let checked = same_tensors(original, &out);
         let bytes_out = file_len(&out).unwrap_or(0);
         remove(&out);
@@ -974,11 +992,16 @@ impl Ctx<'_> {
     /// A whole checkpoint through `Store::read_checkpoint`, in a child process (this
     /// example with `--child-load`).
     fn load(&mut self, store: &Path, step: u64, depth: u8, model: &str) -> Res<()> {
-        let label = self.label(&format!("load-{model}-{step}"));
         let exe = std::env::current_exe()?;
-        let mut cmd = Command::new(exe);
-        cmd.arg("--child-load").arg(store).arg(step.to_string());
-        let run = measure(&mut cmd, &self.logs, &label)?;
+        let mut runs = Vec::with_capacity(TIMED_RUNS);
+        for k in 0..TIMED_RUNS {
+            let label = self.label(&format!("load-{model}-{step}-{k}"));
+            let mut cmd = Command::new(&exe);
+            cmd.arg("--child-load").arg(store).arg(step.to_string());
+            runs.push(measure(&mut cmd, &self.logs, &label)?);
+        }
+        let run = median_run(runs);
+        let label = format!("load-{model}-{step}");
         let v: Value = serde_json::from_str(&run.stdout)
             .map_err(|e| format!("{label}: bad output {:?}: {e}", run.stdout))?;
         let raw = v["bytes"].as_u64().unwrap_or(0);
