@@ -92,8 +92,7 @@ fn parse_args() -> Res<Args> {
 
 /// The checkpoint files of a series folder, in step order.
 fn checkpoints(dir: &Path) -> Res<Vec<(u64, PathBuf)>> {
-    let out =
-        list_step_files(dir).map_err(|e| format!("cannot read series {}: {e}", dir.display()))?;
+    let out = list_step_files(dir)?;
     if out.len() < 3 {
         return Err(format!("{}: fewer than 3 checkpoints", dir.display()).into());
     }

@@ -100,8 +100,7 @@ struct BlockHistory {
 /// The blocks of every tensor that keeps its dtype and size through the series (the others
 /// are no lineage to measure), their raw bytes in all versions, and the checkpoints.
 fn blocks_of(dir: &Path) -> Res<(Vec<BlockHistory>, u64, usize)> {
-    let files =
-        list_step_files(dir).map_err(|e| format!("cannot read series {}: {e}", dir.display()))?;
+    let files = list_step_files(dir)?;
     if files.len() < 2 {
         return Err(format!("{}: fewer than 2 checkpoints", dir.display()).into());
     }

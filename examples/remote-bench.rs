@@ -86,8 +86,7 @@ fn parse_args() -> Res<Args> {
 
 /// `step_NNNNNN.safetensors` files of `dir`, by step.
 fn series_files(dir: &Path) -> Res<Vec<(u64, PathBuf)>> {
-    let files =
-        list_step_files(dir).map_err(|e| format!("cannot read series {}: {e}", dir.display()))?;
+    let files = list_step_files(dir)?;
     if files.is_empty() {
         return Err(format!("no step_N.safetensors files in {}", dir.display()).into());
     }

@@ -22,7 +22,8 @@
 //!    (step 1 is keyframes, later ones deltas), `strata export` of each (the exported file is
 //!    compared with the generated one tensor by tensor, streaming, bit for bit), a whole-
 //!    checkpoint load through `Store::read_checkpoint` (this example re-run as a child
-//!    process; exports and loads run 3 times and the run of median time is reported), beside `cp FILE DEST && sync` of the same file on the same disk and ZipNN
+//!    process; exports and loads run 3 times and the run of median time is reported),
+//!    beside `cp FILE DEST && sync` of the same file on the same disk and ZipNN
 //!    compress / decompress of it (per tensor, in a python process of the comparison
 //!    harness's venv, target/compare-venv; the decompressed file is compared too).
 //! 3. **Deep chains.** The default store decodes at most 6 segments per block (max_chain 6),
@@ -576,11 +577,11 @@ struct Run {
 /// another's (a write after a large file was deleted waits for its blocks' discard).
 const TIMED_RUNS: usize = 3;
 
-/// The run of median wall time among `runs` (at least one).
-fn median_run(mut runs: Vec<Run>) -> Run {
+/// `run(k)` for k in `0..TIMED_RUNS`, and the run of median wall time.
+fn median_run(mut run: impl FnMut(usize) -> Res<Run>) -> Res<Run> {
+    let mut runs = (0..TIMED_RUNS).map(&mut run).collect::<Res<Vec<Run>>>()?;
     runs.sort_by(|a, b| a.secs.total_cmp(&b.secs));
-    let mid = runs.len() / 2;
-    runs.swap_remove(mid)
+    Ok(runs.swap_remove(TIMED_RUNS / 2))
 }
 
 /// Runs `cmd` to completion, its output into files of `logs`, and returns its wall time
@@ -939,12 +940,11 @@ impl Ctx<'_> {
         model: &str,
     ) -> Res<()> {
         let out = self.dir.join(format!("export-{model}-{step}.safetensors"));
-        let mut runs = Vec::with_capacity(TIMED_RUNS);
-        for k in 0..TIMED_RUNS {
+        let run = median_run(|k| {
             if k > 0 {
                 remove(&out);
             }
-            runs.push(self.strata(
+            self.strata(
                 &format!("export-{model}-{step}-{k}"),
                 &[
                     "-q".as_ref(),
@@ -955,9 +955,8 @@ impl Ctx<'_> {
                     "-o".as_ref(),
                     out.as_os_str(),
                 ],
-            )?);
-        }
-        let run = median_run(runs);
+            )
+        })?;
         let checked = same_tensors(original, &out);
         let bytes_out = file_len(&out).unwrap_or(0);
         remove(&out);
@@ -993,14 +992,12 @@ impl Ctx<'_> {
     /// example with `--child-load`).
     fn load(&mut self, store: &Path, step: u64, depth: u8, model: &str) -> Res<()> {
         let exe = std::env::current_exe()?;
-        let mut runs = Vec::with_capacity(TIMED_RUNS);
-        for k in 0..TIMED_RUNS {
+        let run = median_run(|k| {
             let label = self.label(&format!("load-{model}-{step}-{k}"));
             let mut cmd = Command::new(&exe);
             cmd.arg("--child-load").arg(store).arg(step.to_string());
-            runs.push(measure(&mut cmd, &self.logs, &label)?);
-        }
-        let run = median_run(runs);
+            measure(&mut cmd, &self.logs, &label)
+        })?;
         let label = format!("load-{model}-{step}");
         let v: Value = serde_json::from_str(&run.stdout)
             .map_err(|e| format!("{label}: bad output {:?}: {e}", run.stdout))?;

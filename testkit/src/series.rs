@@ -123,16 +123,22 @@ pub fn all_series() -> Vec<Series> {
 /// # Panics
 /// If the folder cannot be read.
 pub fn step_files(folder: &Path) -> Vec<(u64, PathBuf)> {
-    list_step_files(folder).unwrap_or_else(|e| panic!("cannot list {}: {e}", folder.display()))
+    list_step_files(folder).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// [`step_files`], with the error of a folder that cannot be read (for tools given a folder
 /// by their user).
 ///
 /// # Errors
-/// The error of listing `folder`.
+/// The error of listing `folder`, its message naming the folder.
 pub fn list_step_files(folder: &Path) -> std::io::Result<Vec<(u64, PathBuf)>> {
-    let mut files: Vec<(u64, PathBuf)> = std::fs::read_dir(folder)?
+    let entries = std::fs::read_dir(folder).map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!("cannot read series {}: {e}", folder.display()),
+        )
+    })?;
+    let mut files: Vec<(u64, PathBuf)> = entries
         .filter_map(|e| {
             let path = e.ok()?.path();
             let name = path.file_name()?.to_str()?;
