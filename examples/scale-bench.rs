@@ -1567,7 +1567,6 @@ fn many(ctx: &mut Ctx<'_>) -> Res<()> {
             "file_bytes": s.file_bytes,
             "segment_bytes": s.segment_bytes,
             "metadata_bytes": s.metadata_bytes,
-            "allocated_bytes": s.allocated_bytes,
             "versions": s.versions,
             "metadata_bytes_per_version": s.metadata_bytes as f64 / s.versions.max(1) as f64,
             "file_over_stored": s.file_bytes as f64 / (s.segment_bytes + s.metadata_bytes).max(1) as f64,

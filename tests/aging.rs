@@ -58,9 +58,8 @@ fn aged_series_read_back_within_budget_and_smaller() {
             // shared dev_ft/bf16 imported in one handle it stops at 1.6x the held pages
             // (3.9 MB for 2.5 MB), with one process per import at 1.0x.
             let allocated = store
-                .stats()
-                .expect("stats")
-                .allocated_bytes
+                .allocated_bytes()
+                .expect("pages in use")
                 .expect("a writer's handle counts its pages");
             assert!(
                 allocated as f64 <= 1.1 * report.stored_bytes_after as f64 + 1.1e6,

@@ -199,16 +199,21 @@ pub(crate) fn import_files(
     Ok(totals)
 }
 
-/// Whether compacting the store after an import is worth a pass over every page: the file
-/// holds more than an eighth of free pages on disk (pages of versions the import replaced, or
-/// left by earlier deletes; ADR 0023), or its length exceeds its bytes on disk by more than a
-/// tenth (the room redb reserves for growth, a hole that `ls -l` counts: the trim a writer's
-/// close does, ADR 0028, done here so that the sizes printed are the file's after the import).
-fn worth_compacting(s: &StoreStats) -> bool {
-    let free_pages = s
-        .allocated_bytes
-        .is_some_and(|allocated| free_pages_worth_compacting(s.disk_bytes, allocated));
-    free_pages || s.worth_trimming()
+/// Compacts the store after an import if its file holds more than an eighth of free pages on
+/// disk (pages of versions the import replaced, or left by earlier deletes; ADR 0023), else
+/// trims the room redb reserves for growth if a writer's close would (`Store::trim`, ADRs 0028
+/// and 0036), here so that the sizes printed are the file's after the import. Whether it
+/// compacted. Both read every page of the file: redb's count of pages in use is taken only if
+/// the bytes on disk exceed the stored bytes, which those pages hold, by an eighth.
+fn compact_after_import(store: &mut Store, s: &StoreStats) -> strata_store::Result<bool> {
+    if free_pages_worth_compacting(s.disk_bytes, s.stored_bytes) {
+        let allocated = store.allocated_bytes()?;
+        if allocated.is_some_and(|a| free_pages_worth_compacting(s.disk_bytes, a)) {
+            store.compact()?;
+            return Ok(true);
+        }
+    }
+    store.trim()
 }
 
 fn free_pages_worth_compacting(disk_bytes: u64, allocated_bytes: u64) -> bool {
@@ -247,12 +252,13 @@ pub(crate) fn run(out: &Output, store: &Path, paths: &[PathBuf], flags: &Flags) 
     let Some(mut s) = stats_after_commit(&store, what) else {
         return Ok(());
     };
-    if flags.compact && worth_compacting(&s) {
+    if flags.compact {
         let spinner = out.spinner("compacting");
-        let compacted = store.compact();
+        let compacted = compact_after_import(&mut store, &s);
         spinner.finish_and_clear();
         match compacted {
-            Ok(_) => match stats_after_commit(&store, what) {
+            Ok(false) => {}
+            Ok(true) => match stats_after_commit(&store, what) {
                 Some(after) => s = after,
                 None => return Ok(()),
             },

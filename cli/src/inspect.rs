@@ -179,7 +179,6 @@ pub(crate) fn stats(store: &Path, json: bool) -> CliResult {
             "metadata_bytes": s.metadata_bytes,
             "file_bytes": s.file_bytes,
             "disk_bytes": s.disk_bytes,
-            "allocated_bytes": s.allocated_bytes,
             "ratio": s.ratio(),
             "segments": s.segments,
             "versions": s.versions,

@@ -63,8 +63,8 @@ struct Cli {
 enum Command {
     /// Import safetensors files, one checkpoint per file (every file is checked before the
     /// first is imported); compact the store after if its file holds more than an eighth of
-    /// free pages on disk, or is longer than its bytes on disk by more than a tenth (a
-    /// warning, not an error, if it cannot).
+    /// free pages on disk, or is longer than its bytes on disk by more than a tenth and grew
+    /// by a quarter since its last trim (a warning, not an error, if it cannot).
     Import {
         /// The store file (created if missing).
         store: PathBuf,

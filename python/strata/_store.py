@@ -336,9 +336,11 @@ class Store(_File):
         failed is raised (as by :meth:`flush`) after the file is closed.
 
         Closing trims the room the file keeps for growth when its length exceeds what it takes
-        on disk by more than a tenth, so that ``ls -l`` tells its size; a reader in another
-        process in the middle of a read defers that to a later close, and the close still
-        succeeds (ADR 0028). A handle that is garbage collected does the same."""
+        on disk by more than a tenth and that grew by a quarter since the last trim, so that
+        ``ls -l`` tells its size without a pass over the whole file at every small save; a
+        reader in another process in the middle of a read defers that to a later close, and
+        the close still succeeds (ADRs 0028, 0036). A handle that is garbage collected does the
+        same. :meth:`compact` trims on demand."""
         ex = self._executor
         if ex is not None:
             ex.shutdown(wait=True)

@@ -1,13 +1,17 @@
 //! Compactions the store runs by itself: the one that ends a committed pass
-//! ([`Store::retain`], [`Store::age`]), and the trim as a writer's handle closes (ADR 0028).
+//! ([`Store::retain`], [`Store::age`]), and the trim as a writer's handle closes (ADRs 0028
+//! and 0036).
 //! The pass is committed before its compaction runs, and a close has no caller to fail, so a
 //! compaction that cannot run (another process holds a read, an I/O error) is reported in the
 //! pass's report or skipped at close, never returned as an error: that would tell the caller a
 //! committed pass had failed.
 
-use crate::engine::Handle;
-use crate::error::StoreError;
-use crate::store::Store;
+use redb::ReadableTable;
+
+use crate::engine::{META, TRIMMED_AT_KEY};
+use crate::error::{DbContext, StoreError};
+use crate::store::{contain, Store};
+#[cfg(doc)]
 use crate::StoreStats;
 
 /// Why a compaction did not run while a read was in progress.
@@ -28,40 +32,116 @@ impl Store {
     }
 
     /// The trim of a writer's handle as it closes ([`crate::Options::trim_on_close`]):
-    /// compacts the file if [`worth_trimming`] says its length misleads. Anything that stops
-    /// it (a read in progress here or in another process, an I/O error) leaves the file as it
-    /// is, which is a store as good as a trimmed one: a close never fails for it. Not while
-    /// the thread unwinds from a panic, nor on a custom backend (its length is its size).
+    /// [`Store::trim`]. Anything that stops it (a read in progress here or in another process,
+    /// an I/O error) leaves the file as it is, which is a store as good as a trimmed one: a
+    /// close never fails for it. Not while the thread unwinds from a panic.
     pub(crate) fn trim_on_close(&mut self) {
-        if !self.opts.trim_on_close || self.has_backend() || std::thread::panicking() {
-            return;
+        if self.opts.trim_on_close && !std::thread::panicking() {
+            let _ = self.trim();
         }
-        let (Ok(file_bytes), Ok(disk_bytes)) = (self.file_bytes(), self.disk_bytes()) else {
-            return;
-        };
-        // The cheap test first: the allocated pages need a write transaction.
-        if !exceeds_by_a_tenth(file_bytes, disk_bytes) {
-            return;
-        }
-        let Ok(Some(allocated_bytes)) = self.allocated_bytes() else {
-            return;
-        };
-        if worth_trimming(file_bytes, disk_bytes, allocated_bytes) {
-            if let Handle::Writer(db) = &mut self.db {
-                let _ = db.compact();
+    }
+
+    /// Compacts the file if the room redb keeps for growth is worth trimming, as a writer's
+    /// close does (ADRs 0028 and 0036): its length exceeds both its bytes on disk and redb's
+    /// pages in use by more than a tenth, and its bytes on disk grew by more than a quarter
+    /// since the last trim. Whether it ran a compaction.
+    ///
+    /// A trim visits every page of the file (redb's compaction reads them all), so the growth
+    /// test keeps its cost in proportion to what was written since the last one, not to the
+    /// history the file holds: a handle opened around every small save does not pay a pass
+    /// over the whole store at each close. Between trims the file may be up to twice as long
+    /// as its bytes on disk (redb doubles a file under 4 GiB when it grows); `du` and
+    /// [`StoreStats::disk_bytes`] tell what it takes, and [`Store::compact`] trims on demand.
+    ///
+    /// The cheap tests come first (two `stat`s, one lookup); redb's count of pages in use,
+    /// which visits every page, only when they pass. The size a trim is decided at is
+    /// committed before the compaction runs (none can run beside an open transaction), and put
+    /// back if the compaction fails (a read in progress), so the next close tries again.
+    /// `false` on a read-only handle and on a custom storage backend (its length is its size).
+    ///
+    /// # Errors
+    /// Database errors, and [`StoreError::Compaction`] when the compaction cannot run
+    /// ([`StoreError::is_compaction_blocked_by_read`] if a read is in progress).
+    pub fn trim(&mut self) -> crate::Result<bool> {
+        let path = self.path.clone();
+        contain(&path, "trimming the file", || {
+            if self.is_read_only() || self.has_backend() {
+                return Ok(false);
             }
+            let (file_bytes, disk_bytes) = (self.file_bytes()?, self.disk_bytes()?);
+            if !exceeds_by_a_tenth(file_bytes, disk_bytes) {
+                return Ok(false);
+            }
+            let Some(last) = self.claim_trim(file_bytes, disk_bytes)? else {
+                return Ok(false);
+            };
+            self.compact().map(|_| true).inspect_err(|_| {
+                // Not trimmed after all: the next close tries again. If even this fails, the
+                // next trim waits for a quarter more growth; the store is as good either way.
+                let _ = self.record_trim(last);
+            })
+        })
+    }
+
+    /// If a trim is due ([`grown_by_a_quarter`] since the one on record, [`worth_trimming`]),
+    /// records `disk_bytes` as the last trim's size in a commit of its own, and gives the size
+    /// it replaced. The file holds free pages then (its length exceeds the pages in use by a
+    /// tenth), so that commit does not grow it.
+    fn claim_trim(&self, file_bytes: u64, disk_bytes: u64) -> crate::Result<Option<u64>> {
+        let op = "deciding a trim";
+        let _writer = self.writer.lock();
+        let txn = self.db.begin_write(&self.path, op)?;
+        let last = {
+            let meta = txn.open_table(META).ctx(op)?;
+            let v = meta.get(TRIMMED_AT_KEY).ctx(op)?;
+            // Absent (no trim has compacted the store yet) or unreadable: none on record.
+            v.and_then(|v| <[u8; 8]>::try_from(v.value()).ok())
+                .map_or(0, u64::from_le_bytes)
+        };
+        let due = grown_by_a_quarter(disk_bytes, last) && {
+            let s = txn.stats().ctx(op)?;
+            worth_trimming(
+                file_bytes,
+                disk_bytes,
+                s.allocated_pages() * s.page_size() as u64,
+            )
+        };
+        if !due {
+            txn.abort().ctx(op)?;
+            return Ok(None);
         }
+        set_trimmed_at(&txn, disk_bytes, op)?;
+        txn.commit().ctx(op)?;
+        Ok(Some(last))
+    }
+
+    /// Records `disk_bytes` as the last trim's size.
+    fn record_trim(&self, disk_bytes: u64) -> crate::Result<()> {
+        let op = "recording a trim";
+        let _writer = self.writer.lock();
+        let txn = self.db.begin_write(&self.path, op)?;
+        set_trimmed_at(&txn, disk_bytes, op)?;
+        txn.commit().ctx(op)
     }
 }
 
-impl StoreStats {
-    /// Whether compacting the file is worth it to make its length tell its size, as closing a
-    /// writer's handle judges it: its length exceeds both its bytes on disk and redb's
-    /// allocated pages by more than a tenth. `false` on a read-only handle's stats.
-    pub fn worth_trimming(&self) -> bool {
-        self.allocated_bytes
-            .is_some_and(|allocated| worth_trimming(self.file_bytes, self.disk_bytes, allocated))
-    }
+fn set_trimmed_at(
+    txn: &redb::WriteTransaction,
+    disk_bytes: u64,
+    op: &'static str,
+) -> crate::Result<()> {
+    txn.open_table(META)
+        .ctx(op)?
+        .insert(TRIMMED_AT_KEY, disk_bytes.to_le_bytes().as_slice())
+        .ctx(op)?;
+    Ok(())
+}
+
+/// Whether `disk_bytes` exceeds `last`, the bytes on disk at the last trim (0 for none), by
+/// more than a quarter. Summed over a file's growth, trims then cost a few passes over its
+/// final size (1 + 1/1.25 + 1/1.25² + ... = 5), however often it is opened and closed.
+fn grown_by_a_quarter(disk_bytes: u64, last: u64) -> bool {
+    disk_bytes > last.saturating_add(last / 4)
 }
 
 /// Whether a file `file_bytes` long should be compacted so that its length tells its size: it
@@ -94,7 +174,7 @@ impl StoreError {
 
 #[cfg(test)]
 mod tests {
-    use super::worth_trimming;
+    use super::{grown_by_a_quarter, worth_trimming};
 
     #[test]
     fn trims_only_room_beyond_a_tenth_of_both_sizes() {
@@ -107,5 +187,17 @@ mod tests {
         assert!(!worth_trimming(200, 100, 195));
         // Free pages written to disk: its length does not mislead.
         assert!(!worth_trimming(200, 200, 100));
+    }
+
+    #[test]
+    fn trims_again_only_after_a_quarter_of_growth() {
+        // No trim on record: any file is due.
+        assert!(grown_by_a_quarter(1, 0));
+        assert!(!grown_by_a_quarter(0, 0));
+        assert!(!grown_by_a_quarter(125, 100));
+        assert!(grown_by_a_quarter(126, 100));
+        // Smaller than at the last trim (a retention freed pages): not due.
+        assert!(!grown_by_a_quarter(50, 100));
+        assert!(grown_by_a_quarter(u64::MAX, u64::MAX / 2));
     }
 }

@@ -83,6 +83,7 @@
 //! | `strata.meta` | `b"format"` | `b"strata-store"`, u32 store format version (2) |
 //! | | `b"writer"` | version of the crate that created the file (text) |
 //! | | `b"next_segment_id"` | u64: the next local segment id |
+//! | | `b"trimmed_at_disk_bytes"` | u64 LE: bytes on disk when a trim last compacted the file (ADR 0036; absent: none yet) |
 //! | `strata.versions` | u32 BE name length, name (UTF-8), u64 BE step | version record |
 //! | `strata.segments` | u128: content address, xxh3-128 of the segment bytes | u64 refcount, u64 length, u64 segment id, u32 chunk count, u32 tail piece count |
 //! | `strata.chunks` | `[u8; 12]`: u64 BE segment id, u32 BE chunk index | chunk bytes |

@@ -39,9 +39,6 @@ pub struct StoreStats {
     /// Bytes the file takes on disk ([`Store::disk_bytes`]): less than `file_bytes` while
     /// the space redb reserved for growth is still unwritten.
     pub disk_bytes: u64,
-    /// Bytes of the pages redb has allocated (the rest of the file is free space); `None` on a
-    /// read-only handle, since redb reports page use to its writer only.
-    pub allocated_bytes: Option<u64>,
     /// Unique segments.
     pub segments: u64,
     /// Versions of all tensors.
@@ -132,7 +129,9 @@ fn segment_len(key: u128, stored: &[u8]) -> Result<u64> {
 }
 
 impl Store {
-    /// Computes sizes by walking every record (no segment is decoded).
+    /// Computes sizes by walking every record: no segment is decoded, and no page of segment
+    /// bytes is read (redb's count of pages in use is [`Store::allocated_bytes`], which reads
+    /// them all).
     ///
     /// # Errors
     /// Database and record errors.
@@ -204,7 +203,6 @@ impl Store {
             drop(r);
             let file_bytes = self.file_bytes()?;
             let disk_bytes = self.disk_bytes()?;
-            let allocated_bytes = self.allocated_bytes()?;
             Ok(StoreStats {
                 raw_bytes,
                 stored_bytes: segment_bytes + metadata_bytes,
@@ -212,7 +210,6 @@ impl Store {
                 metadata_bytes,
                 file_bytes,
                 disk_bytes,
-                allocated_bytes,
                 segments,
                 versions,
                 checkpoints,

@@ -476,21 +476,24 @@ impl Store {
 
     /// Bytes of the pages redb has allocated (the rest of the file is free space), or `None`
     /// on a read-only handle: redb reports page use to its writer only, in a write transaction
-    /// (aborted here).
+    /// (aborted here). redb counts them by visiting every page of every table, so this reads
+    /// the whole file: [`Store::stats`] leaves it out (ADR 0036).
     ///
     /// # Errors
     /// Database errors.
-    pub(crate) fn allocated_bytes(&self) -> Result<Option<u64>> {
-        if self.is_read_only() {
-            return Ok(None);
-        }
-        let op = "reading database stats";
-        let _writer = self.writer.lock();
-        let txn = self.db.begin_write(&self.path, op)?;
-        let s = txn.stats().ctx(op)?;
-        let bytes = s.allocated_pages() * s.page_size() as u64;
-        txn.abort().ctx(op)?;
-        Ok(Some(bytes))
+    pub fn allocated_bytes(&self) -> Result<Option<u64>> {
+        contain(&self.path, "counting the pages in use", || {
+            if self.is_read_only() {
+                return Ok(None);
+            }
+            let op = "reading database stats";
+            let _writer = self.writer.lock();
+            let txn = self.db.begin_write(&self.path, op)?;
+            let s = txn.stats().ctx(op)?;
+            let bytes = s.allocated_pages() * s.page_size() as u64;
+            txn.abort().ctx(op)?;
+            Ok(Some(bytes))
+        })
     }
 
     /// The store file's metadata, its error naming the file.

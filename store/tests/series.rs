@@ -44,6 +44,10 @@ fn import_and_check(series: &[Ckpt], policy: DeltaPolicy, max_chain: u8) -> Meas
     let file_before_compact = store.stats().expect("stats").file_bytes;
     store.compact().expect("compact");
     let stats = store.stats().expect("stats");
+    let allocated = store
+        .allocated_bytes()
+        .expect("pages in use")
+        .expect("a writer knows its allocated pages");
     drop(store);
 
     // Read back from a fresh handle: nothing from the write path's cache.
@@ -72,9 +76,7 @@ fn import_and_check(series: &[Ckpt], policy: DeltaPolicy, max_chain: u8) -> Meas
         stored: stats.stored_bytes,
         file_before_compact,
         file: stats.file_bytes,
-        allocated: stats
-            .allocated_bytes
-            .expect("a writer knows its allocated pages"),
+        allocated,
     }
 }
 

@@ -51,8 +51,8 @@ pub(crate) use segments::address_of;
 #[cfg(feature = "remote")]
 pub(crate) use segments::{fetch_error, MAX_SEGMENT_BYTES};
 pub(crate) use tables::{
-    CHECKPOINTS, CHUNKS, FORMAT_KEY, META, POLICIES, SEGMENTS, TAGS, TAILS, TIERS, VERSIONS,
-    WRITER_KEY,
+    CHECKPOINTS, CHUNKS, FORMAT_KEY, META, POLICIES, SEGMENTS, TAGS, TAILS, TIERS, TRIMMED_AT_KEY,
+    VERSIONS, WRITER_KEY,
 };
 pub(crate) use tier_rows::{put_row, remove_rows, row_blobs, store_residual};
 pub(crate) use txn::{ReadTxn, TierChanges, VersionId, View, WriteTxn};

@@ -37,3 +37,5 @@ pub(crate) const FORMAT_KEY: &[u8] = b"format";
 pub(crate) const NEXT_SEGMENT_ID_KEY: &[u8] = b"next_segment_id";
 /// The meta key of the writer's version string.
 pub(crate) const WRITER_KEY: &[u8] = b"writer";
+/// The meta key of the file's bytes on disk when a trim last compacted it (u64 LE, ADR 0036).
+pub(crate) const TRIMMED_AT_KEY: &[u8] = b"trimmed_at_disk_bytes";
