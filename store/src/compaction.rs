@@ -138,8 +138,9 @@ fn set_trimmed_at(
 }
 
 /// Whether `disk_bytes` exceeds `last`, the bytes on disk at the last trim (0 for none), by
-/// more than a quarter. Summed over a file's growth, trims then cost a few passes over its
-/// final size (1 + 1/1.25 + 1/1.25² + ... = 5), however often it is opened and closed.
+/// more than a quarter. Summed over a file's growth to a final size S, trims then visit at most
+/// 5 S of pages (S + S/1.25 + S/1.25² + ...), twice each (the count of pages in use and the
+/// compaction), however often the file is opened and closed.
 fn grown_by_a_quarter(disk_bytes: u64, last: u64) -> bool {
     disk_bytes > last.saturating_add(last / 4)
 }
