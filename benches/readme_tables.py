@@ -292,7 +292,7 @@ def scale_markdown(runs):
         f"Measured {machine()} (Strata at {commit}) by `examples/scale-bench.rs`. GB = 10^9 bytes of tensor "
         "data; each operation is a separate process (the release `strata` binary; load is `Store::read_checkpoint` "
         "in a child process; ZipNN a python process, its time taken inside it, without python's and torch's "
-        "start), timed by wall clock (exports and loads: the run of median time of 3); peak RSS is "
+        "start), timed by wall clock (exports, loads, gets and histories: the run of median time of 3); peak RSS is "
         "the process's `ru_maxrss` from `wait4`, read by a small "
         "process that starts it (a child's `ru_maxrss` counts the memory of the process it was forked from). The page cache is "
         "warm (the files were just generated and fsynced) and the machine is shared: times are indicative. "

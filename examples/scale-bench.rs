@@ -22,7 +22,8 @@
 //!    (step 1 is keyframes, later ones deltas), `strata export` of each (the exported file is
 //!    compared with the generated one tensor by tensor, streaming, bit for bit), a whole-
 //!    checkpoint load through `Store::read_checkpoint` (this example re-run as a child
-//!    process; exports and loads run 3 times and the run of median time is reported),
+//!    process; exports, loads, gets and histories run 3 times and the run of median time is
+//!    reported),
 //!    beside `cp FILE DEST && sync` of the same file on the same disk and ZipNN
 //!    compress / decompress of it (per tensor, in a python process of the comparison
 //!    harness's venv, target/compare-venv; the decompressed file is compared too).
@@ -1290,21 +1291,23 @@ fn big(ctx: &mut Ctx<'_>) -> Res<Value> {
             depths.keys().next().ok_or("no versions")?,
             depths.keys().next_back().ok_or("no versions")?,
         );
-        let run = ctx.strata(
-            "history",
-            &[
-                "history".as_ref(),
-                cstore.as_os_str(),
-                tensor.as_ref(),
-                "--index".as_ref(),
-                index.to_string().as_ref(),
-                "--from".as_ref(),
-                first.to_string().as_ref(),
-                "--to".as_ref(),
-                last.to_string().as_ref(),
-                "--json".as_ref(),
-            ],
-        )?;
+        let run = median_run(|_| {
+            ctx.strata(
+                "history",
+                &[
+                    "history".as_ref(),
+                    cstore.as_os_str(),
+                    tensor.as_ref(),
+                    "--index".as_ref(),
+                    index.to_string().as_ref(),
+                    "--from".as_ref(),
+                    first.to_string().as_ref(),
+                    "--to".as_ref(),
+                    last.to_string().as_ref(),
+                    "--json".as_ref(),
+                ],
+            )
+        })?;
         let v: Value = serde_json::from_str(&run.stdout)?;
         let versions = v["versions"].as_array().map_or(0, Vec::len) as u64;
         ctx.report.ops.push(Op {
@@ -1362,7 +1365,8 @@ fn get(
     if let Some(p) = npy {
         args.extend(["-o".as_ref(), p.as_os_str()]);
     }
-    let run = ctx.strata(if npy.is_some() { "get-npy" } else { "get" }, &args)?;
+    let what = if npy.is_some() { "get-npy" } else { "get" };
+    let run = median_run(|_| ctx.strata(what, &args))?;
     let v: Value = serde_json::from_str(&run.stdout)?;
     let bytes = v["bytes"].as_u64().unwrap_or(0);
     ctx.report.ops.push(Op {
