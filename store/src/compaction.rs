@@ -8,8 +8,9 @@
 
 use redb::ReadableTable;
 
-use crate::engine::{META, TRIMMED_AT_KEY};
+use crate::engine::{WriteTxn, META, TRIMMED_AT_KEY};
 use crate::error::{DbContext, StoreError};
+use crate::stats::stored_sizes;
 use crate::store::{contain, Store};
 #[cfg(doc)]
 use crate::StoreStats;
@@ -42,8 +43,8 @@ impl Store {
     }
 
     /// Compacts the file if the room redb keeps for growth is worth trimming, as a writer's
-    /// close does (ADRs 0028 and 0036): its length exceeds both its bytes on disk and redb's
-    /// pages in use by more than a tenth, and its bytes on disk grew by more than a quarter
+    /// close does (ADRs 0028 and 0036): its length exceeds both its bytes on disk and the
+    /// bytes it stores by more than a tenth, and its bytes on disk grew by more than a quarter
     /// since the last trim. Whether it ran a compaction.
     ///
     /// A trim visits every page of the file (redb's compaction reads them all), so the growth
@@ -53,8 +54,8 @@ impl Store {
     /// as its bytes on disk (redb doubles a file under 4 GiB when it grows); `du` and
     /// [`StoreStats::disk_bytes`] tell what it takes, and [`Store::compact`] trims on demand.
     ///
-    /// The cheap tests come first (two `stat`s, one lookup); redb's count of pages in use,
-    /// which visits every page, only when they pass. The size a trim is decided at is
+    /// The cheap tests come first (two `stat`s, one lookup); the stored bytes (a walk of the
+    /// records, no segment page) only when they pass. The size a trim is decided at is
     /// committed before the compaction runs (none can run beside an open transaction), and put
     /// back if the compaction fails (a read in progress), so the next close tries again.
     /// `false` on a read-only handle and on a custom storage backend (its length is its size).
@@ -85,34 +86,46 @@ impl Store {
 
     /// If a trim is due ([`grown_by_a_quarter`] since the one on record, [`worth_trimming`]),
     /// records `disk_bytes` as the last trim's size in a commit of its own, and gives the size
-    /// it replaced. The file holds free pages then (its length exceeds the pages in use by a
-    /// tenth), so that commit does not grow it.
+    /// it replaced. The file holds free pages then (its length exceeds its bytes on disk by a
+    /// tenth: room redb has not written), so that commit does not grow it.
     fn claim_trim(&self, file_bytes: u64, disk_bytes: u64) -> crate::Result<Option<u64>> {
         let op = "deciding a trim";
         let _writer = self.writer.lock();
         let txn = self.db.begin_write(&self.path, op)?;
-        let last = {
-            let meta = txn.open_table(META).ctx(op)?;
-            let v = meta.get(TRIMMED_AT_KEY).ctx(op)?;
-            // Absent (no trim has compacted the store yet) or unreadable: none on record.
-            v.and_then(|v| <[u8; 8]>::try_from(v.value()).ok())
-                .map_or(0, u64::from_le_bytes)
+        let claimed = {
+            let mut wt = WriteTxn::open(&txn)?;
+            let last = wt
+                .meta
+                .get(TRIMMED_AT_KEY)
+                .ctx(op)?
+                // Absent (no trim has compacted the store yet) or unreadable: none on record.
+                .and_then(|v| <[u8; 8]>::try_from(v.value()).ok())
+                .map_or(0, u64::from_le_bytes);
+            // The stored bytes (the records' keys and values, the segments) stand in for
+            // redb's pages in use, which hold them: counting those pages visits every page of
+            // the file, as the compaction then does again.
+            let due = grown_by_a_quarter(disk_bytes, last) && {
+                let stored = stored_sizes(
+                    &wt.segments,
+                    &wt.versions,
+                    &wt.tiers,
+                    &wt.checkpoints,
+                    &wt.tags,
+                )?;
+                worth_trimming(file_bytes, disk_bytes, stored.total())
+            };
+            if due {
+                wt.meta
+                    .insert(TRIMMED_AT_KEY, disk_bytes.to_le_bytes().as_slice())
+                    .ctx(op)?;
+            }
+            due.then_some(last)
         };
-        let due = grown_by_a_quarter(disk_bytes, last) && {
-            let s = txn.stats().ctx(op)?;
-            worth_trimming(
-                file_bytes,
-                disk_bytes,
-                s.allocated_pages() * s.page_size() as u64,
-            )
-        };
-        if !due {
-            txn.abort().ctx(op)?;
-            return Ok(None);
+        match claimed {
+            Some(_) => txn.commit().ctx(op)?,
+            None => txn.abort().ctx(op)?,
         }
-        set_trimmed_at(&txn, disk_bytes, op)?;
-        txn.commit().ctx(op)?;
-        Ok(Some(last))
+        Ok(claimed)
     }
 
     /// Records `disk_bytes` as the last trim's size.
@@ -120,38 +133,29 @@ impl Store {
         let op = "recording a trim";
         let _writer = self.writer.lock();
         let txn = self.db.begin_write(&self.path, op)?;
-        set_trimmed_at(&txn, disk_bytes, op)?;
+        txn.open_table(META)
+            .ctx(op)?
+            .insert(TRIMMED_AT_KEY, disk_bytes.to_le_bytes().as_slice())
+            .ctx(op)?;
         txn.commit().ctx(op)
     }
 }
 
-fn set_trimmed_at(
-    txn: &redb::WriteTransaction,
-    disk_bytes: u64,
-    op: &'static str,
-) -> crate::Result<()> {
-    txn.open_table(META)
-        .ctx(op)?
-        .insert(TRIMMED_AT_KEY, disk_bytes.to_le_bytes().as_slice())
-        .ctx(op)?;
-    Ok(())
-}
-
 /// Whether `disk_bytes` exceeds `last`, the bytes on disk at the last trim (0 for none), by
 /// more than a quarter. Summed over a file's growth to a final size S, trims then visit at most
-/// 5 S of pages (S + S/1.25 + S/1.25² + ...), twice each (the count of pages in use and the
-/// compaction), however often the file is opened and closed.
+/// 5 S of pages (S + S/1.25 + S/1.25² + ...), however often the file is opened and closed.
 fn grown_by_a_quarter(disk_bytes: u64, last: u64) -> bool {
     disk_bytes > last.saturating_add(last / 4)
 }
 
 /// Whether a file `file_bytes` long should be compacted so that its length tells its size: it
-/// exceeds the `disk_bytes` it takes on disk by more than a tenth (unwritten room at its end,
-/// which `ls -l` counts and the store's ratio does not), and redb's `allocated_bytes` in use
-/// by more than a tenth (else compaction frees nothing: a file system that compresses blocks
-/// also makes a file take less than its length).
-fn worth_trimming(file_bytes: u64, disk_bytes: u64, allocated_bytes: u64) -> bool {
-    exceeds_by_a_tenth(file_bytes, disk_bytes) && exceeds_by_a_tenth(file_bytes, allocated_bytes)
+/// exceeds the `disk_bytes` it takes on disk by more than a tenth (unwritten room, which
+/// `ls -l` counts and the store's ratio does not), and the `stored_bytes` it holds by more than
+/// a tenth (else compaction frees nothing: a file system that compresses blocks also makes a
+/// file take less than its length). The stored bytes are a lower bound of redb's pages in use,
+/// so on such a file system a trim may run that frees little; the growth test bounds how often.
+fn worth_trimming(file_bytes: u64, disk_bytes: u64, stored_bytes: u64) -> bool {
+    exceeds_by_a_tenth(file_bytes, disk_bytes) && exceeds_by_a_tenth(file_bytes, stored_bytes)
 }
 
 /// `a > 1.1 * b`, in integers.
