@@ -11,7 +11,7 @@ use crate::engine::{age_versions, AgeHow, AgeJob, AgeTally, View, WriteTxn};
 use crate::error::{DbContext, InvalidInput, NotFound, Result, StoreError};
 use crate::retain::RetainPolicy;
 use crate::roles::{role_of, Role, RoleRule};
-use crate::stats::{stored_sizes, StoredSizes};
+use crate::stats::stored_sizes_of;
 use crate::store::{contain, Store};
 
 /// Deepest chain of aged versions a read decodes by default: aged versions are old
@@ -458,17 +458,6 @@ impl AgePass {
             compaction_deferred,
         }
     }
-}
-
-/// The stored sizes of a write in progress.
-fn stored_sizes_of(wt: &WriteTxn<'_>) -> Result<StoredSizes> {
-    stored_sizes(
-        &wt.segments,
-        &wt.versions,
-        &wt.tiers,
-        &wt.checkpoints,
-        &wt.tags,
-    )
 }
 
 /// Why the policy keeps checkpoint `step` exact.

@@ -10,7 +10,7 @@ use redb::ReadableTable;
 
 use crate::engine::{WriteTxn, META, TRIMMED_AT_KEY};
 use crate::error::{DbContext, StoreError};
-use crate::stats::stored_sizes;
+use crate::stats::stored_sizes_of;
 use crate::store::{contain, Store};
 #[cfg(doc)]
 use crate::StoreStats;
@@ -104,20 +104,10 @@ impl Store {
             // The stored bytes (the records' keys and values, the segments) stand in for
             // redb's pages in use, which hold them: counting those pages visits every page of
             // the file, as the compaction then does again.
-            let due = grown_by_a_quarter(disk_bytes, last) && {
-                let stored = stored_sizes(
-                    &wt.segments,
-                    &wt.versions,
-                    &wt.tiers,
-                    &wt.checkpoints,
-                    &wt.tags,
-                )?;
-                worth_trimming(file_bytes, disk_bytes, stored.total())
-            };
+            let due = grown_by_a_quarter(disk_bytes, last)
+                && worth_trimming(file_bytes, disk_bytes, stored_sizes_of(&wt)?.total());
             if due {
-                wt.meta
-                    .insert(TRIMMED_AT_KEY, disk_bytes.to_le_bytes().as_slice())
-                    .ctx(op)?;
+                set_trimmed_at(&mut wt.meta, disk_bytes, op)?;
             }
             due.then_some(last)
         };
@@ -133,12 +123,20 @@ impl Store {
         let op = "recording a trim";
         let _writer = self.writer.lock();
         let txn = self.db.begin_write(&self.path, op)?;
-        txn.open_table(META)
-            .ctx(op)?
-            .insert(TRIMMED_AT_KEY, disk_bytes.to_le_bytes().as_slice())
-            .ctx(op)?;
+        set_trimmed_at(&mut txn.open_table(META).ctx(op)?, disk_bytes, op)?;
         txn.commit().ctx(op)
     }
+}
+
+/// Writes `disk_bytes` under [`TRIMMED_AT_KEY`] in the meta table.
+fn set_trimmed_at(
+    meta: &mut redb::Table<'_, &'static [u8], &'static [u8]>,
+    disk_bytes: u64,
+    op: &'static str,
+) -> crate::Result<()> {
+    meta.insert(TRIMMED_AT_KEY, disk_bytes.to_le_bytes().as_slice())
+        .ctx(op)?;
+    Ok(())
 }
 
 /// Whether `disk_bytes` exceeds `last`, the bytes on disk at the last trim (0 for none), by

@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use redb::{ReadableTable, ReadableTableMetadata};
 
-use crate::engine::{row_blobs, View};
+use crate::engine::{row_blobs, View, WriteTxn};
 use crate::error::{Corruption, DbContext, Result, StoreError};
 use crate::record::{decode_version_key, segment_key, Form, SegmentInfo, Stored, VersionRecord};
 use crate::store::{contain, Store};
@@ -77,6 +77,17 @@ impl StoredSizes {
     pub(crate) fn total(self) -> u64 {
         self.segment_bytes + self.metadata_bytes
     }
+}
+
+/// The stored sizes of a write in progress ([`stored_sizes`] of its tables).
+pub(crate) fn stored_sizes_of(wt: &WriteTxn<'_>) -> Result<StoredSizes> {
+    stored_sizes(
+        &wt.segments,
+        &wt.versions,
+        &wt.tiers,
+        &wt.checkpoints,
+        &wt.tags,
+    )
 }
 
 /// The stored sizes of the tables of a read, or of a write in progress (an aging dry run
