@@ -161,7 +161,8 @@ enum Command {
         /// The store file.
         store: PathBuf,
     },
-    /// Delete checkpoints not kept by the policy, then compact.
+    /// Delete checkpoints not kept by the policy, then compact (always, even where the library
+    /// keeps the room one deleted checkpoint frees for the next save).
     Retain {
         /// The store file.
         store: PathBuf,

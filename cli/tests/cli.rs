@@ -185,6 +185,17 @@ fn cli_round_trip_on_dev_ft_bf16() {
     assert_eq!(s.checkpoints().expect("list"), vec![350, 400, 420, 430]);
     drop(s);
     assert!(ok(&["log", p(&store)]).contains("base"));
+    // Run by hand, a retention gives the disk back even when it deletes one checkpoint (the
+    // library keeps that room for a training loop's next save; ADR 0037).
+    let out = ok(&["retain", p(&store), "--keep-last", "3", "--no-keep-tagged"]);
+    assert!(out.contains("removed 1 checkpoint(s)"), "{out}");
+    let sizes: Vec<u64> = out
+        .lines()
+        .find_map(|l| l.strip_prefix("file "))
+        .and_then(|l| l.strip_suffix(" bytes"))
+        .map(|l| l.split(" -> ").filter_map(|n| n.parse().ok()).collect())
+        .unwrap_or_default();
+    assert!(sizes.len() == 2 && sizes[1] < sizes[0], "{out}");
 
     // Usage errors exit 2, failures 1.
     let two = dir.path().join("step_1.safetensors");

@@ -460,6 +460,10 @@ class Store(_File):
         """Keeps the ``max_to_keep`` latest checkpoints, every checkpoint whose step is a
         multiple of ``keep_period`` and (``keep_tagged``) the tagged ones; deletes the rest
         and compacts the file (Orbax's names; the store's ``keep_last`` / ``keep_every``).
+        A call that deletes one checkpoint (one after every save) keeps the room it freed for
+        the next save and retention when it is no more than they will take, instead of
+        passing over the whole store: ``compacted`` is then false and
+        ``compaction_deferred`` says so; :meth:`compact` returns the room (ADR 0037).
         At least one of ``max_to_keep`` and ``keep_period`` is required."""
         if max_to_keep is not None:
             max_to_keep = check_step(max_to_keep, "max_to_keep")
@@ -553,7 +557,8 @@ class Store(_File):
 
     def compact(self) -> bool:
         """Shrinks the file to its live pages (after deletes, and the growth slack redb leaves
-        after large writes; ``retain`` compacts by itself). Waits for calls in progress."""
+        after large writes; ``retain`` compacts by itself unless it keeps room for the next
+        save). Waits for calls in progress."""
         return self._s.compact()
 
     # -- safetensors ----------------------------------------------------------------------

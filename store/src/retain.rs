@@ -1,10 +1,13 @@
 //! Retention: [`Store::retain`] keeps the last few checkpoints, every K-th and the tagged
-//! ones, deletes the rest with their tensor versions, and compacts the file.
+//! ones, deletes the rest with their tensor versions, and compacts the file unless the room
+//! it freed is what the next checkpoints will take (ADR 0037).
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::engine::{delete_versions, View};
+use crate::engine::{delete_versions, View, WriteTxn};
 use crate::error::{InvalidInput, Result, StoreError};
+use crate::read::stored_bytes;
+use crate::stats::stored_sizes_of;
 use crate::store::{contain, Store};
 
 /// Which checkpoints [`Store::retain`] keeps: the union of its rules.
@@ -73,20 +76,72 @@ pub struct RetainReport {
     pub file_bytes_before: u64,
     /// File size after deleting and compacting.
     pub file_bytes_after: u64,
-    /// Whether the file was compacted. It is not while a read-only process
-    /// ([`Store::open_read_only`]) has a read in progress: the freed pages are then reused by
-    /// later writes instead, and a later `retain` or [`Store::compact`] shrinks the file.
+    /// Whether the file was compacted. It is not when the room the file holds beyond its
+    /// stored bytes is at most twice the newest checkpoint's stored bytes or an eighth of the
+    /// file (the next saves reuse it: a retention after every save does not pass over the
+    /// whole store each time), nor while a read-only process ([`Store::open_read_only`]) has
+    /// a read in progress. The freed pages are then reused by later writes, and a later
+    /// `retain` or [`Store::compact`] shrinks the file.
     pub compacted: bool,
-    /// Why the file was not compacted, when it was not: a read in progress, or the error of
-    /// the compaction. The deletions are committed either way.
+    /// Why the file was not compacted, when it was not: the room is kept for the next
+    /// checkpoints, a read is in progress, or the error of the compaction. The deletions are
+    /// committed either way.
     pub compaction_deferred: Option<String>,
+}
+
+/// What a retention leaves in the file, for the choice of compacting it (ADR 0037).
+struct Room {
+    /// Bytes the store holds (its records and segments): a lower bound of its pages in use.
+    stored: u64,
+    /// Bytes the newest checkpoint kept stores: about what the next save will write.
+    newest: u64,
+    /// Bytes of the segments the re-bases wrote: the versions that depended on a deleted
+    /// one. Where a run's oldest checkpoint goes at every save, the next retention writes as
+    /// much again.
+    rewritten: u64,
+    /// Checkpoints the retention deleted.
+    removed: usize,
+}
+
+impl Room {
+    /// Whether a file that takes `disk_bytes` is left as it is: its room beyond the stored
+    /// bytes (an upper bound of its free pages) is at most an eighth of the file (ADR 0023's
+    /// rule for imports), or, after a retention that deleted at most one checkpoint (one
+    /// called after every save), at most twice what the next save and retention will write.
+    /// A compaction passes over every page of the store, and the saves that follow would
+    /// grow the file again. A retention that deleted more (a prune by hand) compacts.
+    fn kept(&self, disk_bytes: u64) -> bool {
+        let room = disk_bytes.saturating_sub(self.stored);
+        let next = if self.removed <= 1 {
+            self.newest.saturating_add(self.rewritten).saturating_mul(2)
+        } else {
+            0
+        };
+        room <= next.max(disk_bytes / 8)
+    }
+}
+
+/// Bytes the checkpoint at `step` stores: its versions' records and segments (a block that
+/// refers to an earlier one adds none), as [`crate::CheckpointSummary::stored_bytes`].
+fn checkpoint_stored_bytes(wt: &WriteTxn<'_>, step: u64) -> Result<u64> {
+    let Some(cp) = wt.checkpoint(step)? else {
+        return Ok(0);
+    };
+    let mut sum = 0u64;
+    for name in &cp.tensors {
+        if let Some(rec) = wt.version(name, step)? {
+            sum = sum.saturating_add(stored_bytes(&rec));
+        }
+    }
+    Ok(sum)
 }
 
 impl Store {
     /// Deletes every checkpoint `policy` does not keep, with all its tensor versions, in one
     /// transaction (versions that depend on a deleted one are re-based in it, as
-    /// [`Store::delete`] does), then compacts the file. Versions written with
-    /// [`Store::put`] outside any checkpoint are left alone.
+    /// [`Store::delete`] does), then compacts the file unless the room it holds is what the
+    /// next checkpoints will take ([`RetainReport::compacted`] says when). Versions written
+    /// with [`Store::put`] outside any checkpoint are left alone.
     ///
     /// # Errors
     /// [`crate::InvalidInput::Options`] for a policy with neither `keep_last` nor `keep_every`
@@ -98,7 +153,7 @@ impl Store {
         contain(&path, "applying retention", || {
             policy.validate()?;
             let file_bytes_before = self.file_bytes()?;
-            let (kept, removed, versions_removed) = {
+            let (kept, removed, (versions_removed, room)) = {
                 let _writer = self.writer.lock();
                 let steps = self.checkpoints()?;
                 let tagged: BTreeSet<u64> = self.tags()?.into_iter().map(|(_, s)| s).collect();
@@ -108,7 +163,7 @@ impl Store {
                     .copied()
                     .filter(|s| !kept.contains(s))
                     .collect();
-                let versions_removed = self.write(|wt| {
+                let counts = self.write(|wt| {
                     // Per tensor, the steps to delete: each tensor's versions are read once.
                     let mut by_tensor: BTreeMap<String, Vec<u64>> = BTreeMap::new();
                     for &step in &removed {
@@ -120,16 +175,40 @@ impl Store {
                         }
                         wt.remove_checkpoint(step)?;
                     }
-                    let mut n = 0u64;
+                    let (mut n, mut rewritten) = (0u64, 0u64);
                     for (name, steps) in &by_tensor {
-                        delete_versions(wt, &self.cache, &self.opts, name, steps)?;
+                        rewritten += delete_versions(wt, &self.cache, &self.opts, name, steps)?;
                         n += steps.len() as u64;
                     }
-                    Ok(n)
+                    let newest = match kept.last() {
+                        Some(&step) => checkpoint_stored_bytes(wt, step)?,
+                        None => 0,
+                    };
+                    let room = Room {
+                        stored: stored_sizes_of(wt)?.total(),
+                        newest,
+                        rewritten,
+                        removed: removed.len(),
+                    };
+                    Ok((n, room))
                 })?;
-                (kept.into_iter().collect(), removed, versions_removed)
+                (kept.into_iter().collect(), removed, counts)
             };
-            let compaction_deferred = self.compact_after_commit();
+            // The bytes the file takes on disk: redb's unwritten room at its end costs none
+            // (the close's trim returns it, ADR 0036).
+            let disk_bytes = self.disk_bytes()?.min(self.file_bytes()?);
+            let compaction_deferred = if room.kept(disk_bytes) {
+                Some(format!(
+                    "{} of the {disk_bytes} bytes the file takes on disk are kept as room for \
+                     the next checkpoints and retentions (the newest checkpoint stores {} \
+                     bytes, this retention re-encoded {}); compact returns them",
+                    disk_bytes.saturating_sub(room.stored),
+                    room.newest,
+                    room.rewritten
+                ))
+            } else {
+                self.compact_after_commit()
+            };
             Ok(RetainReport {
                 compacted: compaction_deferred.is_none(),
                 compaction_deferred,

@@ -1,5 +1,6 @@
 //! Retention: `Store::retain` keeps exactly the checkpoints its policy names, each still
-//! bit-exact, and the file shrinks.
+//! bit-exact, and the file shrinks (at once, or, for a retention after every save, by
+//! reusing the room it keeps; ADR 0037).
 
 mod common;
 
@@ -83,15 +84,28 @@ fn retain_case(src: &Series, steps: usize, policy: RetainPolicy, kept: &[u64], r
         removed.len() as u64 * per_checkpoint
     );
     assert_eq!(report.file_bytes_before, before.file_bytes);
-    assert!(
-        report.file_bytes_after < report.file_bytes_before,
-        "file did not shrink: {} -> {}",
-        report.file_bytes_before,
+    // A retention that deletes one checkpoint (one called after every save) keeps the room
+    // it freed for the next saves; one that deletes more compacts (ADR 0037).
+    let after = if removed.len() <= 1 {
+        let reason = report.compaction_deferred.clone().unwrap_or_default();
+        assert!(
+            !report.compacted && reason.contains("kept as room"),
+            "{reason:?}"
+        );
+        store.compact().expect("compact");
+        store.file_bytes().expect("file bytes")
+    } else {
+        assert!(report.compacted, "{:?}", report.compaction_deferred);
         report.file_bytes_after
+    };
+    assert!(
+        after < report.file_bytes_before,
+        "file did not shrink: {} -> {after}",
+        report.file_bytes_before,
     );
     eprintln!(
-        "retain {} dev_pre: file {} -> {} bytes",
-        src.label, report.file_bytes_before, report.file_bytes_after
+        "retain {} dev_pre: file {} -> {after} bytes",
+        src.label, report.file_bytes_before
     );
     drop(store);
 
@@ -236,4 +250,83 @@ proptest::proptest! {
         let v = store.verify().expect("verify");
         proptest::prop_assert!(v.is_ok(), "{:?}", v.issues);
     }
+}
+
+/// A retention after every save (a trainer's `max_to_keep`) deletes one checkpoint a call and
+/// keeps the room it frees for the next save and retention instead of compacting the whole
+/// store each time (ADR 0037): the file stops growing, and every kept checkpoint reads
+/// exactly. A retention that deletes several checkpoints still compacts.
+#[test]
+fn a_retention_after_every_save_keeps_room_and_the_file_stops_growing() {
+    let (_dir, path) = temp_store();
+    let mut store = Store::open(&path).expect("open");
+    let n = 3 << 18; // 3 MiB of f32: three blocks
+    let mut w: Vec<f32> = (0..n)
+        .map(|i| ((i * 7919 % 1000) as f32 - 500.0) * 1e-3)
+        .collect();
+    let mut saved: Vec<(u64, Vec<u8>)> = Vec::new();
+    let mut disk = Vec::new();
+    let keep = RetainPolicy {
+        keep_last: Some(2),
+        keep_every: None,
+        keep_tagged: true,
+    };
+    for step in 1..=14u64 {
+        for (i, x) in w.iter_mut().enumerate() {
+            if (i as u64 + step).is_multiple_of(5) {
+                *x += 1e-4 * ((i % 13) as f32 - 6.0);
+            }
+        }
+        let bytes: Vec<u8> = w.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let t = TensorRef {
+            dtype: DType::F32,
+            shape: &[n as u64],
+            bytes: &bytes,
+        };
+        store.save_checkpoint(step, &[("w", t)], "").expect("save");
+        saved.push((step, bytes));
+        let r = store.retain(&keep).expect("retain");
+        if step > 2 {
+            assert_eq!(r.removed, vec![step - 2]);
+            assert!(
+                !r.compacted
+                    && r.compaction_deferred
+                        .as_deref()
+                        .is_some_and(|m| m.contains("kept as room")),
+                "step {step}: {:?}",
+                r.compaction_deferred
+            );
+        }
+        disk.push(store.disk_bytes().expect("disk bytes"));
+        for (s, b) in saved.iter().rev().take(2) {
+            assert!(store.get("w", *s).expect("get").data == *b, "step {s}");
+        }
+    }
+    // The room is reused: after the first few rounds the file takes no more disk.
+    let settled = disk[7];
+    assert!(
+        disk[8..].iter().all(|&d| d <= settled + settled / 8),
+        "the file kept growing: {disk:?}"
+    );
+    // Deleting several checkpoints at once (a prune by hand) compacts.
+    let bytes: Vec<u8> = w.iter().flat_map(|x| x.to_le_bytes()).collect();
+    for step in 15..=17u64 {
+        let t = TensorRef {
+            dtype: DType::F32,
+            shape: &[n as u64],
+            bytes: &bytes,
+        };
+        store.save_checkpoint(step, &[("w", t)], "").expect("save");
+    }
+    let r = store
+        .retain(&RetainPolicy {
+            keep_last: Some(1),
+            ..keep
+        })
+        .expect("retain");
+    assert_eq!(r.removed, vec![13, 14, 15, 16]);
+    assert!(r.compacted, "{:?}", r.compaction_deferred);
+    assert!(store.disk_bytes().expect("disk bytes") < settled);
+    assert!(store.get("w", 17).expect("get").data == bytes);
+    assert!(store.verify().expect("verify").is_ok());
 }

@@ -11,13 +11,14 @@
 //!
 //! Depths stored in versions further down the chain stay as they were: an upper bound.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
+use rayon::prelude::*;
 use strata_codec::segment;
 
-use super::blocks::Fetcher;
-use super::cache::{Block, BlockCache};
+use super::blocks::{block_bytes, Fetcher, Job};
+use super::cache::BlockCache;
 use super::segments::address_of;
 use super::tier_rows::remove_rows;
 use super::txn::{View, WriteTxn};
@@ -68,15 +69,16 @@ pub(crate) fn delete_version(
 /// the batch, so each surviving block is re-encoded at most once however many of its
 /// ancestors go: retention of K checkpoints costs work linear in K (oldest first, every
 /// deletion re-encoded every later version anchored on the one deleted). Checkpoint records
-/// are the caller's.
+/// are the caller's. Returns the bytes of the segments the re-bases wrote.
 pub(crate) fn delete_versions(
     wt: &mut WriteTxn<'_>,
     cache: &BlockCache,
     opts: &Options,
     name: &str,
     steps: &[u64],
-) -> Result<()> {
+) -> Result<u64> {
     let mut all = wt.versions_of(name)?;
+    let mut written = 0u64;
     let mut going: BTreeSet<u64> = steps.iter().copied().collect();
     while let Some(step) = going.pop_last() {
         let Ok(at) = all.binary_search_by_key(&step, |(s, _)| *s) else {
@@ -90,6 +92,14 @@ pub(crate) fn delete_versions(
         };
         for (vstep, rec) in rebase_planned(wt, cache, opts, name, gone, &all)? {
             if let Ok(i) = all.binary_search_by_key(&vstep, |(s, _)| *s) {
+                written += all[i]
+                    .1
+                    .blocks
+                    .iter()
+                    .zip(&rec.blocks)
+                    .filter(|(old, new)| old.address != new.address)
+                    .map(|(_, new)| new.stored_bytes())
+                    .sum::<u64>();
                 all[i].1 = rec;
             }
         }
@@ -104,7 +114,7 @@ pub(crate) fn delete_versions(
             .remove(key.as_slice())
             .ctx("removing a version record")?;
     }
-    Ok(())
+    Ok(written)
 }
 
 /// Re-encodes every block that is a delta against a block of version `step` (record
@@ -207,8 +217,30 @@ struct Gone<'a> {
 
 type Changes = Vec<(u64, VersionRecord, Vec<(u64, Rebased)>)>;
 
+/// Decoded bytes (each block's dependents and base) a batch of [`plan_rebase`] gathers
+/// before it decodes and re-encodes them in parallel: bounds the memory of a re-base of any
+/// size, while giving every core blocks to work on.
+const BATCH_BYTES: usize = 64 << 20;
+
+/// The dependents of one block of the version being deleted, and the base they move to.
+struct Unit<'a> {
+    block: u64,
+    /// The doomed version's record of this block.
+    doomed: BlockRecord,
+    /// In step order: the dependent's index in `all`, its record, its block's record, and
+    /// the segments its data needs.
+    deps: Vec<(usize, &'a VersionRecord, BlockRecord, Job)>,
+    /// The nearest ancestor of the doomed block that stays, with its block record and the
+    /// segments its data needs; `None` when the dependents become keyframes.
+    base: Option<(u64, BlockRecord, Job)>,
+}
+
 /// Computes the new records of every block that depends on `(name, step)`. Versions in
 /// `going` are deleted in the same batch, later: no block is re-based onto one of them.
+///
+/// The segments are gathered from the transaction a batch at a time (the transaction is one
+/// thread's), then each block's dependents are decoded and re-encoded in parallel: blocks
+/// are independent of each other, and a block's dependents are taken in step order.
 fn plan_rebase(
     wt: &WriteTxn<'_>,
     cache: &BlockCache,
@@ -217,165 +249,175 @@ fn plan_rebase(
     gone: Gone<'_>,
     all: &[(u64, VersionRecord)],
 ) -> Result<Changes> {
-    let Gone {
-        step,
-        record: doomed,
-        going,
-    } = gone;
+    let doomed = gone.record;
     let name_arc: Arc<str> = Arc::from(name);
     let mut fetcher = Fetcher::new(wt, cache);
-    // Per block: the dependent that became the new keyframe, as (step, record).
-    let mut new_root: HashMap<u64, (u64, BlockRecord)> = HashMap::new();
-    // Old segment address -> its re-based form (dependents sharing a segment share bytes).
-    let mut done: HashMap<u128, Rebased> = HashMap::new();
-    let mut changes = Vec::new();
-    for (vstep, rec) in all {
-        if *vstep == step || !rec.same_layout(doomed) {
+    // Per block, the dependents (indexes into `all`), in step order.
+    let mut dependents: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
+    for (i, (vstep, rec)) in all.iter().enumerate() {
+        if *vstep == gone.step || !rec.same_layout(doomed) {
             continue;
         }
-        let mut blocks = Vec::new();
         for (b, block) in rec.blocks.iter().enumerate() {
-            if block.base != Some(step) {
-                continue;
+            if block.base == Some(gone.step) {
+                dependents.entry(b as u64).or_default().push(i);
             }
-            let b = b as u64;
-            if let Some(r) = done.get(&block.address) {
-                let shared = BlockRecord {
+        }
+    }
+    // Decoded bytes of a block (the last may be shorter).
+    let block_bytes = block_bytes(doomed, 0).max(1);
+    let mut rebased: BTreeMap<usize, Vec<(u64, Rebased)>> = BTreeMap::new();
+    let mut todo = dependents.into_iter().peekable();
+    while todo.peek().is_some() {
+        let mut units = Vec::new();
+        let mut bytes = 0usize;
+        while bytes < BATCH_BYTES {
+            let Some((b, deps)) = todo.next() else { break };
+            bytes = bytes.saturating_add(block_bytes.saturating_mul(deps.len() + 1));
+            units.push(gather(&mut fetcher, &name_arc, gone, all, b, deps)?);
+        }
+        let done = units
+            .into_par_iter()
+            .map(|unit| rebase_block(unit, cache, opts, name))
+            .collect::<Result<Vec<_>>>()?;
+        for (i, b, r) in done.into_iter().flatten() {
+            rebased.entry(i).or_default().push((b, r));
+        }
+    }
+    Ok(rebased
+        .into_iter()
+        .map(|(i, blocks)| (all[i].0, all[i].1.clone(), blocks))
+        .collect())
+}
+
+/// Gathers what re-basing block `b` needs: its dependents' segments, and the nearest
+/// ancestor of the doomed block that stays (skipping those deleted later in the batch).
+fn gather<'a>(
+    fetcher: &mut Fetcher<'_>,
+    name: &Arc<str>,
+    gone: Gone<'_>,
+    all: &'a [(u64, VersionRecord)],
+    b: u64,
+    deps: Vec<usize>,
+) -> Result<Unit<'a>> {
+    let d = gone.record.blocks[b as usize];
+    let bad_base = |base: u64, reason: &'static str| {
+        StoreError::Corrupt(Corruption::BadBase {
+            tensor: name.to_string(),
+            step: gone.step,
+            block: b,
+            base,
+            reason,
+        })
+    };
+    let mut base = None;
+    let mut next = d.base;
+    while let Some(c) = next {
+        let crec = fetcher
+            .record(name, c)?
+            .ok_or_else(|| bad_base(c, "does not exist"))?;
+        if !crec.same_layout(gone.record) {
+            return Err(bad_base(c, "has another dtype, shape or block size"));
+        }
+        let c_block = crec.blocks[b as usize];
+        if gone.going.contains(&c) {
+            next = c_block.base;
+            continue;
+        }
+        base = Some((c, c_block, fetcher.fetch(name, c, &crec, b)?));
+        break;
+    }
+    let deps = deps
+        .into_iter()
+        .map(|i| {
+            let (vstep, rec) = &all[i];
+            Ok((
+                i,
+                rec,
+                rec.blocks[b as usize],
+                fetcher.fetch(name, *vstep, rec, b)?,
+            ))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Unit {
+        block: b,
+        doomed: d,
+        deps,
+        base,
+    })
+}
+
+/// Re-encodes the dependents of one block (see the module docs): `(index in all, block,
+/// new form)` for each.
+fn rebase_block(
+    unit: Unit<'_>,
+    cache: &BlockCache,
+    opts: &Options,
+    name: &str,
+) -> Result<Vec<(usize, u64, Rebased)>> {
+    let Unit {
+        block: b,
+        doomed: d,
+        deps,
+        base,
+    } = unit;
+    // The base the dependents move to: the ancestor that stays, or the dependent that became
+    // the new keyframe; with its decoded bytes.
+    let mut base = match base {
+        Some((c, c_block, job)) => Some((c, c_block, job.decode(cache)?)),
+        None => None,
+    };
+    // Old segment address -> its re-based form (dependents sharing a segment share bytes).
+    let mut done: HashMap<u128, Rebased> = HashMap::new();
+    let mut out = Vec::with_capacity(deps.len());
+    for (i, rec, block, job) in deps {
+        if let Some(r) = done.get(&block.address) {
+            let shared = BlockRecord {
+                reference: true,
+                run: block.run,
+                ..r.record
+            };
+            let r = Rebased {
+                record: shared,
+                segment: None,
+            };
+            out.push((i, b, r));
+            continue;
+        }
+        let step = job.at().1;
+        let data = job.decode(cache)?;
+        let rebased = match &base {
+            Some((_, c_block, base_data)) if base_data.as_slice() == data.as_slice() => Rebased {
+                record: BlockRecord {
                     reference: true,
                     run: block.run,
-                    ..r.record
-                };
-                blocks.push((
-                    b,
-                    Rebased {
-                        record: shared,
-                        segment: None,
-                    },
-                ));
-                continue;
-            }
-            let data = decode(&mut fetcher, cache, &name_arc, *vstep, rec, b)?;
-            let d = doomed.blocks[b as usize];
-            // The new base: the doomed block's own base, or, when that one is going too (in
-            // the same batch), the nearest ancestor that stays.
-            let mut candidate = None;
-            let mut next = d.base;
-            while let Some(c) = next {
-                let crec = fetcher.record(&name_arc, c)?.ok_or_else(|| {
-                    StoreError::Corrupt(Corruption::BadBase {
-                        tensor: name.to_string(),
-                        step,
-                        block: b,
-                        base: c,
-                        reason: "does not exist",
-                    })
-                })?;
-                if !crec.same_layout(doomed) {
-                    return Err(StoreError::Corrupt(Corruption::BadBase {
-                        tensor: name.to_string(),
-                        step,
-                        block: b,
-                        base: c,
-                        reason: "has another dtype, shape or block size",
-                    }));
-                }
-                let c_block = crec.blocks[b as usize];
-                if going.contains(&c) {
-                    next = c_block.base;
-                    continue;
-                }
-                candidate = Some((c, c_block, Some(crec)));
-                break;
-            }
-            let candidate = match candidate {
-                Some(found) => Some(found),
-                None => new_root.get(&b).map(|&(s, r)| (s, r, None)),
-            };
-            let rebased = match candidate {
-                Some((c, c_block, crec)) => {
-                    let crec = match crec {
-                        Some(r) => r,
-                        None => fetcher.record(&name_arc, c)?.ok_or_else(|| {
-                            StoreError::Corrupt(Corruption::BadBase {
-                                tensor: name.to_string(),
-                                step: *vstep,
-                                block: b,
-                                base: c,
-                                reason: "does not exist",
-                            })
-                        })?,
-                    };
-                    let base = decode_with(&mut fetcher, cache, &name_arc, c, &crec, b, c_block)?;
-                    if base.as_slice() == data.as_slice() {
-                        Rebased {
-                            record: BlockRecord {
-                                reference: true,
-                                run: block.run,
-                                ..c_block
-                            },
-                            segment: None,
-                        }
-                    } else if c_block.depth < opts.max_chain {
-                        encode(
-                            name,
-                            *vstep,
-                            b,
-                            rec,
-                            &data,
-                            Some((c, &base)),
-                            c_block.depth + 1,
-                            block.run,
-                            opts,
-                        )?
-                    } else {
-                        encode(name, *vstep, b, rec, &data, None, 1, 1, opts)?
-                    }
-                }
-                None => encode(name, *vstep, b, rec, &data, None, 1, 1, opts)?,
-            };
-            if d.base.is_none() && !new_root.contains_key(&b) {
-                new_root.insert(b, (*vstep, rebased.record));
-            }
-            if rebased.segment.is_some() {
-                cache.insert(rebased.record.address, data.clone());
-            }
-            done.insert(block.address, rebased.clone());
-            blocks.push((b, rebased));
+                    ..*c_block
+                },
+                segment: None,
+            },
+            Some((c, c_block, base_data)) if c_block.depth < opts.max_chain => encode(
+                name,
+                step,
+                b,
+                rec,
+                &data,
+                Some((*c, base_data)),
+                c_block.depth + 1,
+                block.run,
+                opts,
+            )?,
+            _ => encode(name, step, b, rec, &data, None, 1, 1, opts)?,
+        };
+        if d.base.is_none() && base.is_none() {
+            base = Some((step, rebased.record, data.clone()));
         }
-        if !blocks.is_empty() {
-            changes.push((*vstep, rec.clone(), blocks));
+        if rebased.segment.is_some() {
+            cache.insert(rebased.record.address, data);
         }
+        done.insert(block.address, rebased.clone());
+        out.push((i, b, rebased));
     }
-    Ok(changes)
-}
-
-fn decode(
-    fetcher: &mut Fetcher<'_>,
-    cache: &BlockCache,
-    name: &Arc<str>,
-    step: u64,
-    rec: &VersionRecord,
-    b: u64,
-) -> Result<Block> {
-    fetcher.fetch(name, step, rec, b)?.decode(cache)
-}
-
-/// Decodes block `b` of version `step` whose block record is `block` (which may differ from
-/// `rec.blocks[b]` when `step` is a dependent re-based earlier in this pass).
-fn decode_with(
-    fetcher: &mut Fetcher<'_>,
-    cache: &BlockCache,
-    name: &Arc<str>,
-    step: u64,
-    rec: &VersionRecord,
-    b: u64,
-    block: BlockRecord,
-) -> Result<Block> {
-    if let Some(hit) = cache.get(block.address) {
-        return Ok(hit);
-    }
-    // The record in the table is still the old one: its block decodes to the same bytes.
-    decode(fetcher, cache, name, step, rec, b)
+    Ok(out)
 }
 
 #[allow(clippy::too_many_arguments)]
