@@ -221,6 +221,9 @@ type Changes = Vec<(u64, VersionRecord, Vec<(u64, Rebased)>)>;
 /// before it decodes and re-encodes them in parallel: bounds the memory of a re-base of any
 /// size, while giving every core blocks to work on.
 const BATCH_BYTES: usize = 64 << 20;
+/// Blocks a batch holds at most, per thread of the pool: enough to keep every thread busy
+/// while the blocks differ in work.
+const BATCH_BLOCKS_PER_THREAD: usize = 16;
 
 /// The dependents of one block of the version being deleted, and the base they move to.
 struct Unit<'a> {
@@ -267,11 +270,12 @@ fn plan_rebase(
     // Decoded bytes of a block (the last may be shorter).
     let block_bytes = block_bytes(doomed, 0).max(1);
     let mut rebased: BTreeMap<usize, Vec<(u64, Rebased)>> = BTreeMap::new();
+    let most = BATCH_BLOCKS_PER_THREAD * rayon::current_num_threads().max(1);
     let mut todo = dependents.into_iter().peekable();
     while todo.peek().is_some() {
         let mut units = Vec::new();
         let mut bytes = 0usize;
-        while bytes < BATCH_BYTES {
+        while bytes < BATCH_BYTES && units.len() < most {
             let Some((b, deps)) = todo.next() else { break };
             bytes = bytes.saturating_add(block_bytes.saturating_mul(deps.len() + 1));
             units.push(gather(&mut fetcher, &name_arc, gone, all, b, deps)?);
