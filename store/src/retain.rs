@@ -76,12 +76,14 @@ pub struct RetainReport {
     pub file_bytes_before: u64,
     /// File size after deleting and compacting.
     pub file_bytes_after: u64,
-    /// Whether the file was compacted. It is not when the room the file holds beyond its
-    /// stored bytes is at most twice the newest checkpoint's stored bytes or an eighth of the
-    /// file (the next saves reuse it: a retention after every save does not pass over the
-    /// whole store each time), nor while a read-only process ([`Store::open_read_only`]) has
-    /// a read in progress. The freed pages are then reused by later writes, and a later
-    /// `retain` or [`Store::compact`] shrinks the file.
+    /// Whether the file was compacted. It is not when the room the file takes on disk beyond
+    /// its stored bytes is at most an eighth of the file or, after a retention that deleted
+    /// one checkpoint, at most twice what the next save and retention will write (the newest
+    /// checkpoint's stored bytes and the bytes this one re-encoded): the next writes reuse it,
+    /// and a retention after every save does not pass over the whole store each time (ADR
+    /// 0037). Nor is it while a read-only process ([`Store::open_read_only`]) has a read in
+    /// progress. The freed pages are then reused by later writes, and a later `retain`,
+    /// [`Store::compact`], or a close whose trim is due (ADR 0036) shrinks the file.
     pub compacted: bool,
     /// Why the file was not compacted, when it was not: the room is kept for the next
     /// checkpoints, a read is in progress, or the error of the compaction. The deletions are
