@@ -27,11 +27,14 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use serde_json::{json, Value};
-use strata::codec::DType;
 use strata::store::safetensors::tensor::{serialize, TensorView};
-use strata::store::{Options, Store, TensorRef};
+use strata::store::{Options, Store};
 use strata_testkit::machine::machine;
-use strata_testkit::noise::{f32_bytes, noise, Rng};
+use strata_testkit::noise::Rng;
+
+#[path = "common/drift.rs"]
+mod drift;
+use drift::Drifting;
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -97,53 +100,10 @@ fn opts(trim: bool) -> Options {
     }
 }
 
-/// A training state: 12 tensors of f32 whose sizes add up to about `mb` MB.
-struct State {
-    tensors: Vec<Vec<f32>>,
-    step: u64,
-}
-
-impl State {
-    fn new(mb: usize) -> State {
-        // Sizes in the proportions 1:2:3:4, three times (weights and two moments).
-        let unit = (mb << 20) / 4 / 30;
-        let tensors = (0..12)
-            .map(|i| noise(unit * (1 + i % 4), i as u64))
-            .collect();
-        State { tensors, step: 0 }
-    }
-
-    fn advance(&mut self) {
-        self.step += 10;
-        for (i, t) in self.tensors.iter_mut().enumerate() {
-            let d = noise(t.len(), 1000 * self.step + i as u64);
-            for (x, e) in t.iter_mut().zip(d) {
-                *x += 1e-3 * e;
-            }
-        }
-    }
-
-    fn save(&self, store: &Store) -> Res<()> {
-        let bytes: Vec<Vec<u8>> = self.tensors.iter().map(|t| f32_bytes(t)).collect();
-        let shapes: Vec<[u64; 1]> = self.tensors.iter().map(|t| [t.len() as u64]).collect();
-        let mut w = store.begin_checkpoint(self.step, "")?;
-        for (i, (b, shape)) in bytes.iter().zip(&shapes).enumerate() {
-            let t = TensorRef {
-                dtype: DType::F32,
-                shape,
-                bytes: b,
-            };
-            w.put(&format!("layer.{i}"), &t)?;
-        }
-        w.commit()?;
-        Ok(())
-    }
-}
-
 fn one_handle(a: &Args, trim: bool) -> Res<Run> {
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("run.strata");
-    let mut state = State::new(a.state_mb);
+    let mut state = Drifting::training_state(a.state_mb);
     let t = Instant::now();
     let store = Store::open_with(&path, opts(trim))?;
     for _ in 0..a.checkpoints {
@@ -167,7 +127,7 @@ fn one_handle(a: &Args, trim: bool) -> Res<Run> {
 fn handle_per_save(a: &Args, trim: bool) -> Res<Run> {
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("run.strata");
-    let mut state = State::new(a.state_mb);
+    let mut state = Drifting::training_state(a.state_mb);
     let (mut write_s, mut close_s, mut worst) = (0.0, 0.0, 0.0f64);
     for _ in 0..a.checkpoints {
         state.advance();

@@ -28,10 +28,12 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use serde_json::{json, Value};
-use strata::codec::DType;
-use strata::store::{RetainPolicy, Store, TensorRef};
+use strata::store::{RetainPolicy, Store};
 use strata_testkit::machine::machine;
-use strata_testkit::noise::{f32_bytes, noise};
+
+#[path = "common/drift.rs"]
+mod drift;
+use drift::Drifting;
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -81,66 +83,6 @@ fn parse_args() -> Res<Args> {
     Ok(a)
 }
 
-/// A loop's tensors and how they change per save.
-struct Model {
-    tensors: Vec<Vec<f32>>,
-    /// Every value drifts (training state), or a seventh of them (weights).
-    dense: bool,
-    step: u64,
-}
-
-impl Model {
-    fn weights(mb: usize) -> Model {
-        let per = 4 << 20;
-        let tensors = (0..mb / 16).map(|i| noise(per, i as u64)).collect();
-        Model {
-            tensors,
-            dense: false,
-            step: 0,
-        }
-    }
-
-    fn state(mb: usize) -> Model {
-        // Sizes in the proportions 1:2:3:4, three times (weights and two moments).
-        let unit = (mb << 20) / 4 / 30;
-        let tensors = (0..12)
-            .map(|i| noise(unit * (1 + i % 4), i as u64))
-            .collect();
-        Model {
-            tensors,
-            dense: true,
-            step: 0,
-        }
-    }
-
-    fn advance(&mut self) {
-        self.step += 10;
-        for (i, t) in self.tensors.iter_mut().enumerate() {
-            let d = noise(t.len(), 1000 * self.step + i as u64);
-            let every = if self.dense { 1 } else { 7 };
-            for (x, e) in t.iter_mut().zip(d).step_by(every) {
-                *x += 1e-3 * e;
-            }
-        }
-    }
-
-    fn save(&self, store: &Store) -> Res<()> {
-        let bytes: Vec<Vec<u8>> = self.tensors.iter().map(|t| f32_bytes(t)).collect();
-        let shapes: Vec<[u64; 1]> = self.tensors.iter().map(|t| [t.len() as u64]).collect();
-        let mut w = store.begin_checkpoint(self.step, "")?;
-        for (i, (b, shape)) in bytes.iter().zip(&shapes).enumerate() {
-            let t = TensorRef {
-                dtype: DType::F32,
-                shape,
-                bytes: b,
-            };
-            w.put(&format!("layer.{i}"), &t)?;
-        }
-        w.commit()?;
-        Ok(())
-    }
-}
-
 /// What one loop measured.
 #[derive(Clone, Copy)]
 struct Run {
@@ -154,7 +96,7 @@ struct Run {
     compactions: u64,
 }
 
-fn run(a: &Args, mut model: Model, compact_each: bool) -> Res<Run> {
+fn run(a: &Args, mut model: Drifting, compact_each: bool) -> Res<Run> {
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("run.strata");
     let mut store = Store::open(&path)?;
@@ -238,9 +180,9 @@ fn measure(a: &Args) -> Res<()> {
         for _ in 0..a.rounds {
             let model = || {
                 if label == "weights" {
-                    Model::weights(mb)
+                    Drifting::weights(mb)
                 } else {
-                    Model::state(mb)
+                    Drifting::training_state(mb)
                 }
             };
             keeps.push(run(a, model(), false)?);
