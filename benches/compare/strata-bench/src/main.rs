@@ -467,12 +467,19 @@ fn write(store_path: &Path, dir: &Path, reps: usize) -> Result<Value, BoxError> 
             std::fs::remove_file(store_path)?;
         }
         let start = Instant::now();
-        let mut store = Store::open(store_path)?;
+        let mut o = strata_store::Options::default();
+        if let Ok(v) = std::env::var("DBC") { o.db_cache_bytes = v.parse().unwrap(); }
+        if let Ok(v) = std::env::var("BC") { o.cache_bytes = v.parse().unwrap(); }
+        let mut store = Store::open_with(store_path, o)?;
+        eprintln!("after open: {:?}", mem.growth());
         for (step, path, bytes) in &inputs {
             store.import_safetensors_bytes(bytes, *step, path)?;
+            eprintln!("step {step}: {:?} rss {:?}", mem.growth(), status_bytes("VmRSS"));
         }
+        eprintln!("after imports: {:?}", mem.growth());
         compact.time(|| -> Result<(), BoxError> {
             store.compact()?;
+            eprintln!("after compact: {:?}", mem.growth());
             drop(store);
             Ok(())
         })?;
