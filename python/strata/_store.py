@@ -339,7 +339,10 @@ class Store(_File):
         on disk by more than a tenth and that grew by a quarter since the last trim, so that
         ``ls -l`` tells its size without a pass over the whole file at every small save; a
         reader in another process in the middle of a read defers that to a later close, and
-        the close still succeeds (ADRs 0028, 0036). A handle that is garbage collected does the
+        the close still succeeds (ADRs 0028, 0036). It also gives back the pages this handle's
+        deletions freed (``retain`` keeping room for a next save that a closing handle will
+        not write, ``delete_checkpoint``) when they are over a tenth of the stored bytes (ADR
+        0038). A handle that is garbage collected does the
         same. :meth:`compact` trims on demand."""
         ex = self._executor
         if ex is not None:
@@ -463,8 +466,8 @@ class Store(_File):
         A call that deletes one checkpoint (one after every save) keeps the room it freed for
         the next save and retention when it is no more than they will take, instead of
         passing over the whole store: ``compacted`` is then false and
-        ``compaction_deferred`` says so; :meth:`compact` returns the room (ADR 0037).
-        At least one of ``max_to_keep`` and ``keep_period`` is required."""
+        ``compaction_deferred`` says so; :meth:`close` or :meth:`compact` returns the room
+        (ADRs 0037, 0038). At least one of ``max_to_keep`` and ``keep_period`` is required."""
         if max_to_keep is not None:
             max_to_keep = check_step(max_to_keep, "max_to_keep")
         if keep_period is not None:

@@ -25,11 +25,13 @@ impl Store {
     /// words. The freed pages are then reused by later writes, and a later compaction shrinks
     /// the file.
     pub(crate) fn compact_after_commit(&mut self) -> Option<String> {
-        match self.compact() {
-            Ok(_) => None,
-            Err(e) if e.is_compaction_blocked_by_read() => Some(READ_IN_PROGRESS.to_string()),
-            Err(e) => Some(e.to_string()),
-        }
+        let deferred = match self.compact() {
+            Ok(_) => return None,
+            Err(e) if e.is_compaction_blocked_by_read() => READ_IN_PROGRESS.to_string(),
+            Err(e) => e.to_string(),
+        };
+        self.note_freed_pages();
+        Some(deferred)
     }
 
     /// The trim of a writer's handle as it closes ([`crate::Options::trim_on_close`]):
@@ -45,7 +47,10 @@ impl Store {
     /// Compacts the file if the room redb keeps for growth is worth trimming, as a writer's
     /// close does (ADRs 0028 and 0036): its length exceeds both its bytes on disk and the
     /// bytes it stores by more than a tenth, and its bytes on disk grew by more than a quarter
-    /// since the last trim. Whether it ran a compaction.
+    /// since the last trim. Or if a commit of this handle freed pages (a deletion, a
+    /// retention that kept room for the next save, an overwrite, a tier move) that no
+    /// compaction has given back since, and its bytes on disk exceed the bytes it stores by
+    /// more than a tenth (ADR 0038). Whether it ran a compaction.
     ///
     /// A trim visits every page of the file (redb's compaction reads them all), so the growth
     /// test keeps its cost in proportion to what was written since the last one, not to the
@@ -70,10 +75,11 @@ impl Store {
                 return Ok(false);
             }
             let (file_bytes, disk_bytes) = (self.file_bytes()?, self.disk_bytes()?);
-            if !exceeds_by_a_tenth(file_bytes, disk_bytes) {
+            let freed = self.has_freed_pages();
+            if !freed && !exceeds_by_a_tenth(file_bytes, disk_bytes) {
                 return Ok(false);
             }
-            let Some(last) = self.claim_trim(file_bytes, disk_bytes)? else {
+            let Some(last) = self.claim_trim(file_bytes, disk_bytes, freed)? else {
                 return Ok(false);
             };
             self.compact().map(|_| true).inspect_err(|_| {
@@ -84,11 +90,18 @@ impl Store {
         })
     }
 
-    /// If a trim is due ([`grown_by_a_quarter`] since the one on record, [`worth_trimming`]),
-    /// records `disk_bytes` as the last trim's size in a commit of its own, and gives the size
-    /// it replaced. The file holds free pages then (its length exceeds its bytes on disk by a
-    /// tenth: room redb has not written), so that commit does not grow it.
-    fn claim_trim(&self, file_bytes: u64, disk_bytes: u64) -> crate::Result<Option<u64>> {
+    /// If a trim is due ([`grown_by_a_quarter`] since the one on record, [`worth_trimming`];
+    /// or, after this handle `freed` pages, [`room_freed`]), records the size the trim leaves
+    /// (`disk_bytes`, or the stored bytes after freed pages) as the last trim's in a commit of
+    /// its own, and gives the size it replaced. The file holds
+    /// free pages then (room redb has not written, or pages a commit freed), so that commit
+    /// does not grow it.
+    fn claim_trim(
+        &self,
+        file_bytes: u64,
+        disk_bytes: u64,
+        freed: bool,
+    ) -> crate::Result<Option<u64>> {
         let op = "deciding a trim";
         let _writer = self.writer.lock();
         let txn = self.db.begin_write(&self.path, op)?;
@@ -104,12 +117,26 @@ impl Store {
             // The stored bytes (the records' keys and values, the segments) stand in for
             // redb's pages in use, which hold them: counting those pages visits every page of
             // the file, as the compaction then does again.
-            let due = grown_by_a_quarter(disk_bytes, last)
-                && worth_trimming(file_bytes, disk_bytes, stored_sizes_of(&wt)?.total());
-            if due {
-                set_trimmed_at(&mut wt.meta, disk_bytes, op)?;
+            let grown = grown_by_a_quarter(disk_bytes, last);
+            // The size the trim leaves on disk, when one is due: the bytes on disk less the
+            // unwritten room (which they do not count), or less the freed pages too (about
+            // the stored bytes), so that the next growth test starts from it.
+            let trimmed_to = if grown || freed {
+                let stored = stored_sizes_of(&wt)?.total();
+                if grown && worth_trimming(file_bytes, disk_bytes, stored) {
+                    Some(disk_bytes)
+                } else if freed && room_freed(file_bytes, disk_bytes, stored) {
+                    Some(stored)
+                } else {
+                    None
+                }
+            } else {
+                None
+            };
+            if let Some(size) = trimmed_to {
+                set_trimmed_at(&mut wt.meta, size, op)?;
             }
-            due.then_some(last)
+            trimmed_to.map(|_| last)
         };
         match claimed {
             Some(_) => txn.commit().ctx(op)?,
@@ -156,6 +183,14 @@ fn worth_trimming(file_bytes: u64, disk_bytes: u64, stored_bytes: u64) -> bool {
     exceeds_by_a_tenth(file_bytes, disk_bytes) && exceeds_by_a_tenth(file_bytes, stored_bytes)
 }
 
+/// Whether pages freed inside a file (deleted or re-encoded versions) are worth a compaction
+/// as its handle closes: the bytes it takes on disk (at most its length: unwritten room at its
+/// end costs none) exceed the `stored_bytes` it holds by more than a tenth. No growth test:
+/// the room was kept for the handle's next saves, which a closing handle will not write.
+fn room_freed(file_bytes: u64, disk_bytes: u64, stored_bytes: u64) -> bool {
+    exceeds_by_a_tenth(file_bytes.min(disk_bytes), stored_bytes)
+}
+
 /// `a > 1.1 * b`, in integers.
 fn exceeds_by_a_tenth(a: u64, b: u64) -> bool {
     a > b.saturating_add(b / 10)
@@ -177,7 +212,17 @@ impl StoreError {
 
 #[cfg(test)]
 mod tests {
-    use super::{grown_by_a_quarter, worth_trimming};
+    use super::{grown_by_a_quarter, room_freed, worth_trimming};
+
+    #[test]
+    fn freed_room_is_trimmed_beyond_a_tenth_of_the_stored_bytes() {
+        // Free pages written to disk, twice what is stored: trimmed.
+        assert!(room_freed(200, 200, 100));
+        assert!(!room_freed(110, 110, 100));
+        assert!(room_freed(111, 111, 100));
+        // Unwritten room at the end costs nothing on disk: not counted here.
+        assert!(!room_freed(200, 105, 100));
+    }
 
     #[test]
     fn trims_only_room_beyond_a_tenth_of_both_sizes() {

@@ -63,7 +63,8 @@
 //! - **Retention**: [`Store::retain`] keeps the last N checkpoints, every K-th and the
 //!   tagged ones, deletes the rest in one transaction (re-basing what depended on them, on
 //!   all cores), and compacts the file unless it deleted one checkpoint and the room it freed
-//!   is what the next save and retention will take (ADR 0037).
+//!   is what the next save and retention will take (ADR 0037); the handle's close gives
+//!   that room back (ADR 0038).
 //! - **Tiers** (ADR 0007): [`Store::set_policy`] and [`Store::pin`] by name pattern,
 //!   quantized and Tier 0 blocks, [`Store::maintain`], [`Tensor::fidelity`] on every read,
 //!   residuals, Tier 0 rebuilds, frame streams ([`Store::append_frame`]).

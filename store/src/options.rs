@@ -43,8 +43,9 @@ pub struct Options {
     pub upload: Option<crate::remote::UploadOptions>,
     /// Closing a writer's handle compacts the file when its length exceeds both the bytes it
     /// takes on disk and redb's pages in use by more than a tenth (the room redb reserved for
-    /// growth), so that `ls -l` tells its size (ADR 0028). A read in progress skips it. Default
-    /// `true`; `strata import --no-compact` turns it off.
+    /// growth), so that `ls -l` tells its size (ADR 0028), or when the pages its deletions
+    /// freed exceed a tenth of them (ADR 0038); [`crate::Store::trim`] has the whole rule. A
+    /// read in progress skips it. Default `true`; `strata import --no-compact` turns it off.
     pub trim_on_close: bool,
 }
 

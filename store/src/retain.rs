@@ -83,7 +83,7 @@ pub struct RetainReport {
     /// and a retention after every save does not pass over the whole store each time (ADR
     /// 0037). Nor is it while a read-only process ([`Store::open_read_only`]) has a read in
     /// progress. The freed pages are then reused by later writes, and a later `retain`,
-    /// [`Store::compact`], or a close whose trim is due (ADR 0036) shrinks the file.
+    /// [`Store::compact`], or the handle's close (ADR 0038) shrinks the file.
     pub compacted: bool,
     /// Why the file was not compacted, when it was not: the room is kept for the next
     /// checkpoints, a read is in progress, or the error of the compaction. The deletions are
@@ -200,6 +200,7 @@ impl Store {
             // (the close's trim returns it, ADR 0036).
             let disk_bytes = self.disk_bytes()?.min(self.file_bytes()?);
             let compaction_deferred = if room.kept(disk_bytes) {
+                self.note_freed_pages();
                 Some(format!(
                     "{} of the {disk_bytes} bytes the file takes on disk are kept as room for \
                      the next checkpoints and retentions (the newest checkpoint stores {} \

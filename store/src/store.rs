@@ -2,6 +2,7 @@
 
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
@@ -37,8 +38,9 @@ use crate::tiers::runtime::{tiering_reconstruct, Runtime};
 /// processes may open it meanwhile with [`Store::open_read_only`] and follow its commits.
 ///
 /// Dropping a writer's handle closes the file, trimming the room redb reserved for growth when
-/// the file's length exceeds its bytes on disk by more than a tenth
-/// ([`Options::trim_on_close`], ADR 0028).
+/// the file's length exceeds its bytes on disk by more than a tenth, and the pages the handle's
+/// deletions freed when they exceed a tenth of the stored bytes ([`Options::trim_on_close`],
+/// [`Store::trim`], ADRs 0028, 0036 and 0038).
 #[derive(Debug)]
 pub struct Store {
     pub(crate) path: PathBuf,
@@ -57,6 +59,9 @@ pub struct Store {
     /// Pushes committed checkpoints to [`Options::upload`] (writers only).
     #[cfg(feature = "remote")]
     pub(crate) uploader: Option<crate::remote::Uploader>,
+    /// A commit of this handle freed pages (deleted or re-encoded versions) that no
+    /// compaction has given back since: the close then also trims them (ADR 0038).
+    pub(crate) pages_freed: AtomicBool,
 }
 
 impl Store {
@@ -209,6 +214,7 @@ impl Store {
             backend: None,
             #[cfg(feature = "remote")]
             uploader: None,
+            pages_freed: AtomicBool::new(false),
         };
         // redb trusts its file past the open too: a damaged one can make it panic while the
         // format record and the tier rows are read. Turn that into an error as well.
@@ -302,13 +308,27 @@ impl Store {
                 let _ = u.flush();
             }
             let path = self.path.clone();
-            self.db
+            let compacted = self
+                .db
                 .writer_mut(&path, "compaction")?
                 .compact()
                 .map_err(|e| StoreError::Compaction {
                     source: Box::new(e),
-                })
+                })?;
+            self.pages_freed.store(false, Ordering::Relaxed);
+            Ok(compacted)
         })
+    }
+
+    /// Notes that a commit of this handle freed pages (it deleted or re-encoded versions)
+    /// and no compaction followed: the close trims them (ADR 0038).
+    pub(crate) fn note_freed_pages(&self) {
+        self.pages_freed.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a commit of this handle freed pages that no compaction has given back since.
+    pub(crate) fn has_freed_pages(&self) -> bool {
+        self.pages_freed.load(Ordering::Relaxed)
     }
 
     /// [`Store::compact`] after a pass that rewrote many versions (retention and aging do it

@@ -74,7 +74,9 @@ impl Store {
         contain(&self.path, "deleting a version", || {
             check_name(name)?;
             let _writer = self.writer.lock();
-            self.write(|wt| delete_version(wt, &self.cache, &self.opts, name, step, true))
+            self.write(|wt| delete_version(wt, &self.cache, &self.opts, name, step, true))?;
+            self.note_freed_pages();
+            Ok(())
         })
     }
 
@@ -98,6 +100,7 @@ impl Store {
                 }
                 Ok(cp.tensors.len())
             })
+            .inspect(|_| self.note_freed_pages())
         })
     }
 

@@ -382,6 +382,7 @@ fn start_version(
     };
     if plan.replaces {
         delete_version(wt, &store.cache, &store.opts, &p.name, step, false)?;
+        store.note_freed_pages();
     }
     Ok(plan)
 }

@@ -262,10 +262,7 @@ proptest::proptest! {
 fn a_retention_after_every_save_keeps_room_and_the_file_stops_growing() {
     let (_dir, path) = temp_store();
     let mut store = Store::open(&path).expect("open");
-    let n = 3 << 18; // 3 MiB of f32: three blocks
-    let mut w: Vec<f32> = (0..n)
-        .map(|i| ((i * 7919 % 1000) as f32 - 500.0) * 1e-3)
-        .collect();
+    let (n, mut w) = drifting_weights();
     let mut saved: Vec<(u64, Vec<u8>)> = Vec::new();
     let mut disk = Vec::new();
     let keep = RetainPolicy {
@@ -274,12 +271,7 @@ fn a_retention_after_every_save_keeps_room_and_the_file_stops_growing() {
         keep_tagged: true,
     };
     for step in 1..=14u64 {
-        for (i, x) in w.iter_mut().enumerate() {
-            if (i as u64 + step).is_multiple_of(5) {
-                *x += 1e-4 * ((i % 13) as f32 - 6.0);
-            }
-        }
-        let bytes: Vec<u8> = w.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let bytes = drift(&mut w, step);
         let t = TensorRef {
             dtype: DType::F32,
             shape: &[n as u64],
@@ -331,4 +323,62 @@ fn a_retention_after_every_save_keeps_room_and_the_file_stops_growing() {
     assert!(store.disk_bytes().expect("disk bytes") < settled);
     assert!(store.get("w", 17).expect("get").data == bytes);
     assert!(store.verify().expect("verify").is_ok());
+}
+
+/// Three MiB of f32 weights (three blocks), and their element count.
+fn drifting_weights() -> (usize, Vec<f32>) {
+    let n = 3 << 18;
+    let w = (0..n)
+        .map(|i| ((i * 7919 % 1000) as f32 - 500.0) * 1e-3)
+        .collect();
+    (n, w)
+}
+
+/// Nudges a fifth of `w` for `step` and gives its bytes.
+fn drift(w: &mut [f32], step: u64) -> Vec<u8> {
+    for (i, x) in w.iter_mut().enumerate() {
+        if (i as u64 + step).is_multiple_of(5) {
+            *x += 1e-4 * ((i % 13) as f32 - 6.0);
+        }
+    }
+    w.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+#[test]
+fn a_close_gives_back_the_room_a_retention_kept() {
+    let (_dir, path) = temp_store();
+    let (n, mut w) = drifting_weights();
+    let keep = RetainPolicy {
+        keep_last: Some(2),
+        keep_every: None,
+        keep_tagged: true,
+    };
+    let mut last = Vec::new();
+    // A run of 10 saves, then a resumed run of 2: each handle saves and retains, then closes.
+    for steps in [1..=10u64, 11..=12] {
+        let newest = *steps.end();
+        let mut store = Store::open(&path).expect("open");
+        for step in steps {
+            last = drift(&mut w, step);
+            let t = TensorRef {
+                dtype: DType::F32,
+                shape: &[n as u64],
+                bytes: &last,
+            };
+            store.save_checkpoint(step, &[("w", t)], "").expect("save");
+            let r = store.retain(&keep).expect("retain");
+            assert!(step < 3 || !r.compacted, "step {step}: no room kept");
+        }
+        drop(store);
+        // No save follows the close: it gave the room back, as a compaction would.
+        let closed = std::fs::metadata(&path).expect("metadata").len();
+        let mut store = Store::open(&path).expect("reopen");
+        store.compact().expect("compact");
+        let compacted = store.file_bytes().expect("file bytes");
+        assert!(
+            closed <= compacted + compacted / 20,
+            "{closed} bytes long after the close, {compacted} compacted"
+        );
+        assert!(store.get("w", newest).expect("get").data == last);
+    }
 }

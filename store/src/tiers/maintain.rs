@@ -105,6 +105,9 @@ impl Store {
                 bytes += self.write_moves(wt, &prepared, now)?;
                 Ok((bytes, save_stats(wt, &stats)?))
             })?;
+            if bytes_written > 0 {
+                self.note_freed_pages();
+            }
             let done = Plan {
                 now,
                 moves: applied,
