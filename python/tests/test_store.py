@@ -128,6 +128,26 @@ def test_retain_after_every_save_keeps_room(store_path):
         assert st.stats()["disk_bytes"] < before
 
 
+def test_close_gives_back_the_room_retain_kept(store_path):
+    """A handle that retained after every save gives the room it kept back as it closes: no
+    save of its follows (ADR 0038). A run resumed in a second handle ends at its compacted
+    size."""
+    rng = np.random.default_rng(6)
+    w = rng.normal(0, 0.02, 3 << 18).astype(np.float32)
+    for steps in (range(1, 9), range(9, 11)):
+        with strata.open(store_path) as st:
+            for step in steps:
+                w[step::5] += np.float32(1e-4)
+                st.save_checkpoint(step, {"w": w})
+                st.retain(max_to_keep=2)
+        closed = os.path.getsize(store_path)
+        with strata.open(store_path) as st:
+            st.compact()
+            assert st.get("w", steps[-1]).tobytes() == w.tobytes()
+        compacted = os.path.getsize(store_path)
+        assert closed <= compacted * 1.05, (closed, compacted)
+
+
 def test_open_step_slices(store_path):
     with strata.Store(store_path) as st:
         a = sd(1)
