@@ -93,9 +93,8 @@ impl Store {
     /// If a trim is due ([`grown_by_a_quarter`] since the one on record, [`worth_trimming`];
     /// or, after this handle `freed` pages, [`room_freed`]), records the size the trim leaves
     /// (`disk_bytes`, or the stored bytes after freed pages) as the last trim's in a commit of
-    /// its own, and gives the size it replaced. The file holds
-    /// free pages then (room redb has not written, or pages a commit freed), so that commit
-    /// does not grow it.
+    /// its own, and gives the size it replaced. The file holds free pages then (room redb has
+    /// not written, or pages a commit freed), so that commit does not grow it.
     fn claim_trim(
         &self,
         file_bytes: u64,
