@@ -4,7 +4,8 @@
 //! so a close trims again only once the bytes on disk grew by a quarter (ADR 0036): a handle
 //! opened around every small save does not pay a pass over the store each time. A read in
 //! progress skips the trim, and the close still succeeds; `Options::trim_on_close = false`
-//! keeps the room.
+//! keeps the room. A handle whose deletions freed pages gives them back as it closes (ADR
+//! 0038).
 
 #![allow(clippy::unwrap_used, clippy::panic, missing_docs)]
 
@@ -250,4 +251,40 @@ fn a_read_in_progress_skips_the_trim_and_the_close_succeeds() {
     drop(Store::open(&path).unwrap());
     assert!(!length_misleads(&path), "{:?}", sizes(&path));
     model.check(&path);
+}
+
+#[test]
+fn a_close_gives_back_the_pages_deletions_freed() {
+    // Ten checkpoints through one handle, trimmed at its close; then a second handle deletes
+    // the newest seven (no later version depends on them: nothing is re-encoded, so the file
+    // does not grow) and closes: the pages the deletions freed go back (ADR 0038), where
+    // before they stayed until a compaction.
+    let (_dir, path) = temp_store();
+    let mut model = Model::new();
+    {
+        let store = Store::open(&path).unwrap();
+        for _ in 0..10 {
+            model.train();
+            model.save(&store);
+        }
+    }
+    let first = sizes(&path);
+    {
+        let store = Store::open(&path).unwrap();
+        for step in (40..=100).rev().step_by(10) {
+            store.delete_checkpoint(step).unwrap();
+        }
+    }
+    let closed = sizes(&path);
+    let mut store = Store::open(&path).unwrap();
+    store.compact().unwrap();
+    let compacted = store.file_bytes().unwrap();
+    drop(store);
+    assert!(
+        closed.0 <= compacted + compacted / 20,
+        "after the deletions' close: {closed:?}, compacted {compacted}, first close {first:?}"
+    );
+    let store = Store::open_read_only(&path).unwrap();
+    assert_eq!(store.checkpoints().unwrap(), vec![10, 20, 30]);
+    assert!(store.verify().unwrap().is_ok());
 }
