@@ -467,19 +467,12 @@ fn write(store_path: &Path, dir: &Path, reps: usize) -> Result<Value, BoxError> 
             std::fs::remove_file(store_path)?;
         }
         let start = Instant::now();
-        let mut o = strata_store::Options::default();
-        if let Ok(v) = std::env::var("DBC") { o.db_cache_bytes = v.parse().unwrap(); }
-        if let Ok(v) = std::env::var("BC") { o.cache_bytes = v.parse().unwrap(); }
-        let mut store = Store::open_with(store_path, o)?;
-        eprintln!("after open: {:?}", mem.growth());
+        let mut store = Store::open(store_path)?;
         for (step, path, bytes) in &inputs {
             store.import_safetensors_bytes(bytes, *step, path)?;
-            eprintln!("step {step}: {:?} rss {:?}", mem.growth(), status_bytes("VmRSS"));
         }
-        eprintln!("after imports: {:?}", mem.growth());
         compact.time(|| -> Result<(), BoxError> {
             store.compact()?;
-            eprintln!("after compact: {:?}", mem.growth());
             drop(store);
             Ok(())
         })?;
