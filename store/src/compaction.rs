@@ -117,18 +117,9 @@ impl Store {
             // redb's pages in use, which hold them: counting those pages visits every page of
             // the file, as the compaction then does again.
             let grown = grown_by_a_quarter(disk_bytes, last);
-            // The size the trim leaves on disk, when one is due: the bytes on disk less the
-            // unwritten room (which they do not count), or less the freed pages too (about
-            // the stored bytes), so that the next growth test starts from it.
             let trimmed_to = if grown || freed {
                 let stored = stored_sizes_of(&wt)?.total();
-                if grown && worth_trimming(file_bytes, disk_bytes, stored) {
-                    Some(disk_bytes)
-                } else if freed && room_freed(file_bytes, disk_bytes, stored) {
-                    Some(stored)
-                } else {
-                    None
-                }
+                trimmed_size(file_bytes, disk_bytes, stored, grown, freed)
             } else {
                 None
             };
@@ -182,6 +173,26 @@ fn worth_trimming(file_bytes: u64, disk_bytes: u64, stored_bytes: u64) -> bool {
     exceeds_by_a_tenth(file_bytes, disk_bytes) && exceeds_by_a_tenth(file_bytes, stored_bytes)
 }
 
+/// The size a trim leaves on disk, if one is due: the bytes on disk, which do not count redb's
+/// unwritten room, when the file `grown` by a quarter holds room [`worth_trimming`]; else,
+/// when this handle `freed` pages and they are [`room_freed`], the stored bytes (the freed
+/// pages go too). The next growth test starts from it.
+fn trimmed_size(
+    file_bytes: u64,
+    disk_bytes: u64,
+    stored_bytes: u64,
+    grown: bool,
+    freed: bool,
+) -> Option<u64> {
+    if grown && worth_trimming(file_bytes, disk_bytes, stored_bytes) {
+        Some(disk_bytes)
+    } else if freed && room_freed(file_bytes, disk_bytes, stored_bytes) {
+        Some(stored_bytes)
+    } else {
+        None
+    }
+}
+
 /// Whether pages freed inside a file (deleted or re-encoded versions) are worth a compaction
 /// as its handle closes: the bytes it takes on disk (at most its length: unwritten room at its
 /// end costs none) exceed the `stored_bytes` it holds by more than a tenth. No growth test:
@@ -211,7 +222,20 @@ impl StoreError {
 
 #[cfg(test)]
 mod tests {
-    use super::{grown_by_a_quarter, room_freed, worth_trimming};
+    use super::{grown_by_a_quarter, room_freed, trimmed_size, worth_trimming};
+
+    #[test]
+    fn a_trim_records_the_size_it_leaves() {
+        // Growth room: what is on disk stays.
+        assert_eq!(trimmed_size(200, 100, 100, true, false), Some(100));
+        // Freed pages: they go too, down to what is stored.
+        assert_eq!(trimmed_size(200, 200, 100, false, true), Some(100));
+        assert_eq!(trimmed_size(200, 200, 100, true, true), Some(100));
+        // Neither due.
+        assert_eq!(trimmed_size(200, 200, 100, true, false), None);
+        assert_eq!(trimmed_size(200, 100, 100, false, true), None);
+        assert_eq!(trimmed_size(105, 105, 100, true, true), None);
+    }
 
     #[test]
     fn freed_room_is_trimmed_beyond_a_tenth_of_the_stored_bytes() {

@@ -61,7 +61,7 @@ pub struct Store {
     pub(crate) uploader: Option<crate::remote::Uploader>,
     /// A commit of this handle freed pages (deleted or re-encoded versions) that no
     /// compaction has given back since: the close then also trims them (ADR 0038).
-    pub(crate) pages_freed: AtomicBool,
+    pages_freed: AtomicBool,
 }
 
 impl Store {
