@@ -138,6 +138,19 @@ pub const fn keep_anchor(delta_len: usize, keyframe_len: usize) -> bool {
     delta_len < keyframe_len
 }
 
+/// Whether a block whose next delta would be `delta_len` bytes is better written as a new
+/// keyframe of about `keyframe_len` bytes, so that the newest version reads without a chain
+/// (ADR 0006, reverse chains): only if the keyframe costs at most 3 % more than the deltas it
+/// replaces, over the lineage of `max_chain` versions that starts from it (one keyframe and
+/// `max_chain - 1` deltas). On AdamW moments a keyframe is about a delta's size and it pays;
+/// on fine-tuned weights it is several deltas' size and the chain goes on forward.
+pub const fn restart_pays(delta_len: usize, keyframe_len: usize, max_chain: u8) -> bool {
+    let (d, k) = (delta_len as u128, keyframe_len as u128);
+    let others = (max_chain as u128).saturating_sub(1);
+    // k - d <= 3 % of (k + others * d), in integers.
+    97 * k <= (100 + 3 * others) * d
+}
+
 /// The delta-base rule: a policy and its bound. See the [module docs](self).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct DeltaRule {
@@ -382,6 +395,19 @@ mod tests {
         assert_eq!(star(1).choose(KEY, None), Base::Keyframe);
         // A keyframe predecessor with a run at the bound: a keyframe.
         assert_eq!(r.choose(Link { run: 4, ..KEY }, None), Base::Keyframe);
+    }
+
+    #[test]
+    fn a_restart_pays_only_within_three_percent_of_a_lineage() {
+        // Six versions: 97 k <= 115 d, a keyframe at most 1.186 deltas.
+        assert!(restart_pays(1000, 1000, 6));
+        assert!(restart_pays(1000, 1185, 6));
+        assert!(!restart_pays(1000, 1187, 6));
+        assert!(!restart_pays(200, 1000, 6));
+        // A bound of 1 or 0: no deltas follow, the keyframe must cost no more than 3 %.
+        assert!(restart_pays(1000, 1030, 1));
+        assert!(!restart_pays(1000, 1040, 1));
+        assert!(restart_pays(usize::MAX, usize::MAX, u8::MAX));
     }
 
     #[test]

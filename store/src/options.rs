@@ -20,6 +20,13 @@ pub struct Options {
     pub max_chain: u8,
     /// How bases are chosen. Default [`DeltaPolicy::Chain`].
     pub policy: DeltaPolicy,
+    /// Under [`DeltaPolicy::Chain`], keep the newest version of a tensor as the keyframe of
+    /// its lineage where that costs about nothing (ADR 0006): a write appending a version
+    /// stores its blocks as keyframes and re-encodes the previous newest's against them, so
+    /// the newest checkpoint reads without a chain and older ones read through at most
+    /// `max_chain` segments as before. A block whose delta is much smaller than a keyframe
+    /// (slowly drifting weights) keeps forward chains. Default `true`.
+    pub newest_keyframe: bool,
     /// Bytes of decoded blocks kept in memory for reads and delta encoding. 0 disables the
     /// cache. Default 256 MiB. A write keeps only what later writes read: the newest version
     /// of each block it writes and the keyframes under them (ADR 0030).
@@ -55,6 +62,7 @@ impl Default for Options {
             block_bytes: 1 << 20,
             max_chain: DEFAULT_MAX_CHAIN,
             policy: DeltaPolicy::Chain,
+            newest_keyframe: true,
             cache_bytes: 256 << 20,
             lossless: LosslessOptions::default(),
             db_cache_bytes: 64 << 20,

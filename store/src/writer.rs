@@ -32,8 +32,8 @@ use crate::engine::{
     put_row, store_residual, BlockBytes, BlockWork, CacheRoom, Encoded, Task, TierChanges,
     VersionPlan, View, WriteTxn, Writeback,
 };
-use crate::error::{DbContext, InvalidInput, Result, StoreError};
-use crate::record::{CheckpointRecord, Form, Rebuild, ResidualRef, TierRow};
+use crate::error::{Corruption, DbContext, InvalidInput, Result, StoreError};
+use crate::record::{BlockRecord, CheckpointRecord, Form, Rebuild, ResidualRef, TierRow};
 use crate::store::{contain, Store};
 use crate::tensor::TensorRef;
 use crate::tiers::runtime::{spec_of, tiering_reconstruct};
@@ -366,7 +366,7 @@ fn start_version(
     overwrite: bool,
 ) -> Result<VersionPlan> {
     let elements: u64 = p.shape.iter().product();
-    let plan = {
+    let plan = |wt: &mut WriteTxn<'_>| {
         let rules = store.rules.read();
         plan_version(
             wt,
@@ -378,13 +378,20 @@ fn start_version(
             &p.shape,
             elements,
             overwrite,
-        )?
+        )
     };
-    if plan.replaces {
-        delete_version(wt, &store.cache, &store.opts, &p.name, step, false)?;
-        store.note_freed_pages();
+    let first = plan(wt)?;
+    if !first.replaces {
+        return Ok(first);
     }
-    Ok(plan)
+    delete_version(wt, &store.cache, &store.opts, &p.name, step, false)?;
+    store.note_freed_pages();
+    // The deletion re-based the versions that were deltas against the one replaced (the
+    // predecessor among them, when the replaced version was the newest keyframe): plan
+    // against their records as they are now.
+    let mut again = plan(wt)?;
+    again.replaces = true;
+    Ok(again)
 }
 
 /// Blocks per window of a pipelined write ([`Session::write_item`]): enough for every thread
@@ -539,6 +546,18 @@ fn insert_block(
         enc.segment.as_deref(),
     )?;
     plan.record.blocks.push(enc.record);
+    if let Some(f) = enc.flipped {
+        // The predecessor's keyframe, now a delta against this block (ADR 0006).
+        wt.add_ref(
+            &plan.name,
+            f.step,
+            block,
+            f.record.address,
+            Some(&f.segment),
+        )?;
+        wt.release(&plan.name, f.step, block, f.old.address)?;
+        plan.flipped.push((block, f.record));
+    }
     if plan.tiered.is_some() {
         let r = match &enc.residual {
             Some(r) => Some(store_residual(wt, &plan.name, plan.step, block, r)?),
@@ -561,6 +580,9 @@ fn finish_version(
         return Err(missing_block(plan, plan.record.blocks.len() as u64));
     }
     wt.put_version(&plan.name, plan.step, &plan.record)?;
+    if let Some(pstep) = plan.pred_step().filter(|_| !plan.flipped.is_empty()) {
+        flip_predecessor(wt, &store.opts, &plan.name, pstep, &plan.flipped)?;
+    }
     let Some(policy) = &plan.tiered else {
         return Ok(());
     };
@@ -586,6 +608,71 @@ fn finish_version(
         wt.tier_changes
             .registered
             .push((vid.clone(), b as u32, spec));
+    }
+    Ok(())
+}
+
+/// Writes the predecessor's re-encoded blocks (`flipped`: deltas against the new version)
+/// into its record, and deepens by one the blocks of older versions that read through them:
+/// the reverse chain under each flipped block, a delta against the version after it in turn
+/// (at most `max_chain` versions, the lineage's bound). Depths stay exact for those chains;
+/// a block that reads through another way (a reference, an aged blob on a newer base) keeps
+/// the depth it was written with, a lower bound.
+fn flip_predecessor(
+    wt: &mut WriteTxn<'_>,
+    opts: &crate::Options,
+    name: &Arc<str>,
+    pstep: u64,
+    flipped: &[(u64, BlockRecord)],
+) -> Result<()> {
+    let Some(mut rec) = wt.version(name, pstep)? else {
+        return Err(StoreError::Corrupt(Corruption::BadBase {
+            tensor: name.to_string(),
+            step: pstep,
+            block: flipped.first().map_or(0, |(b, _)| *b),
+            base: pstep,
+            reason: "disappeared while the next version was written",
+        }));
+    };
+    // Per block still followed: the step its next older link must be a delta against, and
+    // that link's new depth.
+    let mut follow: Vec<(u64, u64, u8)> = Vec::with_capacity(flipped.len());
+    for &(b, record) in flipped {
+        if let Some(slot) = rec.blocks.get_mut(b as usize) {
+            *slot = record;
+            follow.push((b, pstep, record.depth.saturating_add(1)));
+        }
+    }
+    wt.put_version(name, pstep, &rec)?;
+    let layout = rec;
+    let mut at = pstep;
+    for _ in 1..opts.max_chain.max(1) {
+        if follow.is_empty() {
+            break;
+        }
+        let Some((step, mut older)) = wt.predecessor(name, at)? else {
+            break;
+        };
+        if !older.same_layout(&layout) {
+            break;
+        }
+        let mut changed = false;
+        follow.retain_mut(|(b, above, depth)| {
+            let Some(block) = older.blocks.get_mut(*b as usize) else {
+                return false;
+            };
+            if block.base != Some(*above) || block.reference || block.form != Form::Lossless {
+                return false;
+            }
+            changed |= block.depth != *depth;
+            block.depth = *depth;
+            (*above, *depth) = (step, depth.saturating_add(1));
+            true
+        });
+        if changed {
+            wt.put_version(name, step, &older)?;
+        }
+        at = step;
     }
     Ok(())
 }

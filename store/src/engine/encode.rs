@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use rayon::prelude::*;
-use strata_codec::chain::{self, Base, DeltaRule, Link, Root};
+use strata_codec::chain::{self, Base, DeltaPolicy, DeltaRule, Link, Root};
 use strata_codec::segment;
 
 use super::blocks::{Fetcher, Job};
@@ -39,15 +39,27 @@ pub(crate) struct VersionPlan {
     pub(crate) tiered: Option<TierPolicy>,
     /// The latest earlier version with the same dtype and shape: the base of deltas.
     pred: Option<(u64, Arc<VersionRecord>)>,
+    /// The version becomes the tensor's newest (none is later) and the store keeps the newest
+    /// as a keyframe ([`Options::newest_keyframe`]): its blocks may be written as keyframes
+    /// and the predecessor's re-encoded against them (ADR 0006).
+    newest: bool,
     /// Quantize instead: the start tier and residual.
     lossy: Option<(strata_tiering::Tier, Residual)>,
     /// A small tensor, stored in its version record (one block, no segment; ADR 0029).
     inline: bool,
     /// Blocks of the version.
     pub(crate) blocks: u64,
+    /// The predecessor's blocks re-encoded against this version's, with their new records
+    /// ([`Flipped`]), to be written into the predecessor's record with this one.
+    pub(crate) flipped: Vec<(u64, BlockRecord)>,
 }
 
 impl VersionPlan {
+    /// The step of the predecessor version, if the plan has one.
+    pub(crate) fn pred_step(&self) -> Option<u64> {
+        self.pred.as_ref().map(|(s, _)| *s)
+    }
+
     /// Byte range of block `b` in the tensor's data.
     pub(crate) fn block_range(&self, b: u64) -> std::ops::Range<u64> {
         let size = self.record.dtype.size() as u64;
@@ -128,6 +140,12 @@ pub(crate) fn plan_version(
             .filter(|(_, p)| p.dtype == dtype && p.shape == shape)
             .map(|(s, p)| (s, Arc::new(p))),
     };
+    let newest = match &pred {
+        Some(_) if opts.newest_keyframe && opts.policy == DeltaPolicy::Chain => view
+            .at_or_before(&name, u64::MAX)?
+            .is_none_or(|(last, _)| last <= step),
+        _ => false,
+    };
     let block_elems = match &pred {
         _ if inline => elements,
         Some((_, p)) => p.block_elems,
@@ -149,9 +167,11 @@ pub(crate) fn plan_version(
         replaces,
         tiered: lossy.map(|_| policy.clone()),
         pred,
+        newest,
         lossy,
         inline,
         blocks,
+        flipped: Vec::new(),
     })
 }
 
@@ -193,6 +213,22 @@ pub(crate) struct Encoded {
     pub(crate) segment: Option<Vec<u8>>,
     /// What a quantized block keeps of its quantization error.
     pub(crate) residual: Option<ResidualBytes>,
+    /// The predecessor's block, re-encoded as a delta against this one (a keyframe).
+    pub(crate) flipped: Option<Flipped>,
+}
+
+/// A block of the predecessor version re-encoded against the new version's block, so that
+/// the newest version is the keyframe of its lineage (ADR 0006, reverse chains).
+#[derive(Debug)]
+pub(crate) struct Flipped {
+    /// The predecessor's step.
+    pub(crate) step: u64,
+    /// The block's record before: a keyframe, whose segment the predecessor no longer needs.
+    pub(crate) old: BlockRecord,
+    /// The block's new record: a delta against the new version.
+    pub(crate) record: BlockRecord,
+    /// Its segment.
+    pub(crate) segment: Vec<u8>,
 }
 
 /// Encodes a window of blocks (of one or more versions) in parallel; results in input order.
@@ -231,6 +267,8 @@ pub(crate) fn prepare_window<'d>(
             depth: 1,
             run: 1,
             anchor: false,
+            flip: None,
+            restart: None,
             lossy: plan.lossy,
             inline: plan.inline,
         };
@@ -244,6 +282,17 @@ pub(crate) fn prepare_window<'d>(
                 w.block,
                 &mut task,
             )?;
+            if plan.newest {
+                choose_reverse(
+                    &mut fetcher,
+                    opts,
+                    &plan.name,
+                    *pstep,
+                    prec,
+                    w.block,
+                    &mut task,
+                )?;
+            }
         }
         tasks.push(task);
     }
@@ -287,6 +336,12 @@ pub(crate) struct Task<'d> {
     /// The base is the lineage's keyframe, taken because the chain was full: keep the
     /// delta only if it is clearly smaller than a new keyframe would be.
     anchor: bool,
+    /// The predecessor's block is the newest keyframe of a lineage with room: write this
+    /// block as a keyframe and re-encode the predecessor's against it.
+    flip: Option<(u64, BlockRecord)>,
+    /// The predecessor's block cannot be re-encoded: write a keyframe instead of the delta
+    /// when [`chain::restart_pays`] against this keyframe size (its lineage's keyframe).
+    restart: Option<usize>,
     /// Quantize instead: the tier policy's start tier and residual.
     lossy: Option<(strata_tiering::Tier, Residual)>,
     /// Store the bytes in the version record ([`VersionPlan`]'s `inline`).
@@ -348,6 +403,35 @@ fn choose_base(
     Ok(())
 }
 
+/// For a version that becomes the tensor's newest: whether its block is written as a keyframe
+/// with the predecessor's re-encoded against it (the predecessor's block is a keyframe whose
+/// lineage has room for one more version), or may restart a lineage as a keyframe (any other
+/// lossless predecessor; decided once the delta's size is known).
+fn choose_reverse(
+    fetcher: &mut Fetcher<'_>,
+    opts: &Options,
+    name: &Arc<str>,
+    pstep: u64,
+    prec: &VersionRecord,
+    b: u64,
+    task: &mut Task<'_>,
+) -> Result<()> {
+    let p = prec.blocks[b as usize];
+    if task.pred.is_none() || p.form != Form::Lossless {
+        return Ok(());
+    }
+    if p.base.is_none() && !p.reference && p.run < opts.max_chain {
+        task.flip = Some((pstep, p));
+        return Ok(());
+    }
+    let keyframe = match p.base {
+        None => Some(p),
+        Some(_) => lineage_root(fetcher, name, pstep, p, prec, b)?.map(|(_, root)| root),
+    };
+    task.restart = keyframe.map(|k| k.segment_len as usize);
+    Ok(())
+}
+
 /// The keyframe a block's chain starts from: follows base steps from the predecessor's
 /// block down to depth 1, at most `u8::MAX` records. `None` if a record on the way is
 /// missing or laid out differently (the caller writes a keyframe then).
@@ -392,6 +476,7 @@ fn encode_task(
             record: BlockRecord::standalone(0, task.data.len(), Form::Inline),
             segment: Some(task.data.to_vec()),
             residual: None,
+            flipped: None,
         });
     }
     // A block of integers (counters, indices) or with non-finite values stays exact
@@ -412,6 +497,7 @@ fn encode_task(
         },
         segment: None,
         residual: None,
+        flipped: None,
     };
     let mut pred_bytes = None;
     let pred_record = task.pred.as_ref().map(|(p, _)| *p);
@@ -422,8 +508,48 @@ fn encode_task(
         }
         pred_bytes = Some(bytes);
     }
-    let (segment, base) = match task.base {
-        Some((base_step, base_rec, job)) => {
+    let mut flipped = None;
+    let mut run = task.run;
+    let (segment, base) = match (task.flip, task.base) {
+        (Some((pstep, p)), _) => {
+            let Some(pred) = pred_bytes.take() else {
+                return Err(StoreError::Corrupt(Corruption::BadBase {
+                    tensor: task.name.to_string(),
+                    step: task.step,
+                    block: task.block,
+                    base: pstep,
+                    reason: "was not read",
+                }));
+            };
+            let key = segment::encode_keyframe(task.dtype, &task.data, &opts.lossless)
+                .map_err(encode_err)?;
+            let delta = segment::encode_delta(task.dtype, &pred, &task.data, &opts.lossless)
+                .map_err(encode_err)?;
+            run = 1;
+            if delta.len() < p.segment_len as usize {
+                // The predecessor becomes a delta against this block, one link above the
+                // lineage under it.
+                run = p.run.saturating_add(1);
+                let record = BlockRecord {
+                    address: address_of(&delta),
+                    base: Some(task.step),
+                    reference: false,
+                    depth: 2,
+                    run: 1,
+                    segment_len: delta.len() as u32,
+                    form: Form::Lossless,
+                };
+                cache.forget(p.address);
+                flipped = Some(Flipped {
+                    step: pstep,
+                    old: p,
+                    record,
+                    segment: delta,
+                });
+            }
+            (key, None)
+        }
+        (None, Some((base_step, base_rec, job))) => {
             let base_bytes = match (job, pred_bytes) {
                 (Some(job), _) => job.decode(cache)?,
                 (None, Some(p)) => p,
@@ -448,11 +574,19 @@ fn encode_task(
                 let key = segment::encode_keyframe(task.dtype, &task.data, &opts.lossless)
                     .map_err(encode_err)?;
                 (key, None)
+            } else if task
+                .restart
+                .is_some_and(|k| chain::restart_pays(seg.len(), k, opts.max_chain))
+            {
+                // A keyframe costs about a delta here: the newest reads without a chain.
+                let key = segment::encode_keyframe(task.dtype, &task.data, &opts.lossless)
+                    .map_err(encode_err)?;
+                (key, None)
             } else {
                 (seg, Some(base_step))
             }
         }
-        None => (
+        (None, None) => (
             segment::encode_keyframe(task.dtype, &task.data, &opts.lossless).map_err(encode_err)?,
             None,
         ),
@@ -473,12 +607,17 @@ fn encode_task(
             base,
             reference: false,
             depth: if base.is_some() { task.depth } else { 1 },
-            run: if base.is_some() { task.run } else { 1 },
+            run: if base.is_some() || flipped.is_some() {
+                run
+            } else {
+                1
+            },
             segment_len: segment.len() as u32,
             form: Form::Lossless,
         },
         segment: Some(segment),
         residual: None,
+        flipped,
     })
 }
 
@@ -520,6 +659,7 @@ fn encode_lossy(
         ),
         segment: Some(block.segment),
         residual: block.residual,
+        flipped: None,
     })
 }
 

@@ -199,12 +199,39 @@ impl Manifest {
                     )));
                 }
                 if let Some(base) = b.base {
-                    if base >= *step || !self.versions.contains_key(&(name.clone(), base)) {
+                    if base == *step || !self.versions.contains_key(&(name.clone(), base)) {
                         return Err(ManifestError::Inconsistent(format!(
                             "version {name:?} at step {step} is a delta against step {base}, \
                              which the manifest does not hold"
                         )));
                     }
+                }
+            }
+        }
+        self.check_acyclic()
+    }
+
+    /// Every chain of bases ends at a keyframe: a base may be an older or a newer version
+    /// (the newest is a keyframe, ADR 0006), so a chain is followed, at most one step per
+    /// version of the tensor, and one that comes back to a version it passed is refused.
+    fn check_acyclic(&self) -> Result<(), ManifestError> {
+        for ((name, step), rec) in &self.versions {
+            for (b, block) in rec.blocks.iter().enumerate() {
+                let mut next = block.base;
+                let mut hops = 0usize;
+                while let Some(at) = next {
+                    hops += 1;
+                    if hops > self.versions.len() {
+                        return Err(ManifestError::Inconsistent(format!(
+                            "block {b} of version {name:?} at step {step} has a chain of bases \
+                             that loops"
+                        )));
+                    }
+                    next = self
+                        .versions
+                        .get(&(name.clone(), at))
+                        .and_then(|r| r.blocks.get(b))
+                        .and_then(|x| x.base);
                 }
             }
         }
