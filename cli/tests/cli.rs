@@ -195,7 +195,20 @@ fn cli_round_trip_on_dev_ft_bf16() {
         .and_then(|l| l.strip_suffix(" bytes"))
         .map(|l| l.split(" -> ").filter_map(|n| n.parse().ok()).collect())
         .unwrap_or_default();
-    assert!(sizes.len() == 2 && sizes[1] < sizes[0], "{out}");
+    assert!(sizes.len() == 2 && sizes[1] <= sizes[0], "{out}");
+    // No room is kept: the file holds what it stores, and redb's fixed regions. (Deleting the
+    // oldest checkpoint frees only its deltas when the newest is kept a keyframe, ADR 0006:
+    // the file need not get shorter.)
+    let stats: serde_json::Value =
+        serde_json::from_str(&ok(&["stats", p(&store), "--json"])).expect("stats json");
+    let (file, stored) = (
+        stats["file_bytes"].as_u64().expect("file bytes"),
+        stats["stored_bytes"].as_u64().expect("stored bytes"),
+    );
+    assert!(
+        file <= stored + stored / 10 + (512 << 10),
+        "{file} {stored}"
+    );
 
     // Usage errors exit 2, failures 1.
     let two = dir.path().join("step_1.safetensors");
@@ -274,11 +287,13 @@ fn import_trims_the_growth_room_unless_told_not_to() {
         "the import printed the size before its trim: {out}"
     );
 
-    // --no-compact keeps the room redb reserved past the pages in use, a hole (ADR 0023).
+    // --no-compact keeps the room redb reserved past the pages in use, a hole (ADR 0023). It
+    // is smaller than a tenth here: each step's write reuses the pages of the keyframes the
+    // step before re-encoded (the newest kept a keyframe, ADR 0006) before growing the file.
     let store = dir.path().join("room.strata");
     ok(&["import", p(&store), p(&src), "--no-compact"]);
     let (file, disk, stored) = sizes(&store);
-    assert!(disk >= stored && file * 10 > disk * 11, "{file} {disk}");
+    assert!(disk >= stored && file > disk, "{file} {disk}");
 
     let out = ok(&["compact", p(&store)]);
     assert_eq!(number_after(&out, "file "), file, "{out}");

@@ -11,7 +11,7 @@ use redb::ReadableTable;
 use crate::engine::{WriteTxn, META, TRIMMED_AT_KEY};
 use crate::error::{DbContext, StoreError};
 use crate::stats::stored_sizes_of;
-use crate::store::{contain, Store};
+use crate::store::{contain, Freed, Store};
 #[cfg(doc)]
 use crate::StoreStats;
 
@@ -76,7 +76,7 @@ impl Store {
             }
             let (file_bytes, disk_bytes) = (self.file_bytes()?, self.disk_bytes()?);
             let freed = self.has_freed_pages();
-            if !freed && !exceeds_by_a_tenth(file_bytes, disk_bytes) {
+            if freed == Freed::None && !exceeds_by_a_tenth(file_bytes, disk_bytes) {
                 return Ok(false);
             }
             let Some(last) = self.claim_trim(file_bytes, disk_bytes, freed)? else {
@@ -99,7 +99,7 @@ impl Store {
         &self,
         file_bytes: u64,
         disk_bytes: u64,
-        freed: bool,
+        freed: Freed,
     ) -> crate::Result<Option<u64>> {
         let op = "deciding a trim";
         let _writer = self.writer.lock();
@@ -117,7 +117,7 @@ impl Store {
             // redb's pages in use, which hold them: counting those pages visits every page of
             // the file, as the compaction then does again.
             let grown = grown_by_a_quarter(disk_bytes, last);
-            let trimmed_to = if grown || freed {
+            let trimmed_to = if grown || freed == Freed::Deleted {
                 let stored = stored_sizes_of(&wt)?.total();
                 trimmed_size(file_bytes, disk_bytes, stored, grown, freed)
             } else {
@@ -175,18 +175,24 @@ fn worth_trimming(file_bytes: u64, disk_bytes: u64, stored_bytes: u64) -> bool {
 
 /// The size a trim leaves on disk, if one is due: the bytes on disk, which do not count redb's
 /// unwritten room, when the file `grown` by a quarter holds room [`worth_trimming`]; else,
-/// when this handle `freed` pages and they are [`room_freed`], the stored bytes (the freed
-/// pages go too). The next growth test starts from it.
+/// when this handle deleted pages ([`Freed::Deleted`]), or re-encoded some and the file grew
+/// by a quarter, and they are [`room_freed`], the stored bytes (the freed pages go too). The
+/// next growth test starts from it.
 fn trimmed_size(
     file_bytes: u64,
     disk_bytes: u64,
     stored_bytes: u64,
     grown: bool,
-    freed: bool,
+    freed: Freed,
 ) -> Option<u64> {
+    let freed_due = match freed {
+        Freed::None => false,
+        Freed::Reencoded => grown,
+        Freed::Deleted => true,
+    };
     if grown && worth_trimming(file_bytes, disk_bytes, stored_bytes) {
         Some(disk_bytes)
-    } else if freed && room_freed(file_bytes, disk_bytes, stored_bytes) {
+    } else if freed_due && room_freed(file_bytes, disk_bytes, stored_bytes) {
         Some(stored_bytes)
     } else {
         None
@@ -222,19 +228,23 @@ impl StoreError {
 
 #[cfg(test)]
 mod tests {
-    use super::{grown_by_a_quarter, room_freed, trimmed_size, worth_trimming};
+    use super::{grown_by_a_quarter, room_freed, trimmed_size, worth_trimming, Freed};
 
     #[test]
     fn a_trim_records_the_size_it_leaves() {
+        use Freed::{Deleted, Reencoded};
         // Growth room: what is on disk stays.
-        assert_eq!(trimmed_size(200, 100, 100, true, false), Some(100));
+        assert_eq!(trimmed_size(200, 100, 100, true, Freed::None), Some(100));
         // Freed pages: they go too, down to what is stored.
-        assert_eq!(trimmed_size(200, 200, 100, false, true), Some(100));
-        assert_eq!(trimmed_size(200, 200, 100, true, true), Some(100));
+        assert_eq!(trimmed_size(200, 200, 100, false, Deleted), Some(100));
+        assert_eq!(trimmed_size(200, 200, 100, true, Deleted), Some(100));
+        // Re-encoded pages go with a quarter of growth only.
+        assert_eq!(trimmed_size(200, 200, 100, true, Reencoded), Some(100));
+        assert_eq!(trimmed_size(200, 200, 100, false, Reencoded), None);
         // Neither due.
-        assert_eq!(trimmed_size(200, 200, 100, true, false), None);
-        assert_eq!(trimmed_size(200, 100, 100, false, true), None);
-        assert_eq!(trimmed_size(105, 105, 100, true, true), None);
+        assert_eq!(trimmed_size(200, 200, 100, true, Freed::None), None);
+        assert_eq!(trimmed_size(200, 100, 100, false, Deleted), None);
+        assert_eq!(trimmed_size(105, 105, 100, true, Deleted), None);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
@@ -61,7 +61,22 @@ pub struct Store {
     pub(crate) uploader: Option<crate::remote::Uploader>,
     /// A commit of this handle freed pages (deleted or re-encoded versions) that no
     /// compaction has given back since: the close then also trims them (ADR 0038).
-    pages_freed: AtomicBool,
+    pages_freed: AtomicU8,
+}
+
+/// What the commits of a handle freed inside the file that no compaction has given back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[repr(u8)]
+pub(crate) enum Freed {
+    /// Nothing.
+    None = 0,
+    /// The previous newest version's keyframes, re-encoded against the version written
+    /// (ADR 0006): about one checkpoint's keyframes, which the next save reuses. A close
+    /// gives them back with the file's growth only, so a handle opened around every save does
+    /// not compact at every close (ADR 0036).
+    Reencoded = 1,
+    /// Deleted or rewritten versions (ADR 0038): a close gives them back.
+    Deleted = 2,
 }
 
 impl Store {
@@ -214,7 +229,7 @@ impl Store {
             backend: None,
             #[cfg(feature = "remote")]
             uploader: None,
-            pages_freed: AtomicBool::new(false),
+            pages_freed: AtomicU8::new(Freed::None as u8),
         };
         // redb trusts its file past the open too: a damaged one can make it panic while the
         // format record and the tier rows are read. Turn that into an error as well.
@@ -315,7 +330,7 @@ impl Store {
                 .map_err(|e| StoreError::Compaction {
                     source: Box::new(e),
                 })?;
-            self.pages_freed.store(false, Ordering::Relaxed);
+            self.pages_freed.store(Freed::None as u8, Ordering::Relaxed);
             Ok(compacted)
         })
     }
@@ -323,12 +338,25 @@ impl Store {
     /// Notes that a commit of this handle freed pages (it deleted or re-encoded versions)
     /// and no compaction followed: the close trims them (ADR 0038).
     pub(crate) fn note_freed_pages(&self) {
-        self.pages_freed.store(true, Ordering::Relaxed);
+        self.pages_freed
+            .fetch_max(Freed::Deleted as u8, Ordering::Relaxed);
     }
 
-    /// Whether a commit of this handle freed pages that no compaction has given back since.
-    pub(crate) fn has_freed_pages(&self) -> bool {
-        self.pages_freed.load(Ordering::Relaxed)
+    /// Notes that a commit of this handle re-encoded the previous newest version against the
+    /// one it wrote (ADR 0006), freeing the previous keyframes' pages: the next save reuses
+    /// them, so a close gives them back only with the file's growth (ADR 0036).
+    pub(crate) fn note_reencoded_pages(&self) {
+        self.pages_freed
+            .fetch_max(Freed::Reencoded as u8, Ordering::Relaxed);
+    }
+
+    /// What the commits of this handle freed that no compaction has given back since.
+    pub(crate) fn has_freed_pages(&self) -> Freed {
+        match self.pages_freed.load(Ordering::Relaxed) {
+            0 => Freed::None,
+            1 => Freed::Reencoded,
+            _ => Freed::Deleted,
+        }
     }
 
     /// [`Store::compact`] after a pass that rewrote many versions (retention and aging do it

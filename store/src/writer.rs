@@ -33,7 +33,9 @@ use crate::engine::{
     VersionPlan, View, WriteTxn, Writeback,
 };
 use crate::error::{Corruption, DbContext, InvalidInput, Result, StoreError};
-use crate::record::{BlockRecord, CheckpointRecord, Form, Rebuild, ResidualRef, TierRow};
+use crate::record::{
+    content_hash, BlockRecord, CheckpointRecord, Form, Rebuild, ResidualRef, TierRow,
+};
 use crate::store::{contain, Store};
 use crate::tensor::TensorRef;
 use crate::tiers::runtime::{spec_of, tiering_reconstruct};
@@ -532,6 +534,10 @@ fn insert_block(
     enc: Encoded,
     residuals: &mut Vec<Option<ResidualRef>>,
 ) -> Result<()> {
+    match (&mut plan.raw_hashes, enc.raw_hash) {
+        (Some(hashes), Some(h)) => hashes.push(h),
+        (hashes, _) => *hashes = None,
+    }
     if enc.record.form == Form::Inline {
         // The bytes go in the version record: no segment (ADR 0029).
         plan.record.inline = enc.segment;
@@ -579,9 +585,16 @@ fn finish_version(
     if plan.record.blocks.len() as u64 != plan.blocks {
         return Err(missing_block(plan, plan.record.blocks.len() as u64));
     }
-    wt.put_version(&plan.name, plan.step, &plan.record)?;
+    let mut record = std::borrow::Cow::Borrowed(&plan.record);
+    if let Some(hashes) = plan.raw_hashes.as_deref().filter(|_| plan.tiered.is_none()) {
+        record.to_mut().content = Some(content_hash(hashes));
+    }
+    wt.put_version(&plan.name, plan.step, &record)?;
     if let Some(pstep) = plan.pred_step().filter(|_| !plan.flipped.is_empty()) {
         flip_predecessor(wt, &store.opts, &plan.name, pstep, &plan.flipped)?;
+        // The predecessor's keyframes are freed: the next save reuses their pages, a close
+        // gives them back with the file's growth.
+        store.note_reencoded_pages();
     }
     let Some(policy) = &plan.tiered else {
         return Ok(());

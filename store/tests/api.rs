@@ -41,7 +41,16 @@ fn partial_reads_decode_only_what_they_need() {
 #[test]
 fn history_lookups() {
     let (_d, path) = temp_store();
-    let store = Store::open(&path).expect("open");
+    // The bases asserted below are forward chains' (ADR 0006): the newest kept a keyframe
+    // is tested in `newest_keyframe.rs`.
+    let store = Store::open_with(
+        &path,
+        Options {
+            newest_keyframe: false,
+            ..Options::default()
+        },
+    )
+    .expect("open");
     let vals: Vec<Vec<u8>> = (0..4).map(|k| f32_bytes(&noise(100, k))).collect();
     for (k, v) in vals.iter().enumerate() {
         let t = TensorRef {
@@ -137,6 +146,8 @@ fn chain_and_star_bound_the_read_work() {
             Options {
                 policy,
                 max_chain: 3,
+                // Forward chains' bound; the newest kept a keyframe: `newest_keyframe.rs`.
+                newest_keyframe: false,
                 ..Options::default()
             },
         )

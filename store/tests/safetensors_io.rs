@@ -290,7 +290,8 @@ fn f4_and_f6_tensors_round_trip_bit_exact() {
     assert_eq!(values.len(), 1024);
     assert_eq!(values[0], 0.0);
     assert!(values.iter().all(|v| v.is_finite() && v.abs() <= 28.0));
-    // Step 2 is stored as deltas against step 1.
+    // Step 2 is stored as deltas against step 1 (a keyframe this small is not re-encoded
+    // against the newest, ADR 0006).
     let versions = store.versions("w.fp4").expect("versions");
     assert_eq!(versions.len(), 2);
     assert_eq!(versions[1].encodings[0].base, Some(1));

@@ -104,11 +104,15 @@ fn real_series_round_trip_and_ratios() {
     // 2.941, later 2.841 as the streaming writer lays pages out differently; SingleWriter
     // mode: dev_pre/bf16 1.546, 1.546, dev_ft 1.480, dev_ft/bf16 Star 2.747). redb's fixed regions weigh on files this small: dev_pre keeps 1.294 of its raw
     // bytes in segments but its file holds 1.036.
+    // With the newest kept a keyframe (ADR 0006) every write frees the previous newest's
+    // keyframes, and the file before compaction is about twice as long: on dev_ft/bf16, whose
+    // segments stay as small as before (raw/stored 4.594 either way), redb's compaction of a
+    // file this small keeps about 190 KB more of it (Chain 2.576; 3.734 with forward chains).
     let committed_cases = [
         ("dev_pre", 1.00, 1.00),
         ("dev_pre/bf16", 1.50, 1.50),
         ("dev_ft", 1.44, 1.25),
-        ("dev_ft/bf16", 3.62, 2.66),
+        ("dev_ft/bf16", 2.50, 2.66),
     ];
     let max_chain = std::env::var("STRATA_MAX_CHAIN")
         .ok()

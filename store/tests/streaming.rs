@@ -85,6 +85,8 @@ fn writer_commits_whole_checkpoints_larger_than_the_window() {
     store.save_checkpoint(20, &[("big", t)], "").unwrap();
     assert_eq!(store.get("big", 20).unwrap().data, next);
     let v = store.versions("big").unwrap();
+    // Blocks of 4 KiB: keyframes too small to be re-encoded against the newest (ADR 0006),
+    // so forward chains.
     assert!(v[1].encodings.iter().any(|e| e.base == Some(10)));
 }
 
@@ -428,6 +430,8 @@ fn imports_stream_from_files_and_bad_files_leave_nothing() {
     std::fs::write(&successor, &next).unwrap();
     store.import_safetensors(&successor, 9).unwrap();
     let versions = store.versions("x").unwrap();
+    // Blocks of 4 KiB: keyframes too small to be re-encoded against the newest (ADR 0006),
+    // so forward chains.
     let at_9 = versions.iter().find(|v| v.step == 9).expect("version 9");
     assert!(
         at_9.encodings.len() > 16 && at_9.encodings.iter().all(|e| e.base == Some(7)),

@@ -1,7 +1,9 @@
 //! Aging the versions of one tensor inside a write transaction (ADR 0020).
 //!
 //! 1. Every exact version that is a delta against a version to age is re-based off it
-//!    ([`rebase_off`]): exact data never builds on lossy data.
+//!    ([`rebase_off`]): exact data never builds on lossy data. So is every version to age
+//!    that is a delta against a newer one to age ([`rebase_within`]; the newest is kept a
+//!    keyframe, ADR 0006): its exact data must still read when the newer one is aged.
 //! 2. Newest first, each version to age is re-encoded block by block against the
 //!    reconstruction of the nearest newer version whose chain has room (at most
 //!    `max_chain` segments per read): newest first, so a version's exact data is still
@@ -26,7 +28,7 @@ use strata_codec::segment;
 
 use super::blocks::{Fetcher, BATCH_BYTES};
 use super::cache::{Block, BlockCache};
-use super::rebase::rebase_off;
+use super::rebase::{rebase_off, rebase_within};
 use super::segments::address_of;
 use super::txn::WriteTxn;
 use crate::error::{Result, StoreError};
@@ -197,6 +199,7 @@ impl Aging {
         job: AgeJob,
     ) -> Result<Aging> {
         let all = rebase_off(wt, cache, opts, &job.name, &job.steps)?;
+        let all = rebase_within(wt, cache, opts, &job.name, &job.steps, all)?;
         Ok(Aging {
             name: Arc::from(job.name),
             how: job.how,
@@ -289,6 +292,10 @@ impl Aging {
             return Ok(());
         };
         cur.new.aged = cur.worst;
+        if cur.new.aged.is_some() {
+            // No longer the data it was written with.
+            cur.new.content = None;
+        }
         match cur.worst {
             Some(e) => {
                 self.tally.versions_aged += 1;

@@ -52,6 +52,9 @@ pub(crate) struct VersionPlan {
     /// The predecessor's blocks re-encoded against this version's, with their new records
     /// ([`Flipped`]), to be written into the predecessor's record with this one.
     pub(crate) flipped: Vec<(u64, BlockRecord)>,
+    /// The raw hashes of the blocks inserted so far; `None` once a block has none (a lossy
+    /// or inline version has no content hash).
+    pub(crate) raw_hashes: Option<Vec<u64>>,
 }
 
 impl VersionPlan {
@@ -161,6 +164,7 @@ pub(crate) fn plan_version(
             blocks: Vec::with_capacity(blocks.min(1 << 20) as usize),
             aged: None,
             inline: None,
+            content: None,
         },
         name,
         step,
@@ -172,6 +176,7 @@ pub(crate) fn plan_version(
         inline,
         blocks,
         flipped: Vec::new(),
+        raw_hashes: Some(Vec::new()),
     })
 }
 
@@ -215,6 +220,9 @@ pub(crate) struct Encoded {
     pub(crate) residual: Option<ResidualBytes>,
     /// The predecessor's block, re-encoded as a delta against this one (a keyframe).
     pub(crate) flipped: Option<Flipped>,
+    /// xxh3-64 of the block's raw bytes, for a block stored exactly in a segment (the
+    /// version's content hash, [`crate::record::content_hash`]).
+    pub(crate) raw_hash: Option<u64>,
 }
 
 /// A block of the predecessor version re-encoded against the new version's block, so that
@@ -403,6 +411,13 @@ fn choose_base(
     Ok(())
 }
 
+/// Smallest keyframe segment re-encoded against the next version. A smaller one is stored in
+/// `tails` pieces that share B-tree leaves with other segments' (module `segments`), and
+/// deleting it would leave those leaves part empty for good (keys only grow, so nothing is
+/// appended there again); its block reads in microseconds through a chain anyway. A larger
+/// one is mostly whole-leaf chunks, whose pages the next saves reuse.
+const FLIP_MIN_BYTES: u32 = 64 << 10;
+
 /// For a version that becomes the tensor's newest: whether its block is written as a keyframe
 /// with the predecessor's re-encoded against it (the predecessor's block is a keyframe whose
 /// lineage has room for one more version), or may restart a lineage as a keyframe (any other
@@ -420,7 +435,14 @@ fn choose_reverse(
     if task.pred.is_none() || p.form != Form::Lossless {
         return Ok(());
     }
-    if p.base.is_none() && !p.reference && p.run < opts.max_chain {
+    // A predecessor without a content hash (written by an older build) keeps its encoding: a
+    // remote that holds it compares its record whole.
+    if p.base.is_none()
+        && !p.reference
+        && p.run < opts.max_chain
+        && prec.content.is_some()
+        && p.segment_len >= FLIP_MIN_BYTES
+    {
         task.flip = Some((pstep, p));
         return Ok(());
     }
@@ -477,6 +499,7 @@ fn encode_task(
             segment: Some(task.data.to_vec()),
             residual: None,
             flipped: None,
+            raw_hash: None,
         });
     }
     // A block of integers (counters, indices) or with non-finite values stays exact
@@ -490,6 +513,7 @@ fn encode_task(
             source,
         });
     }
+    let raw_hash = Some(xxhash_rust::xxh3::xxh3_64(&task.data));
     let reference = |r: BlockRecord| Encoded {
         record: BlockRecord {
             reference: true,
@@ -498,6 +522,7 @@ fn encode_task(
         segment: None,
         residual: None,
         flipped: None,
+        raw_hash,
     };
     let mut pred_bytes = None;
     let pred_record = task.pred.as_ref().map(|(p, _)| *p);
@@ -618,6 +643,7 @@ fn encode_task(
         segment: Some(segment),
         residual: None,
         flipped,
+        raw_hash,
     })
 }
 
@@ -660,6 +686,7 @@ fn encode_lossy(
         segment: Some(block.segment),
         residual: block.residual,
         flipped: None,
+        raw_hash: None,
     })
 }
 

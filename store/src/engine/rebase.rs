@@ -174,6 +174,50 @@ pub(crate) fn rebase_off(
     Ok(all)
 }
 
+/// Re-encodes every block of a version in `steps` that is a delta against a newer version
+/// in `steps`, onto the nearest version after it outside `steps` (or as a keyframe), before
+/// the versions of `steps` are rewritten lossy newest first ([`crate::Store::age`]): with the
+/// newest kept a keyframe (ADR 0006) an older version's exact data reads through newer ones,
+/// and aging the newer one first would take its base away. Returns every version of the
+/// tensor, with the changed records.
+pub(crate) fn rebase_within(
+    wt: &mut WriteTxn<'_>,
+    cache: &BlockCache,
+    opts: &Options,
+    name: &str,
+    steps: &BTreeSet<u64>,
+    mut all: Vec<(u64, VersionRecord)>,
+) -> Result<Vec<(u64, VersionRecord)>> {
+    // Newest first: a version's dependents are re-based while its own chain is unchanged, so
+    // their data still reads; each then no longer needs any version of `steps`.
+    for &step in steps.iter().rev() {
+        let Ok(at) = all.binary_search_by_key(&step, |(s, _)| *s) else {
+            continue;
+        };
+        let doomed = all[at].1.clone();
+        let depends = |rec: &VersionRecord| rec.blocks.iter().any(|b| b.base == Some(step));
+        let older: Vec<(u64, VersionRecord)> = all
+            .iter()
+            .filter(|(s, rec)| *s < step && steps.contains(s) && depends(rec))
+            .cloned()
+            .collect();
+        if older.is_empty() {
+            continue;
+        }
+        let gone = Gone {
+            step,
+            record: &doomed,
+            going: steps,
+        };
+        for (vstep, rec) in rebase_planned(wt, cache, opts, name, gone, &older)? {
+            if let Ok(i) = all.binary_search_by_key(&vstep, |(s, _)| *s) {
+                all[i].1 = rec;
+            }
+        }
+    }
+    Ok(all)
+}
+
 /// [`rebase_dependents`] given the tensor's other versions `all` (in step order): writes the
 /// re-based blocks and returns the changed version records.
 fn rebase_planned(

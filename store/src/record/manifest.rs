@@ -175,6 +175,28 @@ impl Manifest {
         Ok(m)
     }
 
+    /// Whether two manifests describe the same checkpoint: the same kind, step, metadata and
+    /// tensors, and every version both hold the same data ([`VersionRecord::same_content`]).
+    /// Encodings may differ: a store re-encodes a version when a newer one is written (its
+    /// newest kept a keyframe, ADR 0006) or when a base is deleted, and a chain then reaches
+    /// other versions. The versions at the step are in both; chain versions are compared
+    /// where both hold them.
+    pub(crate) fn same_content(&self, other: &Manifest) -> bool {
+        if self == other {
+            return true;
+        }
+        self.kind == other.kind
+            && self.step == other.step
+            && self.metadata == other.metadata
+            && self.tensors == other.tensors
+            && self.versions.iter().all(|(key, rec)| {
+                other
+                    .versions
+                    .get(key)
+                    .is_none_or(|theirs| rec.same_content(theirs))
+            })
+    }
+
     /// Every tensor has its version at the step; every delta's base version is present.
     fn check(&self) -> Result<(), ManifestError> {
         let mut names = BTreeSet::new();

@@ -28,7 +28,9 @@ pub(crate) use tier::{
 };
 #[cfg(test)]
 pub(crate) use version::BLOCK_RECORD_LEN;
-pub(crate) use version::{BlockRecord, Form, VersionRecord, MAX_BLOCK_BYTES, MAX_DIMS};
+pub(crate) use version::{
+    content_hash, BlockRecord, Form, VersionRecord, MAX_BLOCK_BYTES, MAX_DIMS,
+};
 
 use thiserror::Error;
 

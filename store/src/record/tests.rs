@@ -48,6 +48,7 @@ fn sample() -> VersionRecord {
         ],
         aged: None,
         inline: None,
+        content: None,
     }
 }
 
@@ -74,7 +75,67 @@ fn aged_sample() -> VersionRecord {
         ],
         aged: Some(2.5e-3),
         inline: None,
+        content: None,
     }
+}
+
+/// A lossless version with its content hash (record version 4).
+fn content_sample() -> VersionRecord {
+    let mut rec = sample();
+    rec.blocks.truncate(2);
+    rec.shape = vec![2, 8];
+    rec.elements = 16;
+    rec.content = Some(content_hash(&[0xfeed, 0xbeef]));
+    rec
+}
+
+#[test]
+fn a_content_hash_round_trips_in_record_version_4() {
+    let rec = content_sample();
+    let bytes = rec.encode();
+    assert_eq!(bytes[0], 4);
+    assert_eq!(bytes.len(), rec.encoded_len());
+    assert_eq!(VersionRecord::decode(&bytes).unwrap(), rec);
+    // Cut anywhere: an error, never a record.
+    for cut in 0..bytes.len() {
+        assert!(
+            VersionRecord::decode(&bytes[..cut]).is_err(),
+            "cut at {cut}"
+        );
+    }
+    // One byte too many is refused too.
+    let mut long = bytes.clone();
+    long.push(0);
+    assert!(VersionRecord::decode(&long).is_err());
+}
+
+#[test]
+fn same_content_ignores_the_encoding_not_the_data() {
+    let rec = content_sample();
+    // Re-encoded against another base: other addresses, bases and depths.
+    let mut flipped = rec.clone();
+    flipped.blocks[0].base = Some(99);
+    flipped.blocks[0].depth = 2;
+    flipped.blocks[0].address ^= 1;
+    assert_ne!(flipped, rec);
+    assert!(flipped.same_content(&rec) && rec.same_content(&flipped));
+    // Other data, or another layout: different.
+    let mut other = flipped.clone();
+    other.content = Some(content_hash(&[0xfeed, 0xbeee]));
+    assert!(!other.same_content(&rec));
+    let mut reshaped = flipped.clone();
+    reshaped.shape = vec![16];
+    assert!(!reshaped.same_content(&rec));
+    // Without a hash on either side, records compare whole.
+    let mut old = flipped.clone();
+    old.content = None;
+    assert!(!old.same_content(&rec));
+    assert!(old.same_content(&old.clone()));
+    // A version no longer exact (a tiered block) is not the data it was written with.
+    let mut tiered = flipped;
+    tiered.blocks[1].form = Form::Quantized;
+    tiered.blocks[1].base = None;
+    assert!(!tiered.same_content(&rec));
 }
 
 #[test]

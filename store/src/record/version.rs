@@ -21,7 +21,13 @@
 //!   u32   segment length in bytes
 //! f32     (version 2 only) the version's fidelity: the largest relative Frobenius error of
 //!         its aged blocks, measured when it was aged
+//! u64     (version 4 only) the version's content hash: xxh3-64 of the xxh3-64 hashes of its
+//!         blocks' raw bytes, in block order (little-endian), as written. Re-encoding a
+//!         block (a re-base, or the newest kept a keyframe, ADR 0006) leaves it as it is, so
+//!         it names the data, not its encoding ([`VersionRecord::same_content`])
 //! ```
+//!
+//! Version 4 is version 1 with the content hash: a lossless version written by this build.
 //!
 //! An inline version (record version 3) holds a small tensor's bytes in the record itself:
 //! no segment, no block records (ADR 0029).
@@ -43,6 +49,8 @@ const RECORD_VERSION: u8 = 1;
 const RECORD_VERSION_AGED: u8 = 2;
 /// The record version of an inline version (its bytes in the record).
 const RECORD_VERSION_INLINE: u8 = 3;
+/// The record version of a version with its content hash.
+const RECORD_VERSION_CONTENT: u8 = 4;
 /// Largest tensor, in raw bytes, stored inline in its version record: step counters and
 /// other scalars. At most the bytes of a reference block's record, so an inline version never
 /// costs more than a version that repeats its predecessor (ADR 0029).
@@ -251,6 +259,18 @@ pub(crate) struct VersionRecord {
     /// For an inline version, the tensor's bytes (its one block has [`Form::Inline`]);
     /// `None` for every other version.
     pub(crate) inline: Option<Vec<u8>>,
+    /// The hash of the data as written ([`content_hash`]), for a version written losslessly
+    /// by a build that records it; `None` for older records, inline and aged versions.
+    pub(crate) content: Option<u64>,
+}
+
+/// The content hash of a version from the xxh3-64 hashes of its blocks' raw bytes.
+pub(crate) fn content_hash(block_hashes: &[u64]) -> u64 {
+    let mut bytes = Vec::with_capacity(block_hashes.len() * 8);
+    for h in block_hashes {
+        bytes.extend_from_slice(&h.to_le_bytes());
+    }
+    xxhash_rust::xxh3::xxh3_64(&bytes)
 }
 
 impl VersionRecord {
@@ -289,6 +309,29 @@ impl VersionRecord {
             blocks: vec![BlockRecord::standalone(0, bytes.len(), Form::Inline)],
             aged: None,
             inline: Some(bytes),
+            content: None,
+        }
+    }
+
+    /// Whether two records hold the same data, whatever its encoding: equal records, or
+    /// two exact versions of the same layout with the same content hash (a version whose
+    /// blocks were re-encoded since, against other bases, holds the data it was written
+    /// with). Records without a content hash compare whole.
+    pub(crate) fn same_content(&self, other: &VersionRecord) -> bool {
+        if self == other {
+            return true;
+        }
+        let exact = |r: &VersionRecord| r.aged.is_none() && r.blocks.iter().all(|b| b.is_exact());
+        match (self.content, other.content) {
+            (Some(a), Some(b)) => {
+                a == b
+                    && self.dtype == other.dtype
+                    && self.shape == other.shape
+                    && self.block_elems == other.block_elems
+                    && exact(self)
+                    && exact(other)
+            }
+            _ => false,
         }
     }
 
@@ -302,16 +345,21 @@ impl VersionRecord {
         if let Some(bytes) = &self.inline {
             return 3 + 8 * self.shape.len() + bytes.len();
         }
-        let aged = if self.aged.is_some() { 4 } else { 0 };
-        3 + 8 * self.shape.len() + 12 + BLOCK_RECORD_LEN * self.blocks.len() + aged
+        let tail = match (self.aged, self.content) {
+            (Some(_), _) => 4,
+            (None, Some(_)) => 8,
+            (None, None) => 0,
+        };
+        3 + 8 * self.shape.len() + 12 + BLOCK_RECORD_LEN * self.blocks.len() + tail
     }
 
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.encoded_len());
-        out.push(match (&self.inline, self.aged) {
-            (Some(_), _) => RECORD_VERSION_INLINE,
-            (None, None) => RECORD_VERSION,
-            (None, Some(_)) => RECORD_VERSION_AGED,
+        out.push(match (&self.inline, self.aged, self.content) {
+            (Some(_), _, _) => RECORD_VERSION_INLINE,
+            (None, Some(_), _) => RECORD_VERSION_AGED,
+            (None, None, Some(_)) => RECORD_VERSION_CONTENT,
+            (None, None, None) => RECORD_VERSION,
         });
         out.push(self.dtype.code());
         out.push(self.shape.len() as u8);
@@ -327,8 +375,10 @@ impl VersionRecord {
         for b in &self.blocks {
             b.write(&mut out);
         }
-        if let Some(e) = self.aged {
-            out.extend_from_slice(&e.to_le_bytes());
+        match (self.aged, self.content) {
+            (Some(e), _) => out.extend_from_slice(&e.to_le_bytes()),
+            (None, Some(c)) => out.extend_from_slice(&c.to_le_bytes()),
+            (None, None) => {}
         }
         out
     }
@@ -336,10 +386,10 @@ impl VersionRecord {
     pub(crate) fn decode(bytes: &[u8]) -> Result<Self, RecordError> {
         let mut r = Reader::new(bytes);
         let version = r.u8("record version")?;
-        if !(RECORD_VERSION..=RECORD_VERSION_INLINE).contains(&version) {
+        if !(RECORD_VERSION..=RECORD_VERSION_CONTENT).contains(&version) {
             return Err(RecordError::Version {
                 found: version,
-                supported: RECORD_VERSION_INLINE,
+                supported: RECORD_VERSION_CONTENT,
             });
         }
         let code = r.u8("dtype")?;
@@ -424,6 +474,11 @@ impl VersionRecord {
         } else {
             None
         };
+        let content = if version == RECORD_VERSION_CONTENT {
+            Some(r.u64("content hash")?)
+        } else {
+            None
+        };
         r.finish()?;
         Ok(VersionRecord {
             dtype,
@@ -433,6 +488,7 @@ impl VersionRecord {
             blocks,
             aged,
             inline: None,
+            content,
         })
     }
 }

@@ -87,7 +87,7 @@ pub fn pull(
                 if local.contains(step) {
                     let mine = of_checkpoint(&store.read()?, *step, Kind::Checkpoint);
                     match mine {
-                        Ok(mine) if mine == *m => report.steps_present += 1,
+                        Ok(mine) if mine.same_content(m) => report.steps_present += 1,
                         _ => {
                             conflict.get_or_insert(*step);
                         }
@@ -172,7 +172,8 @@ fn apply_in(
     let mut new = Vec::new();
     for ((name, step), rec) in versions {
         match wt.version(name, *step)? {
-            Some(old) if old == *rec => {}
+            // The same data, perhaps encoded against other bases: the store's stays.
+            Some(old) if old.same_content(rec) => {}
             Some(_) => {
                 return Err(RemoteError::VersionConflict {
                     tensor: name.clone(),

@@ -238,10 +238,11 @@ pub(crate) async fn push_steps(
         .collect();
     for &step in steps {
         let m = of_checkpoint(r, step, Kind::Checkpoint)?;
-        let disagrees = m
-            .versions
-            .iter()
-            .any(|((n, s), rec)| known.get(&(n.as_str(), *s)).is_some_and(|old| *old != rec));
+        let disagrees = m.versions.iter().any(|((n, s), rec)| {
+            known
+                .get(&(n.as_str(), *s))
+                .is_some_and(|old| !old.same_content(rec))
+        });
         match state.checkpoints.get(&step) {
             Some(old) if *old == m => {
                 report.steps_present += 1;
@@ -249,16 +250,34 @@ pub(crate) async fn push_steps(
                     present.extend(m.segments());
                 }
             }
+            Some(old) if old.same_content(&m) => {
+                // The same data, encoded differently since it was pushed: the remote's
+                // manifest stays. Of its segments, those this store holds too can be repaired.
+                report.steps_present += 1;
+                if list {
+                    let ours = m.segments();
+                    present.extend(
+                        old.segments()
+                            .into_iter()
+                            .filter(|(a, _)| ours.contains_key(a)),
+                    );
+                }
+            }
             Some(_) => {
-                conflict.get_or_insert(step);
+                conflict = Some(conflict.map_or(step, |c: u64| c.min(step)));
             }
             None if disagrees => {
-                conflict.get_or_insert(step);
+                conflict = Some(conflict.map_or(step, |c: u64| c.min(step)));
             }
             None => todo.push(m),
         }
     }
     drop(known);
+    if let Some(first) = conflict {
+        // The store's history parts from the remote's at `first`: a later checkpoint is of
+        // that other history, even one that needs no version the remote holds (a keyframe).
+        todo.retain(|m| m.step < first);
+    }
     if !todo.is_empty() || !present.is_empty() {
         // A present checkpoint's segments need no intent: its live manifest (or, once
         // retained, its trashed one) keeps them from every gc that lists it.
@@ -379,7 +398,7 @@ pub(crate) async fn create_manifest(remote: &Remote, m: &Manifest) -> Result<(),
         return Ok(());
     }
     match fetch_manifest(remote, &p).await? {
-        Some(old) if old == *m => Ok(()),
+        Some(old) if old.same_content(m) => Ok(()),
         _ => Err(RemoteError::Conflict {
             step: m.step,
             object: p.to_string(),

@@ -169,6 +169,7 @@ impl Store {
                     blocks: vec![record(frame)],
                     aged: None,
                     inline: None,
+                    content: None,
                 };
                 wt.add_ref(name, step, 0, address, Some(&segment))?;
                 wt.put_version(name, step, &rec)?;

@@ -1,0 +1,250 @@
+//! The newest version kept as a keyframe (ADR 0006): a write appending a version stores it as
+//! keyframes and re-encodes the previous newest against it. Every version reads exactly through
+//! writes, deletions, overwrites, retention and aging; chains stay within `max_chain` and their
+//! recorded depths are the segments a read decodes.
+
+mod common;
+
+use common::{f32_bytes, noise, temp_store};
+use strata_store::{
+    AgePolicy, DType, Options, PutOptions, RetainPolicy, Store, TensorRef, VersionInfo,
+};
+
+/// Elements of the test tensor: 96 Ki f32 in blocks of 128 KiB, three blocks whose keyframes
+/// are large enough to be re-encoded.
+const N: usize = 96 << 10;
+
+fn opts() -> Options {
+    Options {
+        block_bytes: 128 << 10,
+        ..Options::default()
+    }
+}
+
+fn forward() -> Options {
+    Options {
+        newest_keyframe: false,
+        ..opts()
+    }
+}
+
+/// Values that change everywhere at every step (as AdamW's moments do): a keyframe costs
+/// about a delta.
+fn moments(step: u64) -> Vec<u8> {
+    f32_bytes(&noise(N, 1000 + step))
+}
+
+/// Weights nudged a little at every step (a fine-tune): a keyframe costs several deltas.
+fn weights(w: &mut [f32], step: u64) -> Vec<u8> {
+    for (i, x) in w.iter_mut().enumerate() {
+        if (i as u64 + step).is_multiple_of(7) {
+            *x += 1e-4 * ((i % 11) as f32 - 5.0);
+        }
+    }
+    f32_bytes(w)
+}
+
+/// A matrix (aging keeps vectors exact).
+const SHAPE: [u64; 2] = [(N / 256) as u64, 256];
+
+fn save(store: &Store, step: u64, bytes: &[u8]) {
+    let t = TensorRef {
+        dtype: DType::F32,
+        shape: &SHAPE,
+        bytes,
+    };
+    store.save_checkpoint(step, &[("w", t)], "").expect("save");
+}
+
+/// Every version of "w" reads as saved; every block's recorded depth is the length of its
+/// chain (followed through the bases) and within `max_chain`.
+fn check(store: &Store, saved: &[(u64, Vec<u8>)], max_chain: u8) -> Vec<VersionInfo> {
+    let versions = store.versions("w").expect("versions");
+    assert_eq!(versions.len(), saved.len());
+    for (step, bytes) in saved {
+        assert!(
+            store.get("w", *step).expect("get").data == *bytes,
+            "step {step}"
+        );
+    }
+    for v in &versions {
+        for (b, e) in v.encodings.iter().enumerate() {
+            let mut depth = 1;
+            let mut at = e.base;
+            while let Some(s) = at {
+                depth += 1;
+                assert!(depth <= 255, "step {} block {b}: a loop", v.step);
+                let base = versions.iter().find(|x| x.step == s).expect("base exists");
+                at = base.encodings[b].base;
+            }
+            if !e.reference {
+                assert_eq!(e.depth, depth, "step {} block {b}: recorded depth", v.step);
+            }
+            assert!(
+                depth <= max_chain,
+                "step {} block {b}: depth {depth}",
+                v.step
+            );
+        }
+    }
+    assert!(store.verify().expect("verify").is_ok());
+    versions
+}
+
+fn newest_is_keyframe(versions: &[VersionInfo]) -> bool {
+    versions
+        .last()
+        .is_some_and(|v| v.encodings.iter().all(|e| e.base.is_none()))
+}
+
+#[test]
+fn moments_keep_the_newest_a_keyframe_at_every_step() {
+    let (_d, path) = temp_store();
+    let store = Store::open_with(&path, opts()).expect("open");
+    let mut saved = Vec::new();
+    for step in 1..=14u64 {
+        let bytes = moments(step);
+        save(&store, step, &bytes);
+        saved.push((step, bytes));
+        let versions = check(&store, &saved, opts().max_chain);
+        assert!(newest_is_keyframe(&versions), "step {step}: {versions:?}");
+    }
+}
+
+#[test]
+fn fine_tuned_weights_keep_their_bytes_and_their_first_lineage_reverse() {
+    let max_chain = opts().max_chain;
+    let mut sizes = Vec::new();
+    for options in [opts(), forward()] {
+        let (_d, path) = temp_store();
+        let store = Store::open_with(&path, options.clone()).expect("open");
+        let mut w = noise(N, 7);
+        let mut saved = Vec::new();
+        for step in 1..=12u64 {
+            let bytes = weights(&mut w, step);
+            save(&store, step, &bytes);
+            saved.push((step, bytes));
+            let versions = check(&store, &saved, max_chain);
+            if options.newest_keyframe && step <= u64::from(max_chain) {
+                // The lineage's first versions: each re-encoded against the next.
+                assert!(newest_is_keyframe(&versions), "step {step}");
+            }
+        }
+        sizes.push(store.stats().expect("stats").segment_bytes);
+    }
+    // A keyframe here costs several deltas: once the first lineage is full the chain goes on
+    // forward, rooted at its newest keyframe, and the bytes stay within 3 % of forward's.
+    assert!(
+        sizes[0] * 100 <= sizes[1] * 103,
+        "newest kept a keyframe {} against forward {}",
+        sizes[0],
+        sizes[1]
+    );
+}
+
+#[test]
+fn deleting_or_overwriting_the_newest_leaves_every_other_version_exact() {
+    let (_d, path) = temp_store();
+    let store = Store::open_with(&path, opts()).expect("open");
+    let mut saved = Vec::new();
+    for step in 1..=5u64 {
+        let bytes = moments(step);
+        save(&store, step, &bytes);
+        saved.push((step, bytes));
+    }
+    // The newest goes: the one before becomes the keyframe its chain reads from.
+    store.delete_checkpoint(5).expect("delete");
+    saved.pop();
+    let versions = check(&store, &saved, opts().max_chain);
+    assert!(newest_is_keyframe(&versions), "{versions:?}");
+
+    // A re-run overwrites the newest step: the versions under it read on.
+    let rerun = moments(99);
+    let t = TensorRef {
+        dtype: DType::F32,
+        shape: &SHAPE,
+        bytes: &rerun,
+    };
+    store
+        .put_with("w", 4, &t, &PutOptions { overwrite: true })
+        .expect("overwrite");
+    saved.last_mut().expect("step 4").1 = rerun;
+    check(&store, &saved, opts().max_chain);
+
+    // An older step goes: the chain over it closes up.
+    store.delete_checkpoint(2).expect("delete");
+    saved.remove(1);
+    check(&store, &saved, opts().max_chain);
+}
+
+#[test]
+fn retention_after_every_save_keeps_the_kept_exact_and_the_file_bounded() {
+    let (_d, path) = temp_store();
+    let mut store = Store::open_with(&path, opts()).expect("open");
+    let keep = RetainPolicy {
+        keep_last: Some(3),
+        keep_every: None,
+        keep_tagged: true,
+    };
+    let mut saved: Vec<(u64, Vec<u8>)> = Vec::new();
+    let mut disk = Vec::new();
+    for step in 1..=16u64 {
+        let bytes = moments(step);
+        save(&store, step, &bytes);
+        saved.push((step, bytes));
+        let r = store.retain(&keep).expect("retain");
+        saved.retain(|(s, _)| r.kept.contains(s));
+        let versions = check(&store, &saved, opts().max_chain);
+        assert!(newest_is_keyframe(&versions), "step {step}");
+        disk.push(store.disk_bytes().expect("disk bytes"));
+    }
+    // The pages each save frees are reused by the next: the file stops growing.
+    let settled = disk[4..8].iter().max().copied().unwrap_or(0);
+    assert!(disk[8..].iter().all(|d| *d <= settled), "{disk:?}");
+}
+
+#[test]
+fn aging_reads_each_version_before_it_rewrites_the_newer_ones() {
+    let (_d, path) = temp_store();
+    let mut store = Store::open_with(&path, opts()).expect("open");
+    let mut w = noise(N, 3);
+    let mut saved = Vec::new();
+    for step in 1..=6u64 {
+        let bytes = weights(&mut w, step);
+        save(&store, step, &bytes);
+        saved.push((step, bytes));
+    }
+    // Steps 1-4 are deltas against the versions after them, up to the keyframe at 6.
+    let before = store.versions("w").expect("versions");
+    assert!(before[0].encodings.iter().all(|e| e.base == Some(2)));
+    let policy = AgePolicy {
+        budget: 1e-2,
+        update_budget: None,
+        ..AgePolicy::default()
+    };
+    let report = store.age(&policy).expect("age");
+    assert!(report.versions_aged > 0, "{report:?}");
+    // The two newest stay exact; every aged one reads, within its budget.
+    for (step, bytes) in &saved {
+        let got = store.get("w", *step).expect("get").data;
+        if *step >= 5 {
+            assert!(got == *bytes, "step {step}");
+        } else {
+            let (a, b) = (f32s(&got), f32s(bytes));
+            let err: f64 = a
+                .iter()
+                .zip(&b)
+                .map(|(x, y)| f64::from(x - y).powi(2))
+                .sum();
+            let norm: f64 = b.iter().map(|y| f64::from(*y).powi(2)).sum();
+            assert!((err / norm).sqrt() <= 1.01e-2, "step {step}");
+        }
+    }
+    assert!(store.verify().expect("verify").is_ok());
+}
+
+fn f32s(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
