@@ -95,7 +95,9 @@ pub struct RetainReport {
 struct Room {
     /// Bytes the store holds (its records and segments): a lower bound of its pages in use.
     stored: u64,
-    /// Bytes the newest checkpoint kept stores: about what the next save will write.
+    /// Bytes the newest checkpoint kept stores: about what the next save will write (with the
+    /// newest kept a keyframe, and the checkpoint before it: the next save re-encodes the
+    /// newest).
     newest: u64,
     /// Bytes of the segments the re-bases wrote: the versions that depended on a deleted
     /// one. Where a run's oldest checkpoint goes at every save, the next retention writes as
@@ -182,10 +184,18 @@ impl Store {
                         rewritten += delete_versions(wt, &self.cache, &self.opts, name, steps)?;
                         n += steps.len() as u64;
                     }
-                    let newest = match kept.last() {
+                    let mut newest = match kept.last() {
                         Some(&step) => checkpoint_stored_bytes(wt, step)?,
                         None => 0,
                     };
+                    if let Some(&before) = kept.iter().rev().nth(1) {
+                        if self.opts.newest_keyframe {
+                            // The next save writes keyframes and re-encodes the newest
+                            // against them (ADR 0006): about the newest's bytes, and a delta
+                            // as large as the one the checkpoint before it stores.
+                            newest += checkpoint_stored_bytes(wt, before)?;
+                        }
+                    }
                     let room = Room {
                         stored: stored_sizes_of(wt)?.total(),
                         newest,

@@ -261,7 +261,7 @@ proptest::proptest! {
 #[test]
 fn a_retention_after_every_save_keeps_room_and_the_file_stops_growing() {
     let (_dir, path) = temp_store();
-    let mut store = Store::open_with(&path, forward()).expect("open");
+    let mut store = Store::open(&path).expect("open");
     let (n, mut w) = drifting_weights();
     let mut saved: Vec<(u64, Vec<u8>)> = Vec::new();
     let mut disk = Vec::new();
@@ -326,15 +326,6 @@ fn a_retention_after_every_save_keeps_room_and_the_file_stops_growing() {
 }
 
 /// Three MiB of f32 weights (three blocks), and their element count.
-/// Forward chains (ADR 0006): the room a retention keeps is sized by the deltas the next
-/// save writes. With the newest kept a keyframe, `newest_keyframe.rs` tests retention.
-fn forward() -> Options {
-    Options {
-        newest_keyframe: false,
-        ..Options::default()
-    }
-}
-
 fn drifting_weights() -> (usize, Vec<f32>) {
     let n = 3 << 18;
     let w = (0..n)
@@ -366,7 +357,7 @@ fn a_close_gives_back_the_room_a_retention_kept() {
     // A run of 10 saves, then a resumed run of 2: each handle saves and retains, then closes.
     for steps in [1..=10u64, 11..=12] {
         let newest = *steps.end();
-        let mut store = Store::open_with(&path, forward()).expect("open");
+        let mut store = Store::open(&path).expect("open");
         for step in steps {
             last = drift(&mut w, step);
             let t = TensorRef {
