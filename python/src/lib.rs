@@ -323,7 +323,8 @@ impl PyStore {
     // Python's keyword options, one argument each (PyO3 maps them by name).
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (path, *, block_bytes=None, max_chain=None, cache_bytes=None,
-        db_cache_bytes=None, window_bytes=None, upload=None, read_only=false))]
+        db_cache_bytes=None, window_bytes=None, upload=None, read_only=false,
+        newest_keyframe=None))]
     fn new(
         py: Python<'_>,
         path: std::path::PathBuf,
@@ -334,6 +335,7 @@ impl PyStore {
         window_bytes: Option<u64>,
         upload: Option<String>,
         read_only: bool,
+        newest_keyframe: Option<bool>,
     ) -> PyResult<Self> {
         let d = if read_only {
             Options::for_reading()
@@ -346,6 +348,7 @@ impl PyStore {
             cache_bytes: cache_bytes.unwrap_or(d.cache_bytes),
             db_cache_bytes: db_cache_bytes.unwrap_or(d.db_cache_bytes),
             window_bytes: window_bytes.unwrap_or(d.window_bytes),
+            newest_keyframe: newest_keyframe.unwrap_or(d.newest_keyframe),
             upload: upload.map(strata_store::remote::UploadOptions::new),
             ..d
         };

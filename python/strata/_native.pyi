@@ -36,6 +36,7 @@ class Store:
         window_bytes: int | None = None,
         upload: str | None = None,
         read_only: bool = False,
+        newest_keyframe: bool | None = None,
     ) -> None: ...
     @property
     def path(self) -> str: ...

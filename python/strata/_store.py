@@ -302,7 +302,10 @@ class Store(_File):
     ``window_bytes`` (raw bytes a write encodes at once, 128 MiB: lower it to lower a save's
     peak memory), ``upload`` (a remote URL, ``s3://bucket/prefix`` or ``file:///path``: each
     checkpoint saved is pushed there in the background; :meth:`flush` and :meth:`close` wait
-    for the uploads).
+    for the uploads), ``newest_keyframe`` (True: a save stores the newest checkpoint as
+    keyframes where a keyframe costs about a delta, and re-encodes the one before against it,
+    so that resuming reads no chain; False: forward chains only, saves about 1.3-1.7x faster
+    on training state, the newest read through up to ``max_chain`` segments).
     """
 
     def __init__(
@@ -315,9 +318,12 @@ class Store(_File):
         db_cache_bytes: int | None = None,
         window_bytes: int | None = None,
         upload: str | None = None,
+        newest_keyframe: bool | None = None,
     ):
         if upload is not None and not isinstance(upload, str):
             raise TypeError("upload must be a URL string")
+        if newest_keyframe is not None and not isinstance(newest_keyframe, bool):
+            raise TypeError("newest_keyframe must be True or False")
         opts = _check_options({
             "block_bytes": block_bytes,
             "max_chain": max_chain,
@@ -325,7 +331,9 @@ class Store(_File):
             "db_cache_bytes": db_cache_bytes,
             "window_bytes": window_bytes,
         })
-        self._s = _handles.open_native(os.fspath(path), upload=upload, **opts)
+        self._s = _handles.open_native(
+            os.fspath(path), upload=upload, newest_keyframe=newest_keyframe, **opts
+        )
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         _handles.register(self)

@@ -128,6 +128,30 @@ def test_retain_after_every_save_keeps_room(store_path):
         assert st.stats()["disk_bytes"] < before
 
 
+@pytest.mark.parametrize("newest_keyframe", [None, True, False])
+def test_newest_keyframe_setting_reads_every_checkpoint_exactly(store_path, newest_keyframe):
+    """With the newest kept a keyframe (the default) or forward chains only, every checkpoint of
+    a run whose moments change everywhere reads back exactly, through saves, a deletion of the
+    newest and a retention."""
+    rng = np.random.default_rng(11)
+    saved = {}
+    with strata.Store(store_path, newest_keyframe=newest_keyframe) as st:
+        for step in range(1, 9):
+            m = rng.normal(0, 1e-3, 1 << 17).astype(np.float32)  # 512 KiB: a keyframe a block
+            st.save_checkpoint(step, {"exp_avg": m})
+            saved[step] = m
+        st.delete_checkpoint(8)
+        del saved[8]
+        st.retain(max_to_keep=4)
+        for step in (1, 2, 3):
+            del saved[step]
+        assert st.steps() == sorted(saved)
+        for step, m in saved.items():
+            assert np.array_equal(st.load_checkpoint(step)["exp_avg"], m), step
+    with pytest.raises(TypeError):
+        strata.Store(store_path, newest_keyframe="yes")
+
+
 def test_close_gives_back_the_room_retain_kept(store_path):
     """A handle that retained after every save gives the room it kept back as it closes: no
     save of its follows (ADR 0038). A run resumed in a second handle ends at its compacted
