@@ -97,7 +97,8 @@
 //! | `strata.policies` | name pattern (UTF-8 bytes) | policy rule (`tiers/policy.rs`) |
 //!
 //! **Version record**: `u8 record version (1, 2 for an aged version, 3 for an inline one:
-//! dtype, shape and the raw bytes of a tensor of at most 32 bytes, ADR 0029)`, `u8 dtype code`,
+//! dtype, shape and the raw bytes of a tensor of at most 32 bytes, ADR 0029; 4 for a lossless
+//! version with its content hash)`, `u8 dtype code`,
 //! `u8 ndim (<= 32)`, `u64 x ndim dims`, `u64 elements per block`, `u32 block count (=
 //! ceil(elements / elements per block))`, then 31 bytes per block: `u8 flags` (bit 0: delta,
 //! bit 1: reference, no new segment, bit 2: quantized, bit 3: Tier 0, bit 4: frame of a
@@ -105,8 +106,11 @@
 //! reconstruction), `u128 segment address`, `u64 base step` (0 for a keyframe; the frame
 //! index for a frame),
 //! `u8 depth` (segments decoded to read the block, 1 for a keyframe), `u8 run` (versions
-//! since the lineage's keyframe), `u32 segment length`; version 2 ends with `f32` the
-//! version's measured relative error ([`Store::age`], ADR 0020).
+//! since the lineage's keyframe; for the newest keyframe, the versions its lineage holds),
+//! `u32 segment length`; version 2 ends with `f32` the version's measured relative error
+//! ([`Store::age`], ADR 0020), version 4 with `u64` the content hash: xxh3-64 of the blocks'
+//! raw xxh3-64 hashes, unchanged when a block is re-encoded against another base (the newest
+//! kept a keyframe, ADR 0006), so that remotes compare data, not encodings.
 //!
 //! **Checkpoint record**: `u8 record version (2)`, `u32 length + metadata (UTF-8)`,
 //! `u32 tensor count`, per tensor `varint shared, varint suffix length, suffix`: the name is

@@ -17,7 +17,8 @@
 //!   u128  segment address (xxh3-128 of the segment bytes)
 //!   u64   base step (0 unless delta); for a frame, its index in the multi-frame segment
 //!   u8    depth: segments decoded to read this block (1 for a keyframe)
-//!   u8    run: versions since this block's lineage last had a keyframe (1 for a keyframe)
+//!   u8    run: versions since this block's lineage last had a keyframe (1 for a keyframe; for
+//!         the newest kept a keyframe, the versions of its lineage, itself included: ADR 0006)
 //!   u32   segment length in bytes
 //! f32     (version 2 only) the version's fidelity: the largest relative Frobenius error of
 //!         its aged blocks, measured when it was aged
@@ -105,7 +106,8 @@ pub(crate) struct BlockRecord {
     pub(crate) reference: bool,
     /// Segments decoded to read this block.
     pub(crate) depth: u8,
-    /// Versions since this block's lineage last stored a keyframe.
+    /// Versions since this block's lineage last stored a keyframe; for a keyframe that a
+    /// write kept as the newest (ADR 0006), the versions its lineage holds, itself included.
     pub(crate) run: u8,
     /// Segment length in bytes.
     pub(crate) segment_len: u32,
