@@ -99,6 +99,23 @@ impl<'a> Fetcher<'a> {
         }
     }
 
+    /// The version before `step` of `name`, if any, with its record (put in the memo).
+    pub(crate) fn predecessor(
+        &mut self,
+        name: &Arc<str>,
+        step: u64,
+    ) -> Result<Option<(u64, Arc<VersionRecord>)>> {
+        let Some((s, rec)) = self.view.predecessor(name, step)? else {
+            return Ok(None);
+        };
+        let rec = self
+            .records
+            .entry((name.clone(), s))
+            .or_insert_with(|| Arc::new(rec))
+            .clone();
+        Ok(Some((s, rec)))
+    }
+
     /// The record of a version, through the memo.
     pub(crate) fn record(
         &mut self,

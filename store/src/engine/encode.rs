@@ -345,8 +345,9 @@ pub(crate) struct Task<'d> {
     /// delta only if it is clearly smaller than a new keyframe would be.
     anchor: bool,
     /// The predecessor's block is the newest keyframe of a lineage with room: write this
-    /// block as a keyframe and re-encode the predecessor's against it.
-    flip: Option<(u64, BlockRecord)>,
+    /// block as a keyframe and re-encode the predecessor's against it; with the versions the
+    /// lineage then holds.
+    flip: Option<(u64, BlockRecord, u8)>,
     /// The predecessor's block cannot be re-encoded: write a keyframe instead of the delta
     /// when [`chain::restart_pays`] against this keyframe size (its lineage's keyframe).
     restart: Option<usize>,
@@ -437,14 +438,14 @@ fn choose_reverse(
     }
     // A predecessor without a content hash (written by an older build) keeps its encoding: a
     // remote that holds it compares its record whole.
-    if p.base.is_none()
-        && !p.reference
-        && p.run < opts.max_chain
-        && prec.content.is_some()
-        && p.segment_len >= FLIP_MIN_BYTES
+    if p.base.is_none() && !p.reference && prec.content.is_some() && p.segment_len >= FLIP_MIN_BYTES
     {
-        task.flip = Some((pstep, p));
-        return Ok(());
+        // After the flip the new keyframe, the predecessor and the chain under it.
+        let lineage = 2 + chain_under(fetcher, name, pstep, prec, b, opts.max_chain)?;
+        if lineage <= opts.max_chain {
+            task.flip = Some((pstep, p, lineage));
+            return Ok(());
+        }
     }
     let keyframe = match p.base {
         None => Some(p),
@@ -452,6 +453,39 @@ fn choose_reverse(
     };
     task.restart = keyframe.map(|k| k.segment_len as usize);
     Ok(())
+}
+
+/// Versions under block `b` of `(name, step)` (record `rec`) in its reverse chain: the
+/// version before it if its block is a delta against it, the one before that if a delta
+/// against that one, and so on; at most `most`. The records, not the depths they hold: a
+/// deletion that made a keyframe of a version with a chain under it leaves the chain's depths
+/// as they were (module `rebase`).
+fn chain_under(
+    fetcher: &mut Fetcher<'_>,
+    name: &Arc<str>,
+    step: u64,
+    rec: &VersionRecord,
+    b: u64,
+    most: u8,
+) -> Result<u8> {
+    let mut above = step;
+    let mut count = 0u8;
+    while count < most {
+        let Some((s, older)) = fetcher.predecessor(name, above)? else {
+            break;
+        };
+        let linked = older.same_layout(rec)
+            && older
+                .blocks
+                .get(b as usize)
+                .is_some_and(|x| x.base == Some(above) && x.form == Form::Lossless && !x.reference);
+        if !linked {
+            break;
+        }
+        count += 1;
+        above = s;
+    }
+    Ok(count)
 }
 
 /// The keyframe a block's chain starts from: follows base steps from the predecessor's
@@ -536,7 +570,7 @@ fn encode_task(
     let mut flipped = None;
     let mut run = task.run;
     let (segment, base) = match (task.flip, task.base) {
-        (Some((pstep, p)), _) => {
+        (Some((pstep, p, lineage)), _) => {
             let Some(pred) = pred_bytes.take() else {
                 return Err(StoreError::Corrupt(Corruption::BadBase {
                     tensor: task.name.to_string(),
@@ -554,7 +588,7 @@ fn encode_task(
             if delta.len() < p.segment_len as usize {
                 // The predecessor becomes a delta against this block, one link above the
                 // lineage under it.
-                run = p.run.saturating_add(1);
+                run = lineage;
                 let record = BlockRecord {
                     address: address_of(&delta),
                     base: Some(task.step),
