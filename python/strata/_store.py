@@ -304,8 +304,8 @@ class Store(_File):
     checkpoint saved is pushed there in the background; :meth:`flush` and :meth:`close` wait
     for the uploads), ``newest_keyframe`` (True: a save stores the newest checkpoint as
     keyframes where a keyframe costs about a delta, and re-encodes the one before against it,
-    so that resuming reads no chain; False: forward chains only, saves about 1.3-1.7x faster
-    on training state, the newest read through up to ``max_chain`` segments).
+    so that resuming reads no chain; False: forward chains only, faster saves, the newest
+    read through up to ``max_chain`` segments; ADR 0006 has the figures).
     """
 
     def __init__(

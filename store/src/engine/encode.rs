@@ -635,7 +635,7 @@ fn encode_task(
                 (key, None)
             } else if task
                 .restart
-                .is_some_and(|k| chain::restart_pays(seg.len(), k))
+                .is_some_and(|k| chain::restart_pays(seg.len(), k, opts.max_chain))
             {
                 // A keyframe costs about a delta here: the newest reads without a chain.
                 let key = segment::encode_keyframe(task.dtype, &task.data, &opts.lossless)
