@@ -90,11 +90,11 @@ fn check_depths(
     }
     for v in &versions {
         for (b, e) in v.encodings.iter().enumerate() {
-            let mut depth = 1;
+            let mut depth: u8 = 1;
             let mut at = e.base;
             while let Some(s) = at {
+                assert!(depth < u8::MAX, "step {} block {b}: a loop", v.step);
                 depth += 1;
-                assert!(depth <= 255, "step {} block {b}: a loop", v.step);
                 let base = versions.iter().find(|x| x.step == s).expect("base exists");
                 at = base.encodings[b].base;
             }

@@ -7,7 +7,7 @@ mod common;
 use std::collections::BTreeSet;
 
 use common::{all_series, temp_store, Ckpt, Series, SeriesExt};
-use strata_store::{DType, InvalidInput, Options, RetainPolicy, Store, StoreError, TensorRef};
+use strata_store::{DType, InvalidInput, RetainPolicy, Store, StoreError, TensorRef};
 
 fn assert_checkpoint_matches(store: &Store, c: &Ckpt) {
     let cp = store.load_checkpoint(c.step).expect("load checkpoint");
