@@ -181,6 +181,7 @@ impl Manifest {
     /// newest kept a keyframe, ADR 0006) or when a base is deleted, and a chain then reaches
     /// other versions. The versions at the step are in both; chain versions are compared
     /// where both hold them.
+    #[cfg(feature = "remote")]
     pub(crate) fn same_content(&self, other: &Manifest) -> bool {
         if self == other {
             return true;

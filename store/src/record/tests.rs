@@ -109,6 +109,7 @@ fn a_content_hash_round_trips_in_record_version_4() {
     assert!(VersionRecord::decode(&long).is_err());
 }
 
+#[cfg(feature = "remote")]
 #[test]
 fn same_content_ignores_the_encoding_not_the_data() {
     let rec = content_sample();

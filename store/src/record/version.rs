@@ -318,7 +318,8 @@ impl VersionRecord {
     /// Whether two records hold the same data, whatever its encoding: equal records, or
     /// two exact versions of the same layout with the same content hash (a version whose
     /// blocks were re-encoded since, against other bases, holds the data it was written
-    /// with). Records without a content hash compare whole.
+    /// with). Records without a content hash compare whole. Remotes compare with it.
+    #[cfg(feature = "remote")]
     pub(crate) fn same_content(&self, other: &VersionRecord) -> bool {
         if self == other {
             return true;
