@@ -1,6 +1,7 @@
 //! [`Store::history`]: an element range of one tensor across its versions, decoding each
-//! needed block once per version by walking the chains forward.
+//! needed block once per version by reading each version after its base.
 
+use std::collections::HashMap;
 use std::ops::{Range, RangeBounds};
 use std::sync::Arc;
 
@@ -20,7 +21,8 @@ impl Store {
     /// Elements `elems` (flat, row-major) of every version of `name` whose step is in `steps`,
     /// in step order, all from one snapshot.
     ///
-    /// Versions are read oldest first through a private cache of decoded blocks, so each
+    /// Versions are read bases first ([`decode_order`]: oldest first along a forward chain,
+    /// newest first along a reverse one) through a private cache of decoded blocks, so each
     /// version's blocks decode from its base's blocks, already decoded: one decode per block
     /// per version, not one per link of its chain (only the first version read pays for the
     /// chain under it). A long history is read in runs of versions, one per thread of the
@@ -81,15 +83,26 @@ impl Store {
                     .map(|(step, rec)| self.history_version(&r, &cache, &name, *step, rec, &elems))
                     .collect()
             };
-            let runs = history_runs(chosen.len(), rayon::current_num_threads());
-            if runs.len() <= 1 {
-                return read_run(&chosen);
-            }
-            let parts = runs
-                .into_par_iter()
-                .map(|run| read_run(&chosen[run]))
-                .collect::<Result<Vec<_>>>()?;
-            Ok(parts.into_iter().flatten().collect())
+            let block = chosen
+                .first()
+                .map_or(0, |(_, rec)| elems.start / rec.block_elems.max(1));
+            let ordered: Vec<_> = decode_order(&chosen, block)
+                .into_iter()
+                .map(|i| chosen[i].clone())
+                .collect();
+            let runs = history_runs(ordered.len(), rayon::current_num_threads());
+            let mut out = if runs.len() <= 1 {
+                read_run(&ordered)?
+            } else {
+                runs.into_par_iter()
+                    .map(|run| read_run(&ordered[run]))
+                    .collect::<Result<Vec<_>>>()?
+                    .into_iter()
+                    .flatten()
+                    .collect()
+            };
+            out.sort_unstable_by_key(|(step, _)| *step);
+            Ok(out)
         })
     }
 
@@ -121,6 +134,35 @@ impl Store {
             },
         ))
     }
+}
+
+/// The order to read `versions` (in step order) in: each version after the version its
+/// block `block` is a delta against, when that one is among them, so the base's decoded
+/// block is in the cache when the version is read. Otherwise step order is kept.
+fn decode_order(versions: &[(u64, VersionRecord)], block: u64) -> Vec<usize> {
+    let index: HashMap<u64, usize> = versions
+        .iter()
+        .enumerate()
+        .map(|(i, (step, _))| (*step, i))
+        .collect();
+    let base_of = |i: usize| {
+        let b = versions[i].1.blocks.get(usize::try_from(block).ok()?)?;
+        index.get(&b.base?).copied()
+    };
+    let mut order = Vec::with_capacity(versions.len());
+    let mut placed = vec![false; versions.len()];
+    let mut walk = Vec::new();
+    for i in 0..versions.len() {
+        // Up the chain to the first version placed (or none), then down it.
+        let mut at = Some(i);
+        while let Some(j) = at.filter(|&j| !placed[j]) {
+            placed[j] = true;
+            walk.push(j);
+            at = base_of(j);
+        }
+        order.extend(walk.drain(..).rev());
+    }
+    order
 }
 
 /// Splits `versions` versions into contiguous runs, one per thread, each read through a
@@ -164,5 +206,47 @@ mod tests {
         }
         assert_eq!(history_runs(100, 2), vec![0..50, 50..100]);
         assert_eq!(history_runs(31, 2), vec![0..31], "too short to split");
+    }
+
+    /// Versions at `steps`, block 0 of each a delta against the step `bases` gives (a
+    /// keyframe for `None`).
+    fn chain(steps: &[u64], bases: &[Option<u64>]) -> Vec<(u64, VersionRecord)> {
+        use crate::record::{BlockRecord, Form};
+        steps
+            .iter()
+            .zip(bases)
+            .map(|(&step, &base)| {
+                let mut block = BlockRecord::standalone(1, 8, Form::Lossless);
+                block.base = base;
+                let rec = VersionRecord {
+                    dtype: strata_codec::DType::F32,
+                    shape: vec![2],
+                    elements: 2,
+                    block_elems: 2,
+                    blocks: vec![block],
+                    aged: None,
+                    inline: None,
+                    content: None,
+                };
+                (step, rec)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn versions_are_read_after_their_bases() {
+        let steps = [10, 20, 30, 40, 50];
+        let forward = chain(&steps, &[None, Some(10), Some(20), Some(30), Some(40)]);
+        assert_eq!(decode_order(&forward, 0), vec![0, 1, 2, 3, 4]);
+        let reverse = chain(&steps, &[Some(20), Some(30), Some(40), Some(50), None]);
+        assert_eq!(decode_order(&reverse, 0), vec![4, 3, 2, 1, 0]);
+        // A forward lineage, then a reverse one under the newest keyframe.
+        let mixed = chain(&steps, &[None, Some(10), Some(20), Some(50), None]);
+        assert_eq!(decode_order(&mixed, 0), vec![0, 1, 2, 4, 3]);
+        // Bases outside the versions asked for, and a block that does not exist.
+        let partial = chain(&steps[1..4], &[Some(30), Some(99), Some(50)]);
+        assert_eq!(decode_order(&partial, 0), vec![1, 0, 2]);
+        assert_eq!(decode_order(&partial, 7), vec![0, 1, 2]);
+        assert!(decode_order(&[], 0).is_empty());
     }
 }
