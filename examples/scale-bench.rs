@@ -1205,7 +1205,15 @@ fn big(ctx: &mut Ctx<'_>) -> Res<Value> {
         let d = depths.get(&k).copied().unwrap_or(0);
         ctx.export(&store, f, k, d, "main")?;
     }
-    ctx.load(&store, 1, 1, "main")?;
+    // The newest checkpoint kept as keyframes (ADR 0006): step 1 when every later one is
+    // a delta, the newest when writes re-encode their predecessors against it.
+    let (&key_step, &key_depth) = depths
+        .iter()
+        .rev()
+        .find(|(_, d)| **d <= 1)
+        .or_else(|| depths.iter().next())
+        .ok_or("no versions of the probe tensor")?;
+    ctx.load(&store, key_step, key_depth, "main")?;
     if a.zipnn {
         ctx.zipnn(&files[0], "main")?;
     } else {
