@@ -368,46 +368,6 @@ pub(crate) fn split_head<const W: usize>(
     head: &mut [u16],
     rest: &mut [u8],
 ) {
-    split_head_with::<W>(Simd::detect(), data, base, head, rest);
-}
-
-/// [`split_head`] with the instruction set `simd`.
-fn split_head_with<const W: usize>(
-    simd: Simd,
-    data: &[u8],
-    base: Option<&[u8]>,
-    head: &mut [u16],
-    rest: &mut [u8],
-) {
-    match simd {
-        // SAFETY: `Simd::Avx2` is only chosen when the CPU has AVX2 (`Simd::detect`), the
-        // one requirement of the call.
-        #[cfg(target_arch = "x86_64")]
-        Simd::Avx2 => unsafe { split_head_avx2::<W>(data, base, head, rest) },
-        Simd::Scalar => split_head_words::<W>(data, base, head, rest),
-    }
-}
-
-/// [`split_head_words`] compiled for AVX2, which vectorizes its loops 32 bytes wide.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn split_head_avx2<const W: usize>(
-    data: &[u8],
-    base: Option<&[u8]>,
-    head: &mut [u16],
-    rest: &mut [u8],
-) {
-    split_head_words::<W>(data, base, head, rest);
-}
-
-/// The word loops of [`split_head`].
-#[inline(always)]
-fn split_head_words<const W: usize>(
-    data: &[u8],
-    base: Option<&[u8]>,
-    head: &mut [u16],
-    rest: &mut [u8],
-) {
     let n = head.len();
     match W {
         2 => {
@@ -779,38 +739,6 @@ mod tests {
                 join_head_words_with(Simd::detect(), &h, planes, &mut a);
                 join_head_words_with(Simd::Scalar, &h, planes, &mut b);
                 assert_eq!(a, b, "{n} values, {w}-byte words");
-            }
-        }
-    }
-
-    #[test]
-    fn head_splits_are_the_same_with_and_without_simd() {
-        let mut x = 0x0BAD_5EEDu32;
-        let mut byte = move || {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            (x >> 9) as u8
-        };
-        for n in [0usize, 1, 15, 16, 17, 100, 1000] {
-            let data: Vec<u8> = (0..4 * n).map(|_| byte()).collect();
-            let base: Vec<u8> = (0..4 * n).map(|_| byte()).collect();
-            for b in [None, Some(&base[..])] {
-                let mut got = Vec::new();
-                for simd in [Simd::Scalar, Simd::detect()] {
-                    let (mut h2, mut r2) = (vec![0u16; n], vec![0u8; n]);
-                    split_head_with::<2>(
-                        simd,
-                        &data[..2 * n],
-                        b.map(|b| &b[..2 * n]),
-                        &mut h2,
-                        &mut r2,
-                    );
-                    let (mut h4, mut r4) = (vec![0u16; n], vec![0u8; 3 * n]);
-                    split_head_with::<4>(simd, &data, b, &mut h4, &mut r4);
-                    got.push((h2, r2, h4, r4));
-                }
-                assert_eq!(got[0], got[1], "{n} words");
             }
         }
     }
