@@ -88,6 +88,21 @@ fn check_depths(
             "step {step}"
         );
     }
+    // A history reads the versions in chain order, not step order, and hands them back in
+    // step order: a range inside one block, and one across the first two.
+    let block = (opts().block_bytes / 4) as u64;
+    for elems in [block + 5..block + 900, block - 40..block + 40] {
+        let history = store.history("w", elems.clone(), ..).expect("history");
+        let steps: Vec<u64> = history.iter().map(|(s, _)| *s).collect();
+        let mut expected: Vec<u64> = saved.iter().map(|(s, _)| *s).collect();
+        expected.sort_unstable();
+        assert_eq!(steps, expected, "history steps");
+        for (step, slice) in &history {
+            let (_, bytes) = saved.iter().find(|(s, _)| s == step).expect("saved");
+            let range = elems.start as usize * 4..elems.end as usize * 4;
+            assert!(slice.data == bytes[range], "history of step {step}");
+        }
+    }
     for v in &versions {
         for (b, e) in v.encodings.iter().enumerate() {
             let mut depth: u8 = 1;
