@@ -90,7 +90,7 @@ fn check_depths(
     }
     // A history reads the versions in chain order, not step order, and hands them back in
     // step order: a range inside one block, and one across the first two.
-    let block = (opts().block_bytes / 4) as u64;
+    let block = opts().block_bytes / 4;
     for elems in [block + 5..block + 900, block - 40..block + 40] {
         let history = store.history("w", elems.clone(), ..).expect("history");
         let steps: Vec<u64> = history.iter().map(|(s, _)| *s).collect();
