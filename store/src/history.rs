@@ -1,7 +1,6 @@
 //! [`Store::history`]: an element range of one tensor across its versions, decoding each
 //! needed block once per version by reading each version after its base.
 
-use std::collections::HashMap;
 use std::ops::{Range, RangeBounds};
 use std::sync::Arc;
 
@@ -77,7 +76,7 @@ impl Store {
             // The blocks of a version, its base's, and its lineage's keyframe stay in the cache.
             let cache_bytes = needed.saturating_mul(4).clamp(CACHE_MIN, CACHE_MAX);
             let name: Arc<str> = Arc::from(name);
-            let read_run = |run: &[(u64, VersionRecord)]| -> Result<Vec<(u64, TensorSlice)>> {
+            let read_run = |run: &[&(u64, VersionRecord)]| -> Result<Vec<(u64, TensorSlice)>> {
                 let cache = BlockCache::new(cache_bytes);
                 run.iter()
                     .map(|(step, rec)| self.history_version(&r, &cache, &name, *step, rec, &elems))
@@ -88,7 +87,7 @@ impl Store {
                 .map_or(0, |(_, rec)| elems.start / rec.block_elems.max(1));
             let ordered: Vec<_> = decode_order(&chosen, block)
                 .into_iter()
-                .map(|i| chosen[i].clone())
+                .map(|i| &chosen[i])
                 .collect();
             let runs = history_runs(ordered.len(), rayon::current_num_threads());
             let mut out = if runs.len() <= 1 {
@@ -140,14 +139,10 @@ impl Store {
 /// block `block` is a delta against, when that one is among them, so the base's decoded
 /// block is in the cache when the version is read. Otherwise step order is kept.
 fn decode_order(versions: &[(u64, VersionRecord)], block: u64) -> Vec<usize> {
-    let index: HashMap<u64, usize> = versions
-        .iter()
-        .enumerate()
-        .map(|(i, (step, _))| (*step, i))
-        .collect();
     let base_of = |i: usize| {
         let b = versions[i].1.blocks.get(usize::try_from(block).ok()?)?;
-        index.get(&b.base?).copied()
+        let base = b.base?;
+        versions.binary_search_by_key(&base, |(step, _)| *step).ok()
     };
     let mut order = Vec::with_capacity(versions.len());
     let mut placed = vec![false; versions.len()];
