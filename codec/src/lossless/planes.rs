@@ -719,17 +719,11 @@ mod tests {
 
     #[test]
     fn head_joins_are_the_same_with_and_without_simd() {
-        let mut x = 0x1234_5677u32;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            x
-        };
+        let mut rng = crate::testing::SplitMix64::new(0x1234_5677);
         for n in [0usize, 1, 15, 16, 17, 100, 1000] {
-            let h: Vec<u16> = (0..n).map(|_| (next() >> 7) as u16 & 0x3FF).collect();
+            let h: Vec<u16> = (0..n).map(|_| rng.next_u64() as u16 & 0x3FF).collect();
             let p: Vec<Vec<u8>> = (0..3)
-                .map(|_| (0..n).map(|_| next() as u8).collect())
+                .map(|_| (0..n).map(|_| rng.next_u64() as u8).collect())
                 .collect();
             let two = [&p[0][..]];
             let four = [&p[0][..], &p[1][..], &p[2][..]];
