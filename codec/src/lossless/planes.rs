@@ -646,19 +646,13 @@ fn plane_slices<'a>(planes: &'a [Plane<'a>], filled: &'a [Vec<u8>]) -> Vec<&'a [
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::SplitMix64;
 
     #[test]
     fn six_bit_packing_is_the_same_with_and_without_simd() {
-        let mut x = 0x9E37_79B9u32;
+        let mut rng = SplitMix64::new(0x9E37_79B9);
         for n in [0, 4, 32, 36, 1000, 65_536 + 12] {
-            let values: Vec<u8> = (0..n)
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 17;
-                    x ^= x << 5;
-                    (x >> 7) as u8 & 0x3F
-                })
-                .collect();
+            let values: Vec<u8> = (0..n).map(|_| rng.next_u64() as u8 & 0x3F).collect();
             let groups = n / 4 * 4;
             let (mut a, mut b) = (vec![0u8; groups / 4 * 3], vec![0u8; groups / 4 * 3]);
             assert_eq!(pack6_with(Simd::detect(), &values, &mut a), groups);
@@ -674,13 +668,8 @@ mod tests {
 
     #[test]
     fn joins_match_a_plain_transpose() {
-        let mut x = 0x2545_F491u32;
-        let mut byte = move || {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            (x >> 11) as u8
-        };
+        let mut rng = SplitMix64::new(0x2545_F491);
+        let mut byte = move || rng.next_u64() as u8;
         for n in [0usize, 1, 31, 32, 33, 100, 1000] {
             for rotate in [false, true] {
                 for with_base in [false, true] {
@@ -719,7 +708,7 @@ mod tests {
 
     #[test]
     fn head_joins_are_the_same_with_and_without_simd() {
-        let mut rng = crate::testing::SplitMix64::new(0x1234_5677);
+        let mut rng = SplitMix64::new(0x1234_5677);
         for n in [0usize, 1, 15, 16, 17, 100, 1000] {
             let h: Vec<u16> = (0..n).map(|_| rng.next_u64() as u16 & 0x3FF).collect();
             let p: Vec<Vec<u8>> = (0..3)

@@ -1,4 +1,5 @@
 use super::*;
+use crate::testing::SplitMix64;
 use proptest::prelude::*;
 
 /// Round trips with every preset; returns the default's payload.
@@ -108,12 +109,10 @@ fn zstd_takes_planes_with_runs() {
     // f32 weights whose rows alternate between full precision and fp16 precision (the
     // low 13 mantissa bits zero), as in an embedding table with untrained rows: the two
     // low planes have long runs, which zstd codes and rANS cannot.
-    let mut x = 0x2545_F491u32;
+    let mut rng = SplitMix64::new(0x2545_F491);
     let words: Vec<u32> = (0..65_536u32)
         .map(|i| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
+            let x = rng.next_u64() as u32;
             let v = ((x >> 8) as f32 / (1 << 24) as f32 - 0.5) * 0.1;
             if (i / 384) % 3 == 0 {
                 v.to_bits() & !0x1FFF
@@ -160,13 +159,8 @@ fn near_random_planes_are_raw_and_slightly_skewed_ones_coded() {
     // bf16 words whose low 6 bits are uniform, or uniform but for a 4 % excess of 0
     // (coding then saves about 0.2 %, above `min_gain`): the sampled check must store
     // the first raw and leave the second to the full histogram.
-    let mut x = 0x1234_5678u32;
-    let mut next = move || {
-        x ^= x << 13;
-        x ^= x >> 17;
-        x ^= x << 5;
-        x
-    };
+    let mut rng = SplitMix64::new(0x1234_5678);
+    let mut next = move || rng.next_u64() as u32;
     for (skew, expect) in [(false, PlaneMethod::Raw), (true, PlaneMethod::Rans)] {
         let words: Vec<u16> = (0..200_000)
             .map(|_| {
@@ -198,12 +192,10 @@ fn near_random_planes_are_raw_and_slightly_skewed_ones_coded() {
 #[test]
 fn smooth_weights_compress() {
     // Gaussian-ish bf16 weights: the exponent plane must code well below 8 bits.
-    let mut x = 0x1234_5678u32;
+    let mut rng = SplitMix64::new(0x1234_5678);
     let words: Vec<u16> = (0..65_536)
         .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
+            let x = rng.next_u64() as u32;
             let u = (x as f32 / u32::MAX as f32) - 0.5;
             let v = u * u * u * 0.05;
             (v.to_bits() >> 16) as u16
@@ -363,16 +355,11 @@ fn pack_reference(values: &[u16], bits: u32) -> Vec<u8> {
 
 #[test]
 fn packing_matches_the_reference_at_every_width() {
-    let mut x = 0x9E37_79B9u32;
+    let mut rng = SplitMix64::new(0x9E37_79B9);
     for bits in 1..=10u32 {
         for n in (0..80).chain([1000, 4099]) {
             let values: Vec<u16> = (0..n)
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 17;
-                    x ^= x << 5;
-                    (x & ((1 << bits) - 1)) as u16
-                })
+                .map(|_| (rng.next_u64() & ((1 << bits) - 1)) as u16)
                 .collect();
             let expect = pack_reference(&values, bits);
             let mut packed = Vec::new();
@@ -405,13 +392,8 @@ fn packing_matches_the_reference_at_every_width() {
 /// `rel` of itself, a few (`jumps` in 1000) by much more (exceptions to the marks), and
 /// with `zeros` some bases are exact zeros.
 fn fine_tune_step(n: usize, seed: u64, rel: f32, jumps: u64, zeros: bool) -> (Vec<f32>, Vec<f32>) {
-    let mut x = seed | 1;
-    let mut next = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
+    let mut rng = SplitMix64::new(seed);
+    let mut next = move || rng.next_u64();
     let mut base = Vec::with_capacity(n);
     let mut data = Vec::with_capacity(n);
     for _ in 0..n {
