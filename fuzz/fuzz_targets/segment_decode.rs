@@ -85,9 +85,23 @@ fuzz_target!(|data: &[u8]| {
 
 /// Parses `bytes` and, if that succeeds, decodes it every way the API allows.
 fn exercise(bytes: &[u8]) {
-    let Ok(seg) = Segment::parse(bytes) else {
-        return;
+    // A store parses without the checksum (its content address proves the bytes): that
+    // parse must refuse everything `parse` refuses but a checksum mismatch, and agree with
+    // it on the rest.
+    let unchecked = Segment::parse_without_checksum(bytes);
+    let seg = match Segment::parse(bytes) {
+        Ok(seg) => seg,
+        Err(SegmentError::ChecksumMismatch { .. }) => {
+            assert!(unchecked.is_ok(), "only the checksum failed: {unchecked:?}");
+            return;
+        }
+        Err(e) => {
+            assert_eq!(unchecked.err(), Some(e), "the parses disagree");
+            return;
+        }
     };
+    let unchecked = unchecked.expect("a segment that parses parses without its checksum");
+    assert!(unchecked.header() == seg.header() && unchecked.payload() == seg.payload());
     let header = *seg.header();
     // `parse` has already checked that the decoded length fits in `usize`.
     let Ok(len) = header.decoded_len() else {

@@ -290,19 +290,35 @@ impl<'a> Segment<'a> {
     /// Any header error of [`SegmentError`], [`SegmentError::PayloadLength`] or
     /// [`SegmentError::ChecksumMismatch`].
     pub fn parse(bytes: &'a [u8]) -> Result<Segment<'a>, SegmentError> {
+        let seg = Segment::parse_without_checksum(bytes)?;
+        let computed = checksum(bytes);
+        let header = seg.header;
+        if computed != header.checksum {
+            return Err(SegmentError::ChecksumMismatch {
+                stored: header.checksum,
+                computed,
+            });
+        }
+        Ok(seg)
+    }
+
+    /// Parses a segment whose bytes the caller has already proven unchanged by a hash at
+    /// least as strong as the checksum (a content-addressed store checks a 128-bit hash of
+    /// the whole segment on every read): the header fields and the payload length are
+    /// checked, the checksum is not computed again.
+    ///
+    /// Decoding stays safe on any bytes; only the checksum's detection of changed bytes is
+    /// left to the caller.
+    ///
+    /// # Errors
+    /// Any header error of [`SegmentError`], or [`SegmentError::PayloadLength`].
+    pub fn parse_without_checksum(bytes: &'a [u8]) -> Result<Segment<'a>, SegmentError> {
         let header = SegmentHeader::read(bytes)?;
         let payload = &bytes[HEADER_LEN..];
         if header.payload_len != payload.len() as u64 {
             return Err(SegmentError::PayloadLength {
                 declared: header.payload_len,
                 actual: payload.len(),
-            });
-        }
-        let computed = checksum(bytes);
-        if computed != header.checksum {
-            return Err(SegmentError::ChecksumMismatch {
-                stored: header.checksum,
-                computed,
             });
         }
         Ok(Segment { header, payload })

@@ -144,3 +144,42 @@ fn header_errors_are_specific() {
     bad[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
     assert!(Segment::parse(&bad).is_err());
 }
+
+#[test]
+fn parsing_without_the_checksum_checks_everything_else() {
+    let data = f32_bytes(&sample(256, 0.5));
+    let seg = encode_keyframe(DType::F32, &data, &LosslessOptions::default()).unwrap();
+    let checked = Segment::parse(&seg).unwrap();
+    let unchecked = Segment::parse_without_checksum(&seg).unwrap();
+    assert_eq!(unchecked.header(), checked.header());
+    assert_eq!(unchecked.payload(), checked.payload());
+    let mut out = vec![0u8; data.len()];
+    unchecked.decode_lossless_into(None, &mut out).unwrap();
+    assert_eq!(out, data);
+
+    // Only the checksum field is left to the caller: a changed checksum passes...
+    let mut resummed = seg.clone();
+    resummed[CHECKSUM_OFS] ^= 1;
+    assert!(matches!(
+        Segment::parse(&resummed),
+        Err(SegmentError::ChecksumMismatch { .. })
+    ));
+    assert!(Segment::parse_without_checksum(&resummed).is_ok());
+    // ...while the header and the payload length are still checked.
+    assert_eq!(
+        Segment::parse_without_checksum(&seg[..10]).unwrap_err(),
+        SegmentError::TooShort { len: 10 }
+    );
+    let mut longer = seg.clone();
+    longer.push(0);
+    assert!(matches!(
+        Segment::parse_without_checksum(&longer),
+        Err(SegmentError::PayloadLength { .. })
+    ));
+    let mut bad = seg;
+    bad[0] = b'X';
+    assert!(matches!(
+        Segment::parse_without_checksum(&bad),
+        Err(SegmentError::BadMagic { .. })
+    ));
+}
