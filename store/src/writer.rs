@@ -674,7 +674,7 @@ fn flip_predecessor(
             let Some(block) = older.blocks.get_mut(*b as usize) else {
                 return false;
             };
-            if block.base != Some(*above) || block.reference || block.form != Form::Lossless {
+            if !block.reads_through(*above) {
                 return false;
             }
             changed |= block.depth != *depth;

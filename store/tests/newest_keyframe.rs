@@ -183,6 +183,30 @@ fn fine_tuned_weights_keep_their_bytes_and_their_first_lineage_reverse() {
 }
 
 #[test]
+fn a_version_written_before_the_newest_leaves_the_newest_a_keyframe() {
+    let (_d, path) = temp_store();
+    let store = Store::open_with(&path, opts()).expect("open");
+    let mut saved = Vec::new();
+    for step in [10u64, 20, 30] {
+        let bytes = moments(step / 10);
+        save(&store, step, &bytes);
+        saved.push((step, bytes));
+    }
+    // A step between two saved ones (a resumed run filling a gap) is not the newest: it is
+    // written against the version before it, and step 30 stays the keyframe.
+    let between = moments_of(2, 3);
+    save(&store, 25, &between);
+    saved.insert(2, (25, between));
+    let versions = check(&store, &saved, opts().max_chain);
+    assert!(newest_is_keyframe(&versions), "{versions:?}");
+    let at_25 = versions.iter().find(|v| v.step == 25).expect("step 25");
+    assert!(
+        at_25.encodings.iter().all(|e| e.base == Some(20)),
+        "{at_25:?}"
+    );
+}
+
+#[test]
 fn deleting_or_overwriting_the_newest_leaves_every_other_version_exact() {
     let (_d, path) = temp_store();
     let store = Store::open_with(&path, opts()).expect("open");

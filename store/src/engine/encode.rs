@@ -144,9 +144,9 @@ pub(crate) fn plan_version(
             .map(|(s, p)| (s, Arc::new(p))),
     };
     let newest = match &pred {
-        Some(_) if opts.newest_keyframe && opts.policy == DeltaPolicy::Chain => view
-            .at_or_before(&name, u64::MAX)?
-            .is_none_or(|(last, _)| last <= step),
+        Some(_) if opts.newest_keyframe && opts.policy == DeltaPolicy::Chain => {
+            !view.has_version_after(&name, step)?
+        }
         _ => false,
     };
     let block_elems = match &pred {
@@ -281,7 +281,7 @@ pub(crate) fn prepare_window<'d>(
             inline: plan.inline,
         };
         if let Some((pstep, prec)) = &plan.pred {
-            choose_base(
+            let root = choose_base(
                 &mut fetcher,
                 opts,
                 &plan.name,
@@ -298,6 +298,7 @@ pub(crate) fn prepare_window<'d>(
                     *pstep,
                     prec,
                     w.block,
+                    root,
                     &mut task,
                 )?;
             }
@@ -357,7 +358,8 @@ pub(crate) struct Task<'d> {
     inline: bool,
 }
 
-/// Fills in the predecessor block and the base of `task` by the policy.
+/// Fills in the predecessor block and the base of `task` by the policy. Returns the
+/// lineage's keyframe (step and block record) when the policy needed it looked up.
 fn choose_base(
     fetcher: &mut Fetcher<'_>,
     opts: &Options,
@@ -366,11 +368,11 @@ fn choose_base(
     prec: &VersionRecord,
     b: u64,
     task: &mut Task<'_>,
-) -> Result<()> {
+) -> Result<Option<(u64, BlockRecord)>> {
     let p = prec.blocks[b as usize];
     if p.form != Form::Lossless {
         // A quantized or Tier 0 block is no base: a keyframe.
-        return Ok(());
+        return Ok(None);
     }
     task.pred = Some((p, fetcher.fetch(name, pstep, prec, b)?));
     let link = |r: &BlockRecord| Link {
@@ -379,13 +381,17 @@ fn choose_base(
         keyframe: r.base.is_none(),
     };
     let rule = DeltaRule::new(opts.policy, opts.max_chain);
+    let mut lineage = None;
     // The block the rule may want besides the predecessor's, with its version's record.
     let root = match rule.root_needed(link(&p)) {
         None => None,
-        Some(Root::Lineage) => match lineage_root(fetcher, name, pstep, p, prec, b)? {
-            Some((rs, rb)) => fetcher.record(name, rs)?.map(|rrec| (rs, rb, rrec)),
-            None => None,
-        },
+        Some(Root::Lineage) => {
+            lineage = lineage_root(fetcher, name, pstep, p, prec, b)?;
+            match lineage {
+                Some((rs, rb)) => fetcher.record(name, rs)?.map(|rrec| (rs, rb, rrec)),
+                None => None,
+            }
+        }
         Some(Root::Base) => match p.base {
             Some(rs) => match fetcher.record(name, rs)? {
                 Some(r) if r.same_layout(prec) => Some((rs, r.blocks[b as usize], r)),
@@ -409,7 +415,7 @@ fn choose_base(
         }
         Base::Keyframe => {}
     }
-    Ok(())
+    Ok(lineage)
 }
 
 /// Smallest keyframe segment re-encoded against the next version. A smaller one is stored in
@@ -422,7 +428,9 @@ const FLIP_MIN_BYTES: u32 = 64 << 10;
 /// For a version that becomes the tensor's newest: whether its block is written as a keyframe
 /// with the predecessor's re-encoded against it (the predecessor's block is a keyframe whose
 /// lineage has room for one more version), or may restart a lineage as a keyframe (any other
-/// lossless predecessor; decided once the delta's size is known).
+/// lossless predecessor; decided once the delta's size is known). `root` is the lineage's
+/// keyframe if [`choose_base`] looked it up.
+#[allow(clippy::too_many_arguments)]
 fn choose_reverse(
     fetcher: &mut Fetcher<'_>,
     opts: &Options,
@@ -430,6 +438,7 @@ fn choose_reverse(
     pstep: u64,
     prec: &VersionRecord,
     b: u64,
+    root: Option<(u64, BlockRecord)>,
     task: &mut Task<'_>,
 ) -> Result<()> {
     let p = prec.blocks[b as usize];
@@ -447,9 +456,10 @@ fn choose_reverse(
             return Ok(());
         }
     }
-    let keyframe = match p.base {
-        None => Some(p),
-        Some(_) => lineage_root(fetcher, name, pstep, p, prec, b)?.map(|(_, root)| root),
+    let keyframe = match (p.base, root) {
+        (None, _) => Some(p),
+        (Some(_), Some((_, root))) => Some(root),
+        (Some(_), None) => lineage_root(fetcher, name, pstep, p, prec, b)?.map(|(_, root)| root),
     };
     task.restart = keyframe.map(|k| k.segment_len as usize);
     Ok(())
@@ -478,7 +488,7 @@ fn chain_under(
             && older
                 .blocks
                 .get(b as usize)
-                .is_some_and(|x| x.base == Some(above) && x.form == Form::Lossless && !x.reference);
+                .is_some_and(|x| x.reads_through(above));
         if !linked {
             break;
         }

@@ -149,29 +149,10 @@ pub(crate) fn rebase_off(
     name: &str,
     steps: &BTreeSet<u64>,
 ) -> Result<Vec<(u64, VersionRecord)>> {
-    let mut all = wt.versions_of(name)?;
-    for &step in steps.iter().rev() {
-        let Ok(at) = all.binary_search_by_key(&step, |(s, _)| *s) else {
-            continue;
-        };
-        let doomed = all[at].1.clone();
-        let gone = Gone {
-            step,
-            record: &doomed,
-            going: steps,
-        };
-        let others: Vec<(u64, VersionRecord)> = all
-            .iter()
-            .filter(|(s, _)| !steps.contains(s))
-            .cloned()
-            .collect();
-        for (vstep, rec) in rebase_planned(wt, cache, opts, name, gone, &others)? {
-            if let Ok(i) = all.binary_search_by_key(&vstep, |(s, _)| *s) {
-                all[i].1 = rec;
-            }
-        }
-    }
-    Ok(all)
+    let all = wt.versions_of(name)?;
+    rebase_each(wt, cache, opts, name, steps, all, |_, s, _| {
+        !steps.contains(&s)
+    })
 }
 
 /// Re-encodes every block of a version in `steps` that is a delta against a newer version
@@ -186,22 +167,38 @@ pub(crate) fn rebase_within(
     opts: &Options,
     name: &str,
     steps: &BTreeSet<u64>,
-    mut all: Vec<(u64, VersionRecord)>,
+    all: Vec<(u64, VersionRecord)>,
 ) -> Result<Vec<(u64, VersionRecord)>> {
-    // Newest first: a version's dependents are re-based while its own chain is unchanged, so
-    // their data still reads; each then no longer needs any version of `steps`.
+    rebase_each(wt, cache, opts, name, steps, all, |step, s, rec| {
+        s < step && steps.contains(&s) && rec.blocks.iter().any(|b| b.base == Some(step))
+    })
+}
+
+/// For each version of `steps`, newest first, re-bases the blocks that depend on it in the
+/// versions `candidate` picks (given the version of `steps`, a step and its record) off
+/// it, as if it were deleted; `all` (every version of the tensor, in step order) is kept up
+/// to date and returned. Newest first: a version's dependents are re-based while its own
+/// chain is unchanged, so their data still reads.
+fn rebase_each(
+    wt: &mut WriteTxn<'_>,
+    cache: &BlockCache,
+    opts: &Options,
+    name: &str,
+    steps: &BTreeSet<u64>,
+    mut all: Vec<(u64, VersionRecord)>,
+    candidate: impl Fn(u64, u64, &VersionRecord) -> bool,
+) -> Result<Vec<(u64, VersionRecord)>> {
     for &step in steps.iter().rev() {
         let Ok(at) = all.binary_search_by_key(&step, |(s, _)| *s) else {
             continue;
         };
         let doomed = all[at].1.clone();
-        let depends = |rec: &VersionRecord| rec.blocks.iter().any(|b| b.base == Some(step));
-        let older: Vec<(u64, VersionRecord)> = all
+        let picked: Vec<(u64, VersionRecord)> = all
             .iter()
-            .filter(|(s, rec)| *s < step && steps.contains(s) && depends(rec))
+            .filter(|(s, rec)| candidate(step, *s, rec))
             .cloned()
             .collect();
-        if older.is_empty() {
+        if picked.is_empty() {
             continue;
         }
         let gone = Gone {
@@ -209,7 +206,7 @@ pub(crate) fn rebase_within(
             record: &doomed,
             going: steps,
         };
-        for (vstep, rec) in rebase_planned(wt, cache, opts, name, gone, &older)? {
+        for (vstep, rec) in rebase_planned(wt, cache, opts, name, gone, &picked)? {
             if let Ok(i) = all.binary_search_by_key(&vstep, |(s, _)| *s) {
                 all[i].1 = rec;
             }

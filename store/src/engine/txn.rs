@@ -211,6 +211,8 @@ pub(crate) trait View {
     fn versions_of(&self, name: &str) -> Result<Vec<(u64, VersionRecord)>>;
     /// Whether `name` has any version.
     fn has_versions(&self, name: &str) -> Result<bool>;
+    /// Whether `name` has a version after `step` (no record is decoded).
+    fn has_version_after(&self, name: &str, step: u64) -> Result<bool>;
     /// The tier row of a block, if any.
     fn tier_row(&self, name: &str, step: u64, block: u64) -> Result<Option<TierRow>>;
     /// Every tier row of a version, as (block, row), in block order.
@@ -300,6 +302,9 @@ macro_rules! view_over_tables {
             }
             fn has_versions(&self, name: &str) -> Result<bool> {
                 versions::has_versions(&self.versions, name)
+            }
+            fn has_version_after(&self, name: &str, step: u64) -> Result<bool> {
+                versions::has_version_after(&self.versions, name, step)
             }
             fn tier_row(&self, name: &str, step: u64, block: u64) -> Result<Option<TierRow>> {
                 versions::load_row(&self.tiers, name, step, block)

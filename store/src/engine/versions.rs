@@ -148,6 +148,19 @@ pub(crate) fn has_versions(versions: &impl BytesTable, name: &str) -> Result<boo
         .is_some())
 }
 
+/// Whether `name` has a version after `step`: a key lookup, no record decoded.
+pub(crate) fn has_version_after(versions: &impl BytesTable, name: &str, step: u64) -> Result<bool> {
+    let Some(after) = step.checked_add(1) else {
+        return Ok(false);
+    };
+    let range = version_key_range(name, after..=u64::MAX);
+    Ok(versions
+        .range(range.start().as_slice()..=range.end().as_slice())
+        .ctx("looking up versions")?
+        .next()
+        .is_some())
+}
+
 /// Names of every tensor with at least one version, in key order (by name length, then
 /// bytes): one range query per tensor, skipping its versions.
 pub(crate) fn tensor_names(versions: &impl BytesTable) -> Result<Vec<String>> {

@@ -130,6 +130,14 @@ impl BlockRecord {
         }
     }
 
+    /// Whether this block is the next link of the reverse chain under version `above`'s
+    /// block: its own lossless delta against `above`, not a reference to another version's
+    /// segment. A write that keeps the newest a keyframe re-encodes the versions before it
+    /// against it, one link at a time (ADR 0006); this rule finds those links.
+    pub(crate) fn reads_through(&self, above: u64) -> bool {
+        self.base == Some(above) && self.form == Form::Lossless && !self.reference
+    }
+
     /// Segment bytes this block adds to the store: none when it refers to an earlier
     /// block's segment (or has none: Tier 0, or inline bytes, counted with the record).
     pub(crate) fn stored_bytes(&self) -> u64 {
