@@ -2,7 +2,7 @@
 //! real checkpoints, with what the encoder chose per plane.
 //!
 //! ```text
-//! cargo run --release -p strata-codec --example plane-bench -- [--reps N] [--encode-reps N] [--planes] [--json] SET...
+//! cargo run --release -p strata-codec --example plane-bench -- [--reps N] [--encode-reps N] [--min-gain F] [--planes] [--json] SET...
 //! ```
 //!
 //! A SET is `key:FILE.safetensors` (every tensor cut into 1 MiB blocks, each a keyframe;
@@ -131,6 +131,7 @@ fn main() -> Result<(), BoxError> {
     let mut show_planes = false;
     let mut json = false;
     let mut enc_reps = None;
+    let mut opts = LosslessOptions::default();
     let mut sets = Vec::new();
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -140,10 +141,11 @@ fn main() -> Result<(), BoxError> {
             "--json" => json = true,
             // Profiling: encode this many times only, then decode `--reps` times.
             "--encode-reps" => enc_reps = Some(args.next().ok_or("--encode-reps N")?.parse()?),
+            // The encoder's `min_gain`: planes that coding would shrink by less are stored raw.
+            "--min-gain" => opts.min_gain = args.next().ok_or("--min-gain F")?.parse()?,
             _ => sets.push(a),
         }
     }
-    let opts = LosslessOptions::default();
     for spec in &sets {
         let blocks = set_blocks(spec)?;
         let raw: usize = blocks.iter().map(|b| b.data.len()).sum();
