@@ -292,10 +292,9 @@ impl<'a> Segment<'a> {
     pub fn parse(bytes: &'a [u8]) -> Result<Segment<'a>, SegmentError> {
         let seg = Segment::parse_without_checksum(bytes)?;
         let computed = checksum(bytes);
-        let header = seg.header;
-        if computed != header.checksum {
+        if computed != seg.header.checksum {
             return Err(SegmentError::ChecksumMismatch {
-                stored: header.checksum,
+                stored: seg.header.checksum,
                 computed,
             });
         }
