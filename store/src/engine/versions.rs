@@ -140,23 +140,29 @@ pub(crate) fn versions_between(
 
 /// Whether `name` has any version.
 pub(crate) fn has_versions(versions: &impl BytesTable, name: &str) -> Result<bool> {
-    let range = version_key_range(name, 0..=u64::MAX);
-    Ok(versions
-        .range(range.start().as_slice()..=range.end().as_slice())
-        .ctx("looking up a tensor")?
-        .next()
-        .is_some())
+    has_version_in(versions, name, 0..=u64::MAX, "looking up a tensor")
 }
 
 /// Whether `name` has a version after `step`: a key lookup, no record decoded.
 pub(crate) fn has_version_after(versions: &impl BytesTable, name: &str, step: u64) -> Result<bool> {
-    let Some(after) = step.checked_add(1) else {
-        return Ok(false);
-    };
-    let range = version_key_range(name, after..=u64::MAX);
+    match step.checked_add(1) {
+        Some(after) => has_version_in(versions, name, after..=u64::MAX, "looking up versions"),
+        None => Ok(false),
+    }
+}
+
+/// Whether `name` has a version at a step of `steps`, by its keys alone (`what`: the
+/// operation, for a database error).
+fn has_version_in(
+    versions: &impl BytesTable,
+    name: &str,
+    steps: std::ops::RangeInclusive<u64>,
+    what: &'static str,
+) -> Result<bool> {
+    let range = version_key_range(name, steps);
     Ok(versions
         .range(range.start().as_slice()..=range.end().as_slice())
-        .ctx("looking up versions")?
+        .ctx(what)?
         .next()
         .is_some())
 }
