@@ -25,6 +25,11 @@ use crate::tensor::Fidelity;
 pub(crate) const MAX_HOPS: usize = 256;
 /// Decoded bytes of one batch of [`read_blocks`]: bounds what a read holds at once.
 pub(crate) const BATCH_BYTES: usize = 16 << 20;
+/// Bytes one batch of [`read_blocks`] holds before decoding: its blocks' decoded size and the
+/// segments fetched to decode them. A keyframe's block fetches about its compressed size, a
+/// block at the end of a chain that many segments: the batch ends at this bound, so a deep
+/// chain's batch holds fewer blocks instead of `depth` times the bytes.
+const BATCH_HELD_BYTES: usize = 16 << 20;
 /// Blocks of one batch of [`read_blocks`], however small.
 const BATCH_JOBS: usize = 4096;
 
@@ -331,6 +336,12 @@ pub(crate) fn block_bytes(rec: &VersionRecord, block: u64) -> usize {
 }
 
 impl Job {
+    /// Bytes of the segments fetched to decode the block.
+    fn fetched_bytes(&self) -> usize {
+        self.links.iter().map(|l| l.bytes.len()).sum::<usize>()
+            + self.sparse.as_ref().map_or(0, Vec::len)
+    }
+
     /// Whether the block is at Tier 0: the caller rebuilds it from [`Job::row`].
     pub(crate) fn is_absent(&self) -> bool {
         self.form == Form::Absent
@@ -639,8 +650,8 @@ pub(crate) struct Span<'r> {
     pub(crate) upto: Option<u64>,
 }
 
-/// Reads the blocks of `spans` in order, fetching them a batch at a time (at most
-/// [`BATCH_BYTES`] of decoded data, or [`BATCH_JOBS`] blocks) and decoding each batch in
+/// Reads the blocks of `spans` in order, fetching them a batch at a time
+/// ([`fetch_next_batch`]: a bounded number of bytes decoded and fetched) and decoding each batch in
 /// parallel, so many small tensors decode together and a large one in bounded memory. Tier 0
 /// blocks go to `rebuild`; `sink` gets each block's bytes and fidelity (span index, block
 /// index) in order.
@@ -663,13 +674,7 @@ pub(crate) fn read_blocks(
         .flat_map(|(si, s)| s.blocks.clone().map(move |b| (si, b)))
         .peekable();
     let pipelined = !fetcher.keep;
-    let mut fetch_next = || -> Result<Option<Fetched>> {
-        let batch = take_batch(&mut todo, spans);
-        if batch.is_empty() {
-            return Ok(None);
-        }
-        fetch_batch(fetcher, spans, batch, &mut rebuild).map(Some)
-    };
+    let mut fetch_next = || fetch_next_batch(fetcher, &mut todo, spans, &mut rebuild);
     if !pipelined {
         while let Some(f) = fetch_next()? {
             let decoded = decode_all(f.jobs, cache);
@@ -704,24 +709,68 @@ pub(crate) fn read_blocks(
     Ok(())
 }
 
-/// The next batch of `(span, block)` of a read: at most [`BATCH_BYTES`] of decoded data (one
-/// block at least) and [`BATCH_JOBS`] blocks.
-pub(super) fn take_batch(
+/// Fetches the next batch of a read and rebuilds its Tier 0 blocks: blocks in `todo`'s order
+/// until they hold [`BATCH_HELD_BYTES`] (decoded size and fetched segments), at most
+/// [`BATCH_BYTES`] of decoded data and [`BATCH_JOBS`] blocks; at least one block, and as many as
+/// the thread pool has threads when the bounds allow, so that every thread has a block to
+/// decode. `None` when `todo` is empty.
+pub(super) fn fetch_next_batch(
+    fetcher: &mut Fetcher<'_>,
     todo: &mut std::iter::Peekable<impl Iterator<Item = (usize, u64)>>,
     spans: &[Span<'_>],
-) -> Vec<(usize, u64)> {
-    let mut batch: Vec<(usize, u64)> = Vec::new();
-    let mut bytes = 0usize;
+    rebuild: &mut impl FnMut(usize, &Job) -> Result<(Block, Fidelity)>,
+) -> Result<Option<Fetched>> {
+    let threads = rayon::current_num_threads().max(1);
+    let mut fetched = Fetched {
+        blocks: Vec::new(),
+        jobs: Vec::new(),
+    };
+    let (mut decoded, mut held) = (0usize, 0usize);
     while let Some(&(si, b)) = todo.peek() {
         let len = block_bytes(spans[si].rec, b);
-        if !batch.is_empty() && (bytes + len > BATCH_BYTES || batch.len() >= BATCH_JOBS) {
+        let n = fetched.blocks.len();
+        let full = decoded + len > BATCH_BYTES || n >= BATCH_JOBS || held >= BATCH_HELD_BYTES;
+        if n > 0 && full && !(n < threads && decoded + len <= BATCH_BYTES) {
             break;
         }
-        bytes += len;
-        batch.push((si, b));
         todo.next();
+        decoded += len;
+        held += len + fetch_block(fetcher, spans, si, b, rebuild, &mut fetched)?;
     }
-    batch
+    Ok((!fetched.blocks.is_empty()).then_some(fetched))
+}
+
+/// Fetches block `b` of span `si` into `fetched` (a Tier 0 block rebuilt by `rebuild`);
+/// returns the bytes of the segments it fetched.
+fn fetch_block(
+    fetcher: &mut Fetcher<'_>,
+    spans: &[Span<'_>],
+    si: usize,
+    b: u64,
+    rebuild: &mut impl FnMut(usize, &Job) -> Result<(Block, Fidelity)>,
+    fetched: &mut Fetched,
+) -> Result<usize> {
+    let s = &spans[si];
+    let want = s.upto.map_or(usize::MAX, |end| {
+        let elems = end.saturating_sub(b * s.rec.block_elems);
+        usize::try_from(elems * s.rec.dtype.size() as u64).unwrap_or(usize::MAX)
+    });
+    let job = fetcher.fetch_prefix(&s.name, s.step, s.rec, b, want)?;
+    let fidelity = job.fidelity;
+    let bytes = job.fetched_bytes();
+    let rebuilt = if job.is_absent() {
+        Some(rebuild(si, &job)?)
+    } else {
+        fetched.jobs.push(job);
+        None
+    };
+    fetched.blocks.push(FetchedBlock {
+        span: si,
+        block: b,
+        fidelity,
+        rebuilt,
+    });
+    Ok(bytes)
 }
 
 /// One block of a fetched batch: where it is, its fidelity, and its bytes if `rebuild`
@@ -738,39 +787,6 @@ pub(super) struct FetchedBlock {
 pub(super) struct Fetched {
     pub(super) blocks: Vec<FetchedBlock>,
     pub(super) jobs: Vec<Job>,
-}
-
-/// Fetches the jobs of `batch` and rebuilds its Tier 0 blocks.
-pub(super) fn fetch_batch(
-    fetcher: &mut Fetcher<'_>,
-    spans: &[Span<'_>],
-    batch: Vec<(usize, u64)>,
-    rebuild: &mut impl FnMut(usize, &Job) -> Result<(Block, Fidelity)>,
-) -> Result<Fetched> {
-    let mut blocks = Vec::with_capacity(batch.len());
-    let mut jobs = Vec::with_capacity(batch.len());
-    for (si, b) in batch {
-        let s = &spans[si];
-        let want = s.upto.map_or(usize::MAX, |end| {
-            let elems = end.saturating_sub(b * s.rec.block_elems);
-            usize::try_from(elems * s.rec.dtype.size() as u64).unwrap_or(usize::MAX)
-        });
-        let job = fetcher.fetch_prefix(&s.name, s.step, s.rec, b, want)?;
-        let fidelity = job.fidelity;
-        let rebuilt = if job.is_absent() {
-            Some(rebuild(si, &job)?)
-        } else {
-            jobs.push(job);
-            None
-        };
-        blocks.push(FetchedBlock {
-            span: si,
-            block: b,
-            fidelity,
-            rebuilt,
-        });
-    }
-    Ok(Fetched { blocks, jobs })
 }
 
 /// Hands a batch's blocks to `sink` in order (`decoded`: the results of its jobs), and

@@ -5,7 +5,7 @@
 
 use rayon::prelude::*;
 
-use super::blocks::{block_bytes, fetch_batch, take_batch, Fetched, Fetcher, Job, Span};
+use super::blocks::{block_bytes, fetch_next_batch, Fetched, Fetcher, Job, Span};
 use super::cache::{Block, BlockCache};
 use crate::error::{Corruption, InvalidInput, Result, StoreError};
 use crate::tensor::Fidelity;
@@ -31,13 +31,7 @@ pub(crate) fn read_blocks_into(
         .enumerate()
         .flat_map(|(si, s)| s.blocks.clone().map(move |b| (si, b)))
         .peekable();
-    let mut fetch_next = || -> Result<Option<Fetched>> {
-        let batch = take_batch(&mut todo, spans);
-        if batch.is_empty() {
-            return Ok(None);
-        }
-        fetch_batch(fetcher, spans, batch, &mut rebuild).map(Some)
-    };
+    let mut fetch_next = || fetch_next_batch(fetcher, &mut todo, spans, &mut rebuild);
     let mut current = fetch_next()?;
     while let Some(fetched) = current.take() {
         let Fetched { blocks, jobs } = fetched;
