@@ -291,13 +291,13 @@ def scale_markdown(runs):
     lines = [
         f"Measured {machine()} (Strata at {commit}) by `examples/scale-bench.rs`. GB = 10^9 bytes of tensor "
         "data; each operation is a separate process (the release `strata` binary; load is `Store::read_checkpoint` "
-        "in a child process; ZipNN a python process, its time taken inside it, without python's and torch's "
-        "start), timed by wall clock (exports, loads, gets and histories: the run of median time of 3); peak RSS is "
+        "in a child process; python load is the Python package's `load_checkpoint` and ZipNN a python process, "
+        "their time taken inside it, without python's start and imports), timed by wall clock (exports, loads, gets and histories: the run of median time of 3); peak RSS is "
         "the process's `ru_maxrss` from `wait4`, read by a small "
         "process that starts it (a child's `ru_maxrss` counts the memory of the process it was forked from). The page cache is "
         "warm (the files were just generated and fsynced) and the machine is shared: times are indicative. "
-        "Every export and ZipNN's decompressed file were compared with the generated checkpoint tensor by "
-        "tensor, bit for bit.",
+        "Every export, Python load and ZipNN's decompressed file were compared with the generated checkpoint "
+        "tensor by tensor, bit for bit.",
         "",
     ]
     for gb, _, doc in runs:
@@ -322,7 +322,7 @@ def scale_markdown(runs):
         "|---|---|---|---|---|---|",
     ]
     names = ["cp + sync", "import keyframes", "import deltas", "export keyframes", "export depth 2",
-             "load keyframes", "ZipNN compress", "ZipNN decompress"]
+             "load keyframes", "python load keyframes", "ZipNN compress", "ZipNN decompress"]
     for gb, _, doc in runs:
         cp = op(doc, "cp + sync")
         for name in names:
@@ -338,7 +338,8 @@ def scale_markdown(runs):
         for o in first["ops"]:
             if o["model"] != ("chain" if chain else "main"):
                 continue
-            if not (o["op"].startswith(("export depth", "load depth", "get ", "history"))):
+            if not (o["op"].startswith(("export depth", "load depth", "python load depth", "python load newest",
+                                        "get ", "history"))):
                 continue
             lines.append(
                 f"| {'chain' if chain else 'main'} | {o['op']} | {o['depth']} | {o['seconds']:.3f} | "
@@ -375,15 +376,20 @@ def scale_markdown(runs):
             row(f"import wall time <= cp + sync of the same file, {gb} GB",
                 f"{i['seconds']:.2f} s vs {c['seconds']:.2f} s ({i['seconds'] / c['seconds']:.2f} x)",
                 i["seconds"] <= c["seconds"])
-        for name in ["export keyframes", "load keyframes"]:
+        for name in ["export keyframes", "load keyframes", "python load keyframes"]:
             o = op(doc, name)
             if o:
-                row(f"{name.split()[0]} >= 1.5 GB/s, keyframes, {gb} GB", f"{o['gbps']:.3f} GB/s", o["gbps"] >= 1.5)
-    for prefix in ["export depth", "load depth"]:
+                what = name.removesuffix(" keyframes")
+                row(f"{what} >= 1.5 GB/s, keyframes, {gb} GB", f"{o['gbps']:.3f} GB/s", o["gbps"] >= 1.5)
+    for prefix in ["export depth", "load depth", "python load depth"]:
         o = max((o for o in first["ops"] if o["op"].startswith(prefix)), key=lambda o: o["depth"], default=None)
         if o and o["depth"] >= 6:
-            row(f"{prefix.split()[0]} >= 1 GB/s at the deepest chain (depth {o['depth']})",
+            row(f"{prefix.removesuffix(' depth')} >= 1 GB/s at the deepest chain (depth {o['depth']})",
                 f"{o['gbps']:.3f} GB/s", o["gbps"] >= 1.0)
+    n = starts(first, "python load newest")
+    if n:
+        row(f"python load >= 1.5 GB/s, the newest checkpoint of the chain model (depth {n['depth']})",
+            f"{n['gbps']:.3f} GB/s", n["gbps"] >= 1.5)
     g = starts(first, "get 32 MiB tensor,")
     if g:
         row(f"get of a 32 MiB tensor at depth {g['depth']} <= 40 ms",

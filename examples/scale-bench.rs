@@ -5,7 +5,7 @@
 //! cargo run --release --example scale-bench -- [--gb N] [--steps S] [--json] [--out DIR] [--keep]
 //!     [--chain-gb N] [--chain-steps S] [--seed N] [--drift F] [--no-chain] [--no-zipnn]
 //!     [--no-many] [--many N] [--small-steps N] [--retain-limit SECS] [--strata PATH]
-//!     [--python PATH]
+//!     [--python PATH] [--strata-python PATH]
 //! ```
 //!
 //! 1. **Data.** A model-like bf16 checkpoint of N GB (10^9 bytes) is generated, seeded, as a
@@ -24,7 +24,11 @@
 //!    checkpoint load through `Store::read_checkpoint` (this example re-run as a child
 //!    process; exports, loads, gets and histories run 3 times and the run of median time is
 //!    reported),
-//!    beside `cp FILE DEST && sync` of the same file on the same disk and ZipNN
+//!    and the same checkpoint through the Python package's `load_checkpoint` (a python process
+//!    of the venv `python/ci.sh` builds the package into, `--strata-python`: default
+//!    `$STRATA_PY_VENV/bin/python`, else `~/.cache/strata/py-venv/bin/python`; timed inside
+//!    it, without python's start and imports; every array is compared with the generated
+//!    file), beside `cp FILE DEST && sync` of the same file on the same disk and ZipNN
 //!    compress / decompress of it (per tensor, in a python process of the comparison
 //!    harness's venv, target/compare-venv; the decompressed file is compared too).
 //! 3. **Deep chains.** The default store decodes at most 6 segments per block (max_chain 6),
@@ -32,7 +36,7 @@
 //!    (default 8), a separate smaller model (`--chain-gb`, default min(N, 0.5)) is generated
 //!    with that many steps and imported; `strata get` of one 32 MiB tensor at its deepest
 //!    version (also with `-o x.npy`), `strata history` of one element (mid-block) over all its versions,
-//!    and export and load of the deepest checkpoint are measured there.
+//!    and export and load (Rust and Python) of the deepest checkpoint are measured there.
 //! 4. **Many checkpoints.** 1000 checkpoints (`--many`) of 300 tensors of 256 f32 values,
 //!    written in-process with `Store::save_checkpoint`; at 10, 100 and 1000 checkpoints:
 //!    `Store::open` (in-process, median of 5), `strata log STORE`, `get_at` of one tensor
@@ -97,15 +101,30 @@ struct Args {
     retain_limit: u64,
     strata: Option<PathBuf>,
     python: PathBuf,
+    /// A python with the `strata` package (Python `load_checkpoint`).
+    strata_python: PathBuf,
 }
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The python of the venv `python/ci.sh` builds the package into: `$STRATA_PY_VENV`, else
+/// `~/.cache/strata/py-venv`.
+fn default_strata_python() -> PathBuf {
+    let venv = std::env::var_os("STRATA_PY_VENV")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/strata/py-venv"))
+        })
+        .unwrap_or_else(|| PathBuf::from(".venv"));
+    venv.join("bin/python")
+}
+
 const USAGE: &str = "usage: scale-bench [--gb N] [--steps S] [--json] [--out DIR] [--keep] \
 [--chain-gb N] [--chain-steps S] [--seed N] [--drift F] [--no-chain] [--no-zipnn] [--no-many] \
-[--many N] [--small-steps N] [--retain-limit SECS] [--strata PATH] [--python PATH]";
+[--many N] [--small-steps N] [--retain-limit SECS] [--strata PATH] [--python PATH] \
+[--strata-python PATH]";
 
 fn parse() -> Res<Args> {
     let mut a = Args {
@@ -126,6 +145,7 @@ fn parse() -> Res<Args> {
         retain_limit: 900,
         strata: None,
         python: root().join("target/compare-venv/bin/python"),
+        strata_python: default_strata_python(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -165,6 +185,7 @@ fn parse() -> Res<Args> {
                     "--retain-limit" => a.retain_limit = int()?,
                     "--strata" => a.strata = Some(PathBuf::from(&value)),
                     "--python" => a.python = PathBuf::from(&value),
+                    "--strata-python" => a.strata_python = PathBuf::from(&value),
                     _ => return Err(format!("unknown flag {flag}\n{USAGE}").into()),
                 }
             }
@@ -1025,6 +1046,81 @@ impl Ctx<'_> {
         Ok(())
     }
 
+    /// A whole checkpoint through the Python package's `load_checkpoint` (NumPy arrays), in
+    /// a python process of the package's venv; each array is then compared with `file`.
+    /// Skipped, with a note, where that python or its `strata` package is missing.
+    fn python_load(
+        &mut self,
+        store: &Path,
+        file: &Path,
+        step: u64,
+        depth: u8,
+        model: &str,
+    ) -> Res<()> {
+        let py = self.a.strata_python.clone();
+        let importable = py.is_file()
+            && Command::new(&py)
+                .args(["-c", "import strata"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+        if !importable {
+            let note = format!(
+                "Python load_checkpoint skipped: no python with the strata package at {} \
+                 (python/ci.sh builds it there; --strata-python names another)",
+                py.display()
+            );
+            if !self.report.notes.contains(&note) {
+                self.report.notes.push(note);
+            }
+            return Ok(());
+        }
+        let script = self.dir.join("strata_load.py");
+        std::fs::write(&script, PY_LOAD_SCRIPT)?;
+        let run = median_run(|k| {
+            let label = self.label(&format!("python-load-{model}-{step}-{k}"));
+            let mut cmd = Command::new(&py);
+            cmd.arg(&script).arg(store).arg(step.to_string()).arg(file);
+            measure(&mut cmd, &self.logs, &label)
+        })?;
+        remove(&script);
+        let label = format!("python-load-{model}-{step}");
+        let v: Value = serde_json::from_str(run.stdout.trim())
+            .map_err(|e| format!("{label}: bad output {:?}: {e}", run.stdout))?;
+        let raw = v["bytes"].as_u64().unwrap_or(0);
+        self.report.ops.push(Op {
+            op: if depth <= 1 {
+                "python load keyframes".into()
+            } else {
+                format!("python load depth {depth}")
+            },
+            model: model.into(),
+            step: Some(step),
+            depth: Some(depth),
+            secs: v["seconds"].as_f64().unwrap_or(f64::NAN),
+            rss: Some(run.rss),
+            bytes_in: file_len(store)?,
+            bytes_out: raw,
+            raw,
+            command: format!("strata.open_read_only(STORE).load_checkpoint({step}) (python)"),
+            inner_secs: None,
+            process_secs: Some(run.secs),
+            note: format!(
+                "NumPy arrays; seconds exclude python's start and imports (the process took \
+                 {:.2} s, {:.0} MiB of its peak RSS were there after the imports)",
+                run.secs,
+                v["rss_after_import"].as_f64().unwrap_or(0.0) / (1 << 20) as f64
+            ),
+        });
+        self.report.verified.push(json!({
+            "what": format!("Python load_checkpoint of step {step} ({model}) = generated file"),
+            "tensor_bytes": raw,
+            "ok": true,
+        }));
+        Ok(())
+    }
+
     fn cp_sync(&mut self, file: &Path, model: &str) -> Res<()> {
         let dest = self.dir.join("cp-copy.safetensors");
         let label = self.label(&format!("cp-{model}"));
@@ -1123,6 +1219,35 @@ fn tensor_bytes(p: &Path) -> Res<u64> {
     Ok(read_header(p)?.values().map(|e| e.end - e.start).sum())
 }
 
+/// Loads a checkpoint with the Python package (`load_checkpoint`, NumPy arrays), timed
+/// inside the process, then compares every array's bytes, dtype width and shape with the
+/// safetensors file it was imported from. Prints one JSON line; exits 1 on a difference.
+const PY_LOAD_SCRIPT: &str = r#"import json, resource, struct, sys, time
+store, step, src = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+import numpy as np
+import strata
+rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+t0 = time.perf_counter()
+with strata.open_read_only(store) as st:
+    arrays = st.load_checkpoint(step)
+seconds = time.perf_counter() - t0
+with open(src, "rb") as f:
+    (n,) = struct.unpack("<Q", f.read(8))
+    header = json.loads(f.read(n))
+    base = 8 + n
+    meta = {k: v for k, v in header.items() if k != "__metadata__"}
+    if sorted(meta) != sorted(arrays):
+        sys.exit(f"tensor names differ: {sorted(set(meta) ^ set(arrays))[:5]}")
+    for name, e in meta.items():
+        a = arrays[name]
+        lo, hi = e["data_offsets"]
+        f.seek(base + lo)
+        if list(a.shape) != e["shape"] or a.nbytes != hi - lo or a.tobytes() != f.read(hi - lo):
+            sys.exit(f"tensor {name} differs from {src}")
+print(json.dumps({"seconds": seconds, "bytes": sum(a.nbytes for a in arrays.values()),
+                  "rss_after_import": rss0}))
+"#;
+
 /// Compresses or decompresses a safetensors file tensor by tensor with ZipNN (the
 /// comparison harness's configuration: byte input, the tensor's dtype, default threads).
 /// The .znn file is the header, then per tensor a u64 length and the compressed bytes;
@@ -1214,6 +1339,10 @@ fn big(ctx: &mut Ctx<'_>) -> Res<Value> {
         .or_else(|| depths.iter().next())
         .ok_or("no versions of the probe tensor")?;
     ctx.load(&store, key_step, key_depth, "main")?;
+    let key_file = files
+        .get((key_step - 1) as usize)
+        .ok_or("the keyframe step outside the files")?;
+    ctx.python_load(&store, key_file, key_step, key_depth, "main")?;
     if a.zipnn {
         ctx.zipnn(&files[0], "main")?;
     } else {
@@ -1279,6 +1408,20 @@ fn big(ctx: &mut Ctx<'_>) -> Res<Value> {
             ctx.export(&cstore, &cfile, deep_step, deep, model_name)?;
         }
         ctx.load(&cstore, deep_step, deep, model_name)?;
+        ctx.python_load(&cstore, &cfile, deep_step, deep, model_name)?;
+        // The newest checkpoint after the whole history: what a resume loads.
+        if let Some((&newest, &newest_depth)) = depths.iter().next_back() {
+            let nfile = cfiles
+                .get((newest - 1) as usize)
+                .ok_or("the newest step outside the files")?;
+            ctx.python_load(&cstore, nfile, newest, newest_depth, model_name)?;
+            if let Some(o) = ctx.report.ops.last_mut().filter(|o| o.step == Some(newest)) {
+                o.op = format!(
+                    "python load newest ({} steps), depth {newest_depth}",
+                    depths.len()
+                );
+            }
+        }
         get(ctx, &cstore, &tensor, deep_step, deep, model_name, None)?;
         let npy = dir.join("x.npy");
         get(
@@ -1687,7 +1830,23 @@ fn targets(r: &Report) -> Vec<Value> {
             Some(i.secs <= c.secs),
         ));
     }
-    for (prefix, goal) in [("export", 1.5), ("load", 1.5)] {
+    if let Some(o) = r
+        .ops
+        .iter()
+        .find(|o| o.op.starts_with("python load newest"))
+    {
+        out.push(target(
+            &format!(
+                "python load GB/s, the newest checkpoint of the chain model (depth {})",
+                o.depth.unwrap_or(0)
+            ),
+            Some(o.gbps()),
+            "GB/s",
+            ">= 1.5",
+            Some(o.gbps() >= 1.5),
+        ));
+    }
+    for (prefix, goal) in [("export", 1.5), ("load", 1.5), ("python load", 1.5)] {
         if let Some(o) = r.find(&format!("{prefix} keyframes"), "main") {
             out.push(target(
                 &format!("{prefix} GB/s, keyframes"),
