@@ -821,3 +821,87 @@ fn deliver(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{DType, Options, Store, TensorRef};
+    use strata_codec::testing::SplitMix64;
+
+    /// The held bytes of each batch a read of every block of `(name, step)` fetches.
+    fn batches(store: &Store, name: &str, step: u64) -> Vec<(usize, usize)> {
+        let r = store.read().unwrap();
+        let rec = store.version_record(&r, name, step).unwrap();
+        let span = Span {
+            name: Arc::from(name),
+            step,
+            rec: &rec,
+            blocks: 0..rec.blocks.len() as u64,
+            upto: None,
+        };
+        let spans = [span];
+        let mut todo = spans[0].blocks.clone().map(|b| (0, b)).peekable();
+        let mut fetcher = Fetcher::streaming(&r, &store.cache);
+        let mut out = Vec::new();
+        let mut no_rebuild =
+            |_: usize, _: &Job| -> Result<(Block, Fidelity)> { panic!("no Tier 0 block here") };
+        while let Some(f) =
+            fetch_next_batch(&mut fetcher, &mut todo, &spans, &mut no_rebuild).unwrap()
+        {
+            let held: usize = f.jobs.iter().map(|j| j.len + j.fetched_bytes()).sum();
+            out.push((f.blocks.len(), held));
+        }
+        out
+    }
+
+    /// A block at the end of a chain fetches every segment of the chain: a batch of such
+    /// blocks ends at the bound on what it holds, not after 16 MiB of decoded blocks, while
+    /// keyframes of the same tensor still come in one batch.
+    #[test]
+    fn a_batch_is_bounded_by_the_segments_it_fetches() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = Options {
+            block_bytes: 64 << 10,
+            newest_keyframe: false,
+            cache_bytes: 0,
+            ..Options::default()
+        };
+        let store = Store::open_with(dir.path().join("s.strata"), opts).unwrap();
+        // 8 MiB of f32 whose low bytes are noise: every delta is about a third of its block.
+        let n = 2 << 20;
+        let mut rng = SplitMix64::new(7);
+        let mut values: Vec<u32> = (0..n)
+            .map(|_| 0x3f80_0000 | (rng.next_u64() as u32 & 0xff_ffff))
+            .collect();
+        for step in 0..6u64 {
+            if step > 0 {
+                for v in values.iter_mut() {
+                    *v ^= rng.next_u64() as u32 & 0xffff;
+                }
+            }
+            let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+            let t = TensorRef {
+                dtype: DType::F32,
+                shape: &[n as u64],
+                bytes: &bytes,
+            };
+            store.put("w", step, &t).unwrap();
+        }
+        assert_eq!(store.versions("w").unwrap()[5].encodings[0].depth, 6);
+        let block = 64 << 10;
+        let keyframes = batches(&store, "w", 0);
+        let deep = batches(&store, "w", 5);
+        for (blocks, held) in keyframes.iter().chain(&deep) {
+            // The block that crosses the bound is the last one taken.
+            assert!(
+                *held <= BATCH_HELD_BYTES + 7 * block,
+                "{blocks} blocks held {held} bytes"
+            );
+        }
+        // 8 MiB of blocks: one batch of keyframes; at depth 6 they fetch over 30 MB.
+        assert_eq!(keyframes.len(), 1, "{keyframes:?}");
+        assert!(deep.len() >= 3, "a deep read takes more batches: {deep:?}");
+        assert_eq!(keyframes.iter().map(|x| x.0).sum::<usize>(), 128);
+        assert_eq!(deep.iter().map(|x| x.0).sum::<usize>(), 128);
+    }
+}
