@@ -502,56 +502,77 @@ pub(crate) fn estimate(hists: &[Vec<u32>]) -> usize {
 /// are. An empty histogram gives all zeros; `None` if no symbol can take the rest (one
 /// symbol, capped below the scale).
 fn normalize(hist: &[u32], max: u32) -> Option<Freqs> {
+    let present: Vec<(usize, u32)> = hist
+        .iter()
+        .enumerate()
+        .filter(|&(_, &c)| c > 0)
+        .map(|(s, &c)| (s, c))
+        .collect();
+    let mut freq = vec![0u32; hist.len()];
+    for (&(s, _), f) in present.iter().zip(normalize_present(&present, max)?) {
+        freq[s] = f;
+    }
+    Some(freq)
+}
+
+/// [`normalize`] of the present symbols only: `(symbol, count)` pairs in ascending symbol
+/// order, counts above 0; the frequencies in the same order. The same arithmetic in the same
+/// order of symbols (absent symbols take no slot and never move), without passes over the
+/// whole alphabet: a context of a delta's plane holds a few dozen of 256 or 1024 symbols,
+/// and the decoder normalizes every context of every block it reads.
+fn normalize_present(present: &[(usize, u32)], max: u32) -> Option<Freqs> {
     let scale = u64::from(PROB_SCALE);
-    let total: u64 = hist.iter().map(|&c| u64::from(c)).sum();
-    if total == 0 || total == scale && hist.iter().all(|&c| c <= max) {
-        return Some(hist.to_vec());
+    let total: u64 = present.iter().map(|&(_, c)| u64::from(c)).sum();
+    if total == 0 || total == scale && present.iter().all(|&(_, c)| c <= max) {
+        return Some(present.iter().map(|&(_, c)| c).collect());
     }
     // Symbols below one slot, and what they leave to the others.
     let (mut forced, mut forced_count) = (0u64, 0u64);
-    for &c in hist.iter().filter(|&&c| c > 0) {
+    for &(_, c) in present {
         if u64::from(c) * scale < total {
             forced += 1;
             forced_count += u64::from(c);
         }
     }
     let (rest_total, rest_scale) = (total - forced_count, scale - forced);
-    let mut freq = vec![0u32; hist.len()];
     let mut sum = 0i64;
-    for (f, &c) in freq.iter_mut().zip(hist) {
-        let c = u64::from(c);
-        if c > 0 {
+    let mut freq: Freqs = present
+        .iter()
+        .map(|&(_, c)| {
+            let c = u64::from(c);
             let share = if c * scale < total {
                 1
             } else {
                 (c * rest_scale + rest_total / 2) / rest_total
             };
-            *f = share.clamp(1, u64::from(max)) as u32;
-            sum += i64::from(*f);
-        }
-    }
+            let f = share.clamp(1, u64::from(max)) as u32;
+            sum += i64::from(f);
+            f
+        })
+        .collect();
     let mut diff = i64::from(PROB_SCALE) - sum;
     while diff != 0 {
-        // The most frequent symbol that can still move the way `diff` asks.
+        // The most frequent symbol that can still move the way `diff` asks (every present
+        // symbol has a slot), the lowest of equals.
         let mut best: Option<usize> = None;
-        for (s, (&f, &c)) in freq.iter().zip(hist).enumerate() {
-            let movable = if diff > 0 { f > 0 && f < max } else { f > 1 };
-            if movable && best.is_none_or(|b| c > hist[b]) {
-                best = Some(s);
+        for (i, (&f, &(_, c))) in freq.iter().zip(present).enumerate() {
+            let movable = if diff > 0 { f < max } else { f > 1 };
+            if movable && best.is_none_or(|b| c > present[b].1) {
+                best = Some(i);
             }
         }
-        let s = best?;
+        let i = best?;
         let room = if diff > 0 {
-            i64::from(max - freq[s])
+            i64::from(max - freq[i])
         } else {
-            i64::from(freq[s] - 1)
+            i64::from(freq[i] - 1)
         };
         let step = diff.abs().min(room);
         if diff > 0 {
-            freq[s] += step as u32;
+            freq[i] += step as u32;
             diff -= step;
         } else {
-            freq[s] -= step as u32;
+            freq[i] -= step as u32;
             diff += step;
         }
     }
@@ -1020,8 +1041,9 @@ fn decode_with<S: Symbol>(
     let table = &mut table[..n_ctx << PROB_BITS];
     let mut used = 0u32;
     let mut r = BitReader { src, pos: 8 };
+    let mut symbols = Vec::new();
     for (k, t) in table.chunks_exact_mut(PROB_SCALE as usize).enumerate() {
-        let present = read_table::<S>(&mut r, bits, t).map_err(bad)?;
+        let present = read_table::<S>(&mut r, bits, t, &mut symbols).map_err(bad)?;
         used |= u32::from(present) << k;
     }
     let (mut pos, padded) = r.finish();
@@ -1228,13 +1250,14 @@ fn read_table<S: Symbol>(
     r: &mut BitReader<'_>,
     bits: u32,
     t: &mut [u32],
+    present: &mut Vec<(usize, u32)>,
 ) -> Result<bool, &'static str> {
     const TRUNCATED: &str = "truncated or bad table";
     let a = alphabet::<S>();
     let limit = 1usize << bits.min(S::BITS);
     let delta = r.bit().ok_or(TRUNCATED)? == 1;
-    let mut counts = vec![0u32; a];
-    let (mut s, mut prev, mut present) = (-1i64, 0i64, false);
+    present.clear();
+    let (mut s, mut prev) = (-1i64, 0i64);
     loop {
         let gap = r.gamma(12).ok_or(TRUNCATED)?;
         s += i64::from(gap);
@@ -1255,15 +1278,15 @@ fn read_table<S: Symbol>(
         if !(1..=1 << 16).contains(&c) {
             return Err("bad count");
         }
-        counts[s as usize] = c as u32;
-        (prev, present) = (c, true);
+        present.push((s as usize, c as u32));
+        prev = c;
     }
-    if !present {
+    if present.is_empty() {
         return Ok(false);
     }
-    let freq = normalize(&counts, 1 << S::FREQ_BITS).ok_or("counts do not normalize")?;
+    let freq = normalize_present(present, 1 << S::FREQ_BITS).ok_or("counts do not normalize")?;
     let mut start = 0usize;
-    for (s, &f) in freq.iter().enumerate().filter(|p| *p.1 > 0) {
+    for (&(s, _), &f) in present.iter().zip(&freq) {
         let slots = &mut t[start..start + f as usize];
         for (d, e) in slots.iter_mut().enumerate() {
             *e = s as u32 | (f - 1) << S::BITS | (d as u32) << (S::BITS + S::FREQ_BITS);

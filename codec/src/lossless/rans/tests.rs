@@ -335,7 +335,10 @@ fn tables_are_gamma_coded_counts() {
     assert_eq!(t, expect);
     let mut dec = vec![0u32; PROB_SCALE as usize];
     let mut r = BitReader { src: &t, pos: 0 };
-    assert_eq!(read_table::<u8>(&mut r, 8, &mut dec), Ok(true));
+    assert_eq!(
+        read_table::<u8>(&mut r, 8, &mut dec, &mut Vec::new()),
+        Ok(true)
+    );
     assert_eq!(r.finish(), (t.len(), true));
     // 3 : 1 : 2 normalize to 2048 : 683 : 1365.
     assert_eq!(dec[0] & 0xFF, 0);
@@ -343,7 +346,7 @@ fn tables_are_gamma_coded_counts() {
     assert_eq!(dec[2048 + 683] & 0xFF, 200);
     let mut r = BitReader { src: &t, pos: 0 };
     assert!(
-        read_table::<u8>(&mut r, 7, &mut dec).is_err(),
+        read_table::<u8>(&mut r, 7, &mut dec, &mut Vec::new()).is_err(),
         "symbol 200 needs 8 bits"
     );
     // Smooth counts are coded as differences.
@@ -406,5 +409,116 @@ proptest! {
             let ctx: Vec<u8> = r.iter().map(|&v| (v.rotate_left(7) % n_ctx as u32) as u8).collect();
             round_trip_ctx(&plane, &ctx, n_ctx);
         }
+    }
+}
+
+/// `normalize` as it was written over the whole alphabet (every stream ever written was
+/// decoded with it): the sparse arithmetic must give the same frequencies on every input.
+fn normalize_dense_reference(hist: &[u32], max: u32) -> Option<Freqs> {
+    let scale = u64::from(PROB_SCALE);
+    let total: u64 = hist.iter().map(|&c| u64::from(c)).sum();
+    if total == 0 || total == scale && hist.iter().all(|&c| c <= max) {
+        return Some(hist.to_vec());
+    }
+    let (mut forced, mut forced_count) = (0u64, 0u64);
+    for &c in hist.iter().filter(|&&c| c > 0) {
+        if u64::from(c) * scale < total {
+            forced += 1;
+            forced_count += u64::from(c);
+        }
+    }
+    let (rest_total, rest_scale) = (total - forced_count, scale - forced);
+    let mut freq = vec![0u32; hist.len()];
+    let mut sum = 0i64;
+    for (f, &c) in freq.iter_mut().zip(hist) {
+        let c = u64::from(c);
+        if c > 0 {
+            let share = if c * scale < total {
+                1
+            } else {
+                (c * rest_scale + rest_total / 2) / rest_total
+            };
+            *f = share.clamp(1, u64::from(max)) as u32;
+            sum += i64::from(*f);
+        }
+    }
+    let mut diff = i64::from(PROB_SCALE) - sum;
+    while diff != 0 {
+        let mut best: Option<usize> = None;
+        for (s, (&f, &c)) in freq.iter().zip(hist).enumerate() {
+            let movable = if diff > 0 { f > 0 && f < max } else { f > 1 };
+            if movable && best.is_none_or(|b| c > hist[b]) {
+                best = Some(s);
+            }
+        }
+        let s = best?;
+        let room = if diff > 0 {
+            i64::from(max - freq[s])
+        } else {
+            i64::from(freq[s] - 1)
+        };
+        let step = diff.abs().min(room);
+        if diff > 0 {
+            freq[s] += step as u32;
+            diff -= step;
+        } else {
+            freq[s] -= step as u32;
+            diff += step;
+        }
+    }
+    Some(freq)
+}
+
+/// Histograms of the shapes tables hold: a few symbols or many, small exact counts or
+/// large ones, ties, one symbol near the cap, counts that already sum to the scale.
+fn histogram_strategy() -> impl Strategy<Value = (Vec<u32>, u32)> {
+    let alphabet = prop_oneof![Just(256usize), Just(1024usize)];
+    let max = prop_oneof![Just(1u32 << 12), Just(1u32 << 11)];
+    (alphabet, max, 1usize..40, any::<u64>(), 0u8..4).prop_map(|(a, max, k, seed, kind)| {
+        let mut rng = SplitMix64::new(seed);
+        let mut hist = vec![0u32; a];
+        for _ in 0..k {
+            let s = (rng.next_u64() % a as u64) as usize;
+            hist[s] = match kind {
+                0 => 1 + (rng.next_u64() % 4) as u32,
+                1 => 1 + (rng.next_u64() % 65536) as u32,
+                2 => 1 + (rng.next_u64() % 300) as u32,
+                _ => 7,
+            };
+        }
+        if kind == 3 {
+            // Exactly the scale: returned as given unless a count is above the cap.
+            let total: u32 = hist.iter().sum();
+            if let Some(first) = hist.iter_mut().find(|c| **c > 0) {
+                *first += PROB_SCALE.saturating_sub(total);
+            }
+        }
+        (hist, max)
+    })
+}
+
+proptest! {
+    #[test]
+    fn sparse_normalization_matches_the_dense_one((hist, max) in histogram_strategy()) {
+        prop_assert_eq!(normalize(&hist, max), normalize_dense_reference(&hist, max));
+    }
+}
+
+#[test]
+fn sparse_normalization_matches_the_dense_one_at_the_edges() {
+    let mut one = vec![0u32; 256];
+    one[9] = 5;
+    let mut capped = vec![0u32; 1024];
+    capped[3] = 4096;
+    let mut dense = vec![1u32; 1024];
+    dense[0] = 100_000;
+    for (hist, max) in [
+        (vec![0u32; 256], 4096),
+        (one, 4096),
+        (capped.clone(), 2048),
+        (capped, 4096),
+        (dense, 2048),
+    ] {
+        assert_eq!(normalize(&hist, max), normalize_dense_reference(&hist, max));
     }
 }
