@@ -350,13 +350,7 @@ impl Store {
         contain(&self.path, "reading blocks", || {
             let r = self.read()?;
             let rec = self.version_record(&r, name, step)?;
-            let span = Span {
-                name: Arc::from(name),
-                step,
-                rec: &rec,
-                blocks: 0..rec.blocks.len() as u64,
-                upto: None,
-            };
+            let span = Span::whole(Arc::from(name), step, &rec);
             let mut fidelity = Fidelity::Exact;
             let mut fetcher = Fetcher::streaming(&r, &self.cache);
             read_blocks(
@@ -438,13 +432,7 @@ pub(crate) fn whole_spans<'a>(
 ) -> Vec<Span<'a>> {
     names
         .zip(recs)
-        .map(|(name, rec)| Span {
-            name: Arc::from(name.as_str()),
-            step,
-            rec,
-            blocks: 0..rec.blocks.len() as u64,
-            upto: None,
-        })
+        .map(|(name, rec)| Span::whole(Arc::from(name.as_str()), step, rec))
         .collect()
 }
 

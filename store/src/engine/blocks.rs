@@ -650,6 +650,19 @@ pub(crate) struct Span<'r> {
     pub(crate) upto: Option<u64>,
 }
 
+impl<'r> Span<'r> {
+    /// Every block of version `step` of `name` (record `rec`).
+    pub(crate) fn whole(name: Arc<str>, step: u64, rec: &'r VersionRecord) -> Span<'r> {
+        Span {
+            name,
+            step,
+            rec,
+            blocks: 0..rec.blocks.len() as u64,
+            upto: None,
+        }
+    }
+}
+
 /// Reads the blocks of `spans` in order, fetching them a batch at a time
 /// ([`fetch_next_batch`]: a bounded number of bytes decoded and fetched) and decoding each batch in
 /// parallel, so many small tensors decode together and a large one in bounded memory. Tier 0
@@ -832,14 +845,7 @@ mod tests {
     fn batches(store: &Store, name: &str, step: u64) -> Vec<(usize, usize)> {
         let r = store.read().unwrap();
         let rec = store.version_record(&r, name, step).unwrap();
-        let span = Span {
-            name: Arc::from(name),
-            step,
-            rec: &rec,
-            blocks: 0..rec.blocks.len() as u64,
-            upto: None,
-        };
-        let spans = [span];
+        let spans = [Span::whole(Arc::from(name), step, &rec)];
         let mut todo = spans[0].blocks.clone().map(|b| (0, b)).peekable();
         let mut fetcher = Fetcher::streaming(&r, &store.cache);
         let mut out = Vec::new();
