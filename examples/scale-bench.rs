@@ -871,6 +871,8 @@ struct Ctx<'a> {
     logs: PathBuf,
     report: Report,
     label: usize,
+    /// The python of `--strata-python` if it imports the `strata` package (checked once).
+    strata_python: Option<PathBuf>,
 }
 
 impl Ctx<'_> {
@@ -1014,22 +1016,14 @@ impl Ctx<'_> {
     /// example with `--child-load`).
     fn load(&mut self, store: &Path, step: u64, depth: u8, model: &str) -> Res<()> {
         let exe = std::env::current_exe()?;
-        let run = median_run(|k| {
-            let label = self.label(&format!("load-{model}-{step}-{k}"));
+        let (run, v) = self.median_json(&format!("load-{model}-{step}"), || {
             let mut cmd = Command::new(&exe);
             cmd.arg("--child-load").arg(store).arg(step.to_string());
-            measure(&mut cmd, &self.logs, &label)
+            cmd
         })?;
-        let label = format!("load-{model}-{step}");
-        let v: Value = serde_json::from_str(&run.stdout)
-            .map_err(|e| format!("{label}: bad output {:?}: {e}", run.stdout))?;
         let raw = v["bytes"].as_u64().unwrap_or(0);
         self.report.ops.push(Op {
-            op: if depth <= 1 {
-                "load keyframes".into()
-            } else {
-                format!("load depth {depth}")
-            },
+            op: load_op("load", depth),
             model: model.into(),
             step: Some(step),
             depth: Some(depth),
@@ -1046,9 +1040,21 @@ impl Ctx<'_> {
         Ok(())
     }
 
+    /// The run of median time of `what` (a command made by `cmd`, run [`TIMED_RUNS`] times) and
+    /// the JSON line it printed.
+    fn median_json(&mut self, what: &str, mut cmd: impl FnMut() -> Command) -> Res<(Run, Value)> {
+        let run = median_run(|k| {
+            let label = self.label(&format!("{what}-{k}"));
+            measure(&mut cmd(), &self.logs, &label)
+        })?;
+        let v: Value = serde_json::from_str(run.stdout.trim())
+            .map_err(|e| format!("{what}: bad output {:?}: {e}", run.stdout))?;
+        Ok((run, v))
+    }
+
     /// A whole checkpoint through the Python package's `load_checkpoint` (NumPy arrays), in
-    /// a python process of the package's venv; each array is then compared with `file`.
-    /// Skipped, with a note, where that python or its `strata` package is missing.
+    /// a python process of the package's venv, reported as operation `op`; each array is
+    /// then compared with `file`. Skipped where no python has the package (a note says so).
     fn python_load(
         &mut self,
         store: &Path,
@@ -1056,45 +1062,23 @@ impl Ctx<'_> {
         step: u64,
         depth: u8,
         model: &str,
+        op: String,
     ) -> Res<()> {
-        let py = self.a.strata_python.clone();
-        let importable = py.is_file()
-            && Command::new(&py)
-                .args(["-c", "import strata"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success());
-        if !importable {
-            let note = format!(
-                "Python load_checkpoint skipped: no python with the strata package at {} \
-                 (python/ci.sh builds it there; --strata-python names another)",
-                py.display()
-            );
-            if !self.report.notes.contains(&note) {
-                self.report.notes.push(note);
-            }
+        let Some(py) = self.strata_python.clone() else {
             return Ok(());
-        }
+        };
         let script = self.dir.join("strata_load.py");
         std::fs::write(&script, PY_LOAD_SCRIPT)?;
-        let run = median_run(|k| {
-            let label = self.label(&format!("python-load-{model}-{step}-{k}"));
+        let run = self.median_json(&format!("python-load-{model}-{step}"), || {
             let mut cmd = Command::new(&py);
             cmd.arg(&script).arg(store).arg(step.to_string()).arg(file);
-            measure(&mut cmd, &self.logs, &label)
-        })?;
+            cmd
+        });
         remove(&script);
-        let label = format!("python-load-{model}-{step}");
-        let v: Value = serde_json::from_str(run.stdout.trim())
-            .map_err(|e| format!("{label}: bad output {:?}: {e}", run.stdout))?;
+        let (run, v) = run?;
         let raw = v["bytes"].as_u64().unwrap_or(0);
         self.report.ops.push(Op {
-            op: if depth <= 1 {
-                "python load keyframes".into()
-            } else {
-                format!("python load depth {depth}")
-            },
+            op,
             model: model.into(),
             step: Some(step),
             depth: Some(depth),
@@ -1217,6 +1201,28 @@ impl Ctx<'_> {
 /// Tensor bytes of a safetensors file (the file less its header).
 fn tensor_bytes(p: &Path) -> Res<u64> {
     Ok(read_header(p)?.values().map(|e| e.end - e.start).sum())
+}
+
+/// The name of a whole-checkpoint load's operation: `PREFIX keyframes` at depth 1, else
+/// `PREFIX depth D`.
+fn load_op(prefix: &str, depth: u8) -> String {
+    if depth <= 1 {
+        format!("{prefix} keyframes")
+    } else {
+        format!("{prefix} depth {depth}")
+    }
+}
+
+/// `python` if it is a file that imports the `strata` package.
+fn python_with_strata(python: &Path) -> Option<PathBuf> {
+    let imports = python.is_file()
+        && Command::new(python)
+            .args(["-c", "import strata"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+    imports.then(|| python.to_path_buf())
 }
 
 /// Loads a checkpoint with the Python package (`load_checkpoint`, NumPy arrays), timed
@@ -1342,7 +1348,8 @@ fn big(ctx: &mut Ctx<'_>) -> Res<Value> {
     let key_file = files
         .get((key_step - 1) as usize)
         .ok_or("the keyframe step outside the files")?;
-    ctx.python_load(&store, key_file, key_step, key_depth, "main")?;
+    let op = load_op("python load", key_depth);
+    ctx.python_load(&store, key_file, key_step, key_depth, "main", op)?;
     if a.zipnn {
         ctx.zipnn(&files[0], "main")?;
     } else {
@@ -1408,19 +1415,18 @@ fn big(ctx: &mut Ctx<'_>) -> Res<Value> {
             ctx.export(&cstore, &cfile, deep_step, deep, model_name)?;
         }
         ctx.load(&cstore, deep_step, deep, model_name)?;
-        ctx.python_load(&cstore, &cfile, deep_step, deep, model_name)?;
+        let op = load_op("python load", deep);
+        ctx.python_load(&cstore, &cfile, deep_step, deep, model_name, op)?;
         // The newest checkpoint after the whole history: what a resume loads.
         if let Some((&newest, &newest_depth)) = depths.iter().next_back() {
             let nfile = cfiles
                 .get((newest - 1) as usize)
                 .ok_or("the newest step outside the files")?;
-            ctx.python_load(&cstore, nfile, newest, newest_depth, model_name)?;
-            if let Some(o) = ctx.report.ops.last_mut().filter(|o| o.step == Some(newest)) {
-                o.op = format!(
-                    "python load newest ({} steps), depth {newest_depth}",
-                    depths.len()
-                );
-            }
+            let op = format!(
+                "python load newest ({} steps), depth {newest_depth}",
+                depths.len()
+            );
+            ctx.python_load(&cstore, nfile, newest, newest_depth, model_name, op)?;
         }
         get(ctx, &cstore, &tensor, deep_step, deep, model_name, None)?;
         let npy = dir.join("x.npy");
@@ -2147,7 +2153,16 @@ fn measure_all(a: &Args, dir: &Path) -> Res<()> {
         logs,
         report: Report::default(),
         label: 0,
+        strata_python: None,
     };
+    ctx.strata_python = python_with_strata(&a.strata_python);
+    if ctx.strata_python.is_none() {
+        ctx.report.notes.push(format!(
+            "Python load_checkpoint skipped: no python with the strata package at {} \
+             (python/ci.sh builds it there; --strata-python names another)",
+            a.strata_python.display()
+        ));
+    }
     let models = big(&mut ctx)?;
     if a.many {
         many(&mut ctx)?;
