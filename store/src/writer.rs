@@ -34,7 +34,7 @@ use crate::engine::{
 };
 use crate::error::{Corruption, DbContext, InvalidInput, Result, StoreError};
 use crate::record::{
-    content_hash, BlockRecord, CheckpointRecord, Form, Rebuild, ResidualRef, TierRow,
+    content_hash, BlockRecord, CheckpointRecord, Form, Rebuild, ResidualRef, TierRow, VersionRecord,
 };
 use crate::store::{contain, Store};
 use crate::tensor::TensorRef;
@@ -559,10 +559,22 @@ fn insert_block(
             f.step,
             block,
             f.record.address,
-            Some(&f.segment),
+            f.segment.as_deref(),
         )?;
         wt.release(&plan.name, f.step, block, f.old.address)?;
         plan.flipped.push((block, f.record));
+    }
+    for a in enc.anchors {
+        // An older version's block, re-based from the predecessor onto this block.
+        wt.add_ref(
+            &plan.name,
+            a.step,
+            block,
+            a.record.address,
+            a.segment.as_deref(),
+        )?;
+        wt.release(&plan.name, a.step, block, a.old.address)?;
+        plan.anchored.push((a.step, block, a.record));
     }
     if plan.tiered.is_some() {
         let r = match &enc.residual {
@@ -591,6 +603,9 @@ fn finish_version(
     }
     wt.put_version(&plan.name, plan.step, &record)?;
     if let Some(pstep) = plan.pred_step().filter(|_| !plan.flipped.is_empty()) {
+        // Anchors first: a chain head re-based onto this version no longer deepens with the
+        // predecessor's chain.
+        write_anchored(wt, &store.opts, &plan.name, &plan.anchored)?;
         flip_predecessor(wt, &store.opts, &plan.name, pstep, &plan.flipped)?;
         // The predecessor's keyframes are freed: the next save reuses their pages, a close
         // gives them back with the file's growth.
@@ -625,12 +640,49 @@ fn finish_version(
     Ok(())
 }
 
+/// Writes the blocks of older versions re-based onto the new version (`anchored`: step,
+/// block, new record) into their version records.
+fn write_anchored(
+    wt: &mut WriteTxn<'_>,
+    opts: &crate::Options,
+    name: &Arc<str>,
+    anchored: &[(u64, u64, BlockRecord)],
+) -> Result<()> {
+    let mut by_step: std::collections::BTreeMap<u64, Vec<(u64, BlockRecord)>> = Default::default();
+    for &(step, b, record) in anchored {
+        by_step.entry(step).or_default().push((b, record));
+    }
+    for (step, blocks) in by_step {
+        let Some(mut rec) = wt.version(name, step)? else {
+            return Err(StoreError::Corrupt(Corruption::BadBase {
+                tensor: name.to_string(),
+                step,
+                block: blocks.first().map_or(0, |(b, _)| *b),
+                base: step,
+                reason: "disappeared while the newest version was written",
+            }));
+        };
+        // An anchor that became a keyframe or a reference to one reads one segment, not
+        // two: the chain under it is one link shorter.
+        let mut follow = Vec::new();
+        for (b, record) in blocks {
+            if let Some(slot) = rec.blocks.get_mut(b as usize) {
+                *slot = record;
+                if record.depth == 1 {
+                    follow.push((b, step, 2));
+                }
+            }
+        }
+        wt.put_version(name, step, &rec)?;
+        renumber_chains(wt, opts, name, &rec, step, follow)?;
+    }
+    Ok(())
+}
+
 /// Writes the predecessor's re-encoded blocks (`flipped`: deltas against the new version)
 /// into its record, and deepens by one the blocks of older versions that read through them:
 /// the reverse chain under each flipped block, a delta against the version after it in turn
-/// (at most `max_chain` versions, the lineage's bound). Depths stay exact for those chains;
-/// a block that reads through another way (a reference, an aged blob on a newer base) keeps
-/// the depth it was written with, a lower bound.
+/// ([`renumber_chains`]).
 fn flip_predecessor(
     wt: &mut WriteTxn<'_>,
     opts: &crate::Options,
@@ -657,8 +709,23 @@ fn flip_predecessor(
         }
     }
     wt.put_version(name, pstep, &rec)?;
-    let layout = rec;
-    let mut at = pstep;
+    renumber_chains(wt, opts, name, &rec, pstep, follow)
+}
+
+/// Sets the depths of the reverse chains under blocks of version `at` (record `layout`):
+/// `follow` holds per block the step its next older link must be a delta against (`at`) and
+/// that link's new depth; each link down gets one more, for at most `max_chain` versions.
+/// Depths stay exact for those chains; a block that reads through another way (a reference,
+/// an aged blob on a newer base) keeps the depth it was written with, a lower bound.
+fn renumber_chains(
+    wt: &mut WriteTxn<'_>,
+    opts: &crate::Options,
+    name: &Arc<str>,
+    layout: &VersionRecord,
+    at: u64,
+    mut follow: Vec<(u64, u64, u8)>,
+) -> Result<()> {
+    let mut at = at;
     for _ in 1..opts.max_chain.max(1) {
         if follow.is_empty() {
             break;
@@ -666,7 +733,7 @@ fn flip_predecessor(
         let Some((step, mut older)) = wt.predecessor(name, at)? else {
             break;
         };
-        if !older.same_layout(&layout) {
+        if !older.same_layout(layout) {
             break;
         }
         let mut changed = false;

@@ -221,9 +221,10 @@ fn trim_on_close_false_keeps_the_room() {
     };
     let store = Store::open_with(&path, opts).unwrap();
     train_until_room(&store, &mut model, &path);
-    let before = sizes(&path);
     drop(store);
-    assert_eq!(sizes(&path).0, before.0);
+    // The room stays (redb's close may give back free pages at the very end of the file, which
+    // costs no pass).
+    assert!(length_misleads(&path), "{:?}", sizes(&path));
     model.check(&path);
 }
 
@@ -233,14 +234,13 @@ fn a_read_in_progress_skips_the_trim_and_the_close_succeeds() {
     let mut model = Model::new();
     let store = Store::open(&path).unwrap();
     train_until_room(&store, &mut model, &path);
-    let before = sizes(&path);
 
     // Another handle, as another process would hold it, in the middle of a checkpoint.
     let reader = Store::open_read_only(&path).unwrap();
     let mut tensors = reader.read_checkpoint(model.step).unwrap();
     let first = tensors.next().unwrap().unwrap();
     drop(store);
-    assert_eq!(sizes(&path).0, before.0, "compacted under a read");
+    assert!(length_misleads(&path), "compacted under a read: {:?}", sizes(&path));
     let rest: Vec<_> = tensors.collect::<Result<_, _>>().unwrap();
     assert_eq!(rest.len() + 1, model.tensors.len());
     assert!(first.1.data == f32_bytes(&model.tensors[0]));

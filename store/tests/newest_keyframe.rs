@@ -151,35 +151,79 @@ fn moments_keep_the_newest_a_keyframe_at_every_step() {
     }
 }
 
-#[test]
-fn fine_tuned_weights_keep_their_bytes_and_their_first_lineage_reverse() {
-    let max_chain = opts().max_chain;
-    let mut sizes = Vec::new();
-    for options in [opts(), forward()] {
-        let (_d, path) = temp_store();
-        let store = Store::open_with(&path, options.clone()).expect("open");
-        let mut w = noise(N, 7);
-        let mut saved = Vec::new();
-        for step in 1..=12u64 {
-            let bytes = weights(&mut w, step);
-            save(&store, step, &bytes);
-            saved.push((step, bytes));
-            let versions = check(&store, &saved, max_chain);
-            if options.newest_keyframe && step <= u64::from(max_chain) {
-                // The lineage's first versions: each re-encoded against the next.
-                assert!(newest_is_keyframe(&versions), "step {step}");
-            }
+/// Weights whose same elements move the same way at every step (a fine-tune with momentum):
+/// a delta over several steps costs little more than one over a step.
+fn drifting(w: &mut [f32], _step: u64) -> Vec<u8> {
+    for (i, x) in w.iter_mut().enumerate() {
+        if i.is_multiple_of(7) {
+            *x += 1e-4 * (((i / 7) % 5) as f32 - 2.5);
         }
-        sizes.push(store.stats().expect("stats").segment_bytes);
     }
-    // A keyframe here costs several deltas: once the first lineage is full the chain goes on
-    // forward, rooted at its newest keyframe, and the bytes stay within 3 % of forward's.
+    f32_bytes(w)
+}
+
+/// Saves `steps` versions of weights from `next` under `options`, checking every version after
+/// each save; returns the store's segment bytes and, per step, whether the newest was a
+/// keyframe.
+fn fine_tune(
+    options: &Options,
+    steps: u64,
+    next: fn(&mut [f32], u64) -> Vec<u8>,
+) -> (u64, Vec<bool>) {
+    let (_d, path) = temp_store();
+    let store = Store::open_with(&path, options.clone()).expect("open");
+    let mut w = noise(N, 7);
+    let mut saved = Vec::new();
+    let mut newest = Vec::new();
+    for step in 1..=steps {
+        let bytes = next(&mut w, step);
+        save(&store, step, &bytes);
+        saved.push((step, bytes));
+        let versions = check(&store, &saved, options.max_chain);
+        newest.push(newest_is_keyframe(&versions));
+    }
+    (store.stats().expect("stats").segment_bytes, newest)
+}
+
+#[test]
+fn drifting_weights_keep_the_newest_a_keyframe_through_anchors() {
+    let (bytes, newest) = fine_tune(&opts(), 20, drifting);
+    let (forward_bytes, _) = fine_tune(&forward(), 20, drifting);
+    // Past `max_chain` versions the chain's head becomes an anchor, re-encoded against each
+    // new newest, and every version stays within `max_chain`.
+    assert!(newest.iter().all(|&k| k), "{newest:?}");
     assert!(
-        sizes[0] * 100 <= sizes[1] * 103,
-        "newest kept a keyframe {} against forward {}",
-        sizes[0],
-        sizes[1]
+        bytes * 100 <= forward_bytes * 103,
+        "newest kept a keyframe {bytes} against forward {forward_bytes}"
     );
+}
+
+#[test]
+fn weights_whose_deltas_grow_fast_keep_their_bytes() {
+    // Every step moves other elements: a delta over two steps costs about two. An anchor would
+    // cost more than the 3 % of bytes the newest keyframe may: the first lineage is reverse,
+    // then the chain goes on forward, rooted at its newest keyframe.
+    let max_chain = opts().max_chain;
+    let (bytes, newest) = fine_tune(&opts(), 12, weights);
+    let (forward_bytes, _) = fine_tune(&forward(), 12, weights);
+    assert!(
+        newest[..usize::from(max_chain)].iter().all(|&k| k),
+        "{newest:?}"
+    );
+    assert!(
+        bytes * 100 <= forward_bytes * 103,
+        "newest kept a keyframe {bytes} against forward {forward_bytes}"
+    );
+}
+
+/// A tree under the newest keyframe holds at most 32 versions (the store's horizon, which
+/// bounds the anchors a save re-encodes); past it the block goes on forward. Every version
+/// reads exactly within `max_chain` throughout.
+#[test]
+fn a_long_fine_tune_keeps_its_tree_within_the_horizon() {
+    let (_, newest) = fine_tune(&opts(), 40, drifting);
+    assert!(newest[..32].iter().all(|&k| k), "{newest:?}");
+    assert!(!newest[32], "the tree is at the horizon: {newest:?}");
 }
 
 #[test]
@@ -339,4 +383,75 @@ fn f32s(b: &[u8]) -> Vec<f32> {
     b.chunks_exact(4)
         .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
         .collect()
+}
+
+/// Trees with anchors through deletions of the newest, of an anchor and of a chain member, an
+/// overwrite of the newest, saves after them and a retention that keeps every other step:
+/// every kept version reads exactly, within `max_chain`.
+#[test]
+fn anchored_trees_survive_deletions_overwrites_and_retention() {
+    let (_d, path) = temp_store();
+    let mut store = Store::open_with(&path, opts()).expect("open");
+    let mut w = noise(N, 11);
+    let mut saved = Vec::new();
+    for step in 1..=14u64 {
+        let bytes = drifting(&mut w, step);
+        save(&store, step, &bytes);
+        saved.push((step, bytes));
+    }
+    let versions = check(&store, &saved, opts().max_chain);
+    let anchors = |versions: &[VersionInfo]| {
+        let newest = versions.last().map_or(0, |v| v.step);
+        versions
+            .iter()
+            .filter(|v| v.step + 1 < newest && v.encodings[0].base == Some(newest))
+            .map(|v| v.step)
+            .collect::<Vec<u64>>()
+    };
+    let anchored = anchors(&versions);
+    assert!(!anchored.is_empty(), "{versions:?}");
+
+    // The newest goes: its anchors and its predecessor are re-based.
+    store.delete_checkpoint(14).expect("delete");
+    saved.pop();
+    check_depths(&store, &saved, opts().max_chain, false);
+
+    // A re-run overwrites the newest step.
+    let mut other = noise(N, 12);
+    let rerun = drifting(&mut other, 13);
+    let t = TensorRef {
+        dtype: DType::F32,
+        shape: &SHAPE,
+        bytes: &rerun,
+    };
+    store
+        .put_with("w", 13, &t, &PutOptions { overwrite: true })
+        .expect("overwrite");
+    saved.last_mut().expect("step 13").1 = rerun;
+    check_depths(&store, &saved, opts().max_chain, false);
+
+    // An anchor goes, then a version in the middle of a chain.
+    let gone = anchored[0];
+    store.delete_checkpoint(gone).expect("delete anchor");
+    saved.retain(|(s, _)| *s != gone);
+    check_depths(&store, &saved, opts().max_chain, false);
+    store.delete_checkpoint(9).expect("delete");
+    saved.retain(|(s, _)| *s != 9);
+    check_depths(&store, &saved, opts().max_chain, false);
+
+    // Saves go on, each followed by a retention of every other step.
+    let keep = RetainPolicy {
+        keep_last: Some(2),
+        keep_every: Some(2),
+        keep_tagged: true,
+    };
+    for step in 15..=22u64 {
+        let bytes = drifting(&mut w, step);
+        save(&store, step, &bytes);
+        saved.push((step, bytes));
+        let r = store.retain(&keep).expect("retain");
+        saved.retain(|(s, _)| r.kept.contains(s));
+        let versions = check_depths(&store, &saved, opts().max_chain, false);
+        assert!(newest_is_keyframe(&versions), "step {step}");
+    }
 }

@@ -92,6 +92,8 @@ fn real_series_round_trip_and_ratios() {
     // follow a writer, a compacted file keeps 50 to 110 KB more trailing pages than under
     // ExclusiveWriter: dev_ft bf16 (3.6 MB) measured 5.053 where it measured 5.123, under the
     // 5.1 target; the floor is 5.0 until redb's shrink in that mode is understood.
+    // With the newest kept a keyframe through anchors (ADR 0006), Chain measures 1.315, 1.831,
+    // 1.783 and 5.344: dev_pre f32 now above ZipNN's figure.
     let shared_cases = [
         ("dev_pre", 1.285, 1.21),
         ("dev_pre/bf16", 1.820, 1.60),
@@ -108,9 +110,12 @@ fn real_series_round_trip_and_ratios() {
     // keyframes, and the file before compaction is about twice as long: on dev_ft/bf16, whose
     // segments stay as small as before (raw/stored 4.594 either way), redb's compaction of a
     // file this small keeps about 190 KB more of it (Chain 2.576; 3.734 with forward chains).
+    // Since segments are cut into chunks of at most 64 KiB (module `segments`, ADR 0006's
+    // anchors): dev_pre 1.242, 1.183; dev_pre/bf16 1.546, 1.499; dev_ft 1.674, 1.480;
+    // dev_ft/bf16 3.910, 2.747 (pages round smaller chunks less, and fill leaves less).
     let committed_cases = [
         ("dev_pre", 1.00, 1.00),
-        ("dev_pre/bf16", 1.50, 1.50),
+        ("dev_pre/bf16", 1.50, 1.45),
         ("dev_ft", 1.44, 1.25),
         ("dev_ft/bf16", 2.50, 2.66),
     ];

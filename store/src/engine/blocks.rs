@@ -261,6 +261,48 @@ impl<'a> Fetcher<'a> {
 }
 
 impl Fetcher<'_> {
+    /// Fetches only the segment of block `block` of `(name, step)` (record `rec`), a lossless
+    /// delta whose base's bytes the caller has: [`Job::decode_over`] decodes it over them.
+    pub(crate) fn fetch_delta(
+        &mut self,
+        name: &Arc<str>,
+        step: u64,
+        rec: &VersionRecord,
+        block: u64,
+    ) -> Result<Job> {
+        let cur = block_record(name, step, rec, block)?;
+        if cur.form != Form::Lossless || cur.base.is_none() {
+            return Err(StoreError::Corrupt(Corruption::BlockMismatch {
+                tensor: name.to_string(),
+                step,
+                block,
+                reason: "not a lossless delta".into(),
+            }));
+        }
+        let bytes = self.view.fetch_segment(name, step, block, cur.address)?;
+        let len = block_bytes(rec, block);
+        Ok(Job {
+            name: name.clone(),
+            step,
+            block,
+            dtype: rec.dtype,
+            len,
+            want: len,
+            links: vec![Link {
+                step,
+                address: cur.address,
+                bytes,
+                form: cur.form,
+            }],
+            base: None,
+            form: Form::Lossless,
+            fidelity: Fidelity::Exact,
+            sparse: None,
+            row: None,
+            keep: false,
+        })
+    }
+
     /// Gathers a quantized block (its segment and sparse residual) or a Tier 0 block's row.
     fn fetch_tiered(&mut self, mut job: Job, cur: BlockRecord) -> Result<Job> {
         let row = self
@@ -536,6 +578,23 @@ impl Job {
                 ),
             })),
         }
+    }
+}
+
+impl Job {
+    /// Decodes a job from [`Fetcher::fetch_delta`] over `base`, the bytes of its base block.
+    pub(crate) fn decode_over(self, base: &[u8]) -> Result<Block> {
+        let Some(link) = self.links.first().filter(|_| self.links.len() == 1) else {
+            return Err(StoreError::Corrupt(Corruption::BlockMismatch {
+                tensor: self.name.to_string(),
+                step: self.step,
+                block: self.block,
+                reason: "a delta without its one segment".into(),
+            }));
+        };
+        let mut out = POOL.take_filled(self.len);
+        self.decode_link(link, Some(base), &mut out)?;
+        Ok(Arc::new(out))
     }
 }
 

@@ -4,6 +4,7 @@
 //! The caller inserts each window's segments before encoding the next, so memory is bounded
 //! by the window, not by the tensor or the checkpoint.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use rayon::prelude::*;
@@ -50,8 +51,11 @@ pub(crate) struct VersionPlan {
     /// Blocks of the version.
     pub(crate) blocks: u64,
     /// The predecessor's blocks re-encoded against this version's, with their new records
-    /// ([`Flipped`]), to be written into the predecessor's record with this one.
+    /// ([`Reencoded`]), to be written into the predecessor's record with this one.
     pub(crate) flipped: Vec<(u64, BlockRecord)>,
+    /// Blocks of older versions re-based from the predecessor onto this version (anchors,
+    /// ADR 0006): `(step, block, new record)`, written into their records with this one.
+    pub(crate) anchored: Vec<(u64, u64, BlockRecord)>,
     /// The raw hashes of the blocks inserted so far; `None` once a block has none (a lossy
     /// or inline version has no content hash).
     pub(crate) raw_hashes: Option<Vec<u64>>,
@@ -176,6 +180,7 @@ pub(crate) fn plan_version(
         inline,
         blocks,
         flipped: Vec::new(),
+        anchored: Vec::new(),
         raw_hashes: Some(Vec::new()),
     })
 }
@@ -219,24 +224,29 @@ pub(crate) struct Encoded {
     /// What a quantized block keeps of its quantization error.
     pub(crate) residual: Option<ResidualBytes>,
     /// The predecessor's block, re-encoded as a delta against this one (a keyframe).
-    pub(crate) flipped: Option<Flipped>,
+    pub(crate) flipped: Option<Reencoded>,
+    /// Blocks of older versions that were deltas against the predecessor's block, re-encoded
+    /// against this one (anchors of the tree under the newest keyframe, ADR 0006).
+    pub(crate) anchors: Vec<Reencoded>,
     /// xxh3-64 of the block's raw bytes, for a block stored exactly in a segment (the
     /// version's content hash, [`crate::record::content_hash`]).
     pub(crate) raw_hash: Option<u64>,
 }
 
-/// A block of the predecessor version re-encoded against the new version's block, so that
-/// the newest version is the keyframe of its lineage (ADR 0006, reverse chains).
+/// A block of an older version re-encoded against the new version's block, so that the
+/// newest version is the keyframe of its lineage (ADR 0006, reverse chains): the
+/// predecessor's block, or an anchor that was a delta against it.
 #[derive(Debug)]
-pub(crate) struct Flipped {
-    /// The predecessor's step.
+pub(crate) struct Reencoded {
+    /// The older version's step.
     pub(crate) step: u64,
-    /// The block's record before: a keyframe, whose segment the predecessor no longer needs.
+    /// The block's record before, whose segment the version no longer needs.
     pub(crate) old: BlockRecord,
-    /// The block's new record: a delta against the new version.
+    /// The block's new record: a delta against the new version (or, for an anchor, a
+    /// reference to it or a keyframe).
     pub(crate) record: BlockRecord,
-    /// Its segment.
-    pub(crate) segment: Vec<u8>,
+    /// Its segment; `None` for a reference to the new version's segment.
+    pub(crate) segment: Option<Vec<u8>>,
 }
 
 /// Encodes a window of blocks (of one or more versions) in parallel; results in input order.
@@ -261,6 +271,7 @@ pub(crate) fn prepare_window<'d>(
     work: &[BlockWork<'_, 'd>],
 ) -> Result<Vec<Task<'d>>> {
     let mut fetcher = Fetcher::new(view, cache);
+    let mut trees = Trees::default();
     let mut tasks = Vec::with_capacity(work.len());
     for w in work {
         let plan = w.plan;
@@ -276,6 +287,8 @@ pub(crate) fn prepare_window<'d>(
             run: 1,
             anchor: false,
             flip: None,
+            anchors: Vec::new(),
+            tree_bytes: 0,
             restart: None,
             lossy: plan.lossy,
             inline: plan.inline,
@@ -293,6 +306,7 @@ pub(crate) fn prepare_window<'d>(
             if plan.newest {
                 choose_reverse(
                     &mut fetcher,
+                    &mut trees,
                     opts,
                     &plan.name,
                     *pstep,
@@ -345,10 +359,18 @@ pub(crate) struct Task<'d> {
     /// The base is the lineage's keyframe, taken because the chain was full: keep the
     /// delta only if it is clearly smaller than a new keyframe would be.
     anchor: bool,
-    /// The predecessor's block is the newest keyframe of a lineage with room: write this
-    /// block as a keyframe and re-encode the predecessor's against it; with the versions the
-    /// lineage then holds.
+    /// The predecessor's block is the newest keyframe of its tree: write this block as a
+    /// keyframe and re-encode the predecessor's against it; with the versions the tree then
+    /// holds.
     flip: Option<(u64, BlockRecord, u8)>,
+    /// With `flip`: the blocks of older versions that are deltas against the predecessor's
+    /// besides the head of the chain under it (anchors; and the head too when the chain is
+    /// full), to re-encode against this block so that no chain grows past `max_chain`:
+    /// `(step, block record, what its data needs)`.
+    anchors: Vec<Anchor>,
+    /// With `flip`: the segment bytes of the predecessor's tree (itself and every version
+    /// that reads through it), which bound what its anchors may cost ([`ANCHOR_BUDGET`]).
+    tree_bytes: u64,
     /// The predecessor's block cannot be re-encoded: write a keyframe instead of the delta
     /// when [`chain::restart_pays`] against this keyframe size (its lineage's keyframe).
     restart: Option<usize>,
@@ -425,14 +447,27 @@ fn choose_base(
 /// one is mostly whole-leaf chunks, whose pages the next saves reuse.
 const FLIP_MIN_BYTES: u32 = 64 << 10;
 
+/// Most versions the tree under the newest keyframe holds, itself included, before a write
+/// keeps that keyframe for good and starts a new tree (ADR 0006). A write re-encodes the
+/// anchors of the tree, about one in `max_chain - 1` of its versions, so this bounds a save's
+/// extra work (at most 6 anchors at the default bound); a block whose keyframe costs several
+/// deltas pays one extra keyframe per this many versions.
+pub(crate) const TREE_HORIZON: u8 = 32;
+
 /// For a version that becomes the tensor's newest: whether its block is written as a keyframe
-/// with the predecessor's re-encoded against it (the predecessor's block is a keyframe whose
-/// lineage has room for one more version), or may restart a lineage as a keyframe (any other
+/// with the predecessor's re-encoded against it (the predecessor's block is the newest
+/// keyframe of a tree under the horizon), or may restart a lineage as a keyframe (any other
 /// lossless predecessor; decided once the delta's size is known). `root` is the lineage's
 /// keyframe if [`choose_base`] looked it up.
+///
+/// The tree under the newest keyframe: the chain under it (each version a delta against the
+/// next), and anchors, deltas against it with a chain of their own. When the flip would push
+/// the chain past `max_chain`, the chain's head becomes an anchor; every anchor is re-encoded
+/// against the new keyframe, so every version of the tree stays within `max_chain`.
 #[allow(clippy::too_many_arguments)]
 fn choose_reverse(
     fetcher: &mut Fetcher<'_>,
+    trees: &mut Trees,
     opts: &Options,
     name: &Arc<str>,
     pstep: u64,
@@ -447,14 +482,58 @@ fn choose_reverse(
     }
     // A predecessor without a content hash (written by an older build) keeps its encoding: a
     // remote that holds it compares its record whole.
-    if p.base.is_none() && !p.reference && prec.content.is_some() && p.segment_len >= FLIP_MIN_BYTES
+    if p.base.is_none()
+        && !p.reference
+        && prec.content.is_some()
+        && p.segment_len >= FLIP_MIN_BYTES
+        && p.run < TREE_HORIZON
+        && opts.max_chain >= 2
     {
-        // After the flip the new keyframe, the predecessor and the chain under it.
-        let lineage = 2 + chain_under(fetcher, name, pstep, prec, b, opts.max_chain)?;
-        if lineage <= opts.max_chain {
-            task.flip = Some((pstep, p, lineage));
-            return Ok(());
+        let older = trees.before(fetcher, name, pstep, p.run.max(opts.max_chain))?;
+        let under = chain_under(&older, pstep, prec, b, opts.max_chain);
+        let full = 2 + under > opts.max_chain;
+        // The tree's versions (those that read through the predecessor), newest first: each
+        // is a delta against a newer one.
+        let mut tree: Vec<(u64, BlockRecord)> = vec![(pstep, p)];
+        for (s, rec) in older.iter().take(usize::from(p.run)) {
+            match rec.blocks.get(b as usize) {
+                Some(x)
+                    if rec.same_layout(prec)
+                        && x.form == Form::Lossless
+                        && !x.reference
+                        && x.base
+                            .is_some_and(|base| tree.iter().any(|(t, _)| *t == base)) =>
+                {
+                    tree.push((*s, *x));
+                }
+                _ => {}
+            }
         }
+        task.tree_bytes = tree.iter().map(|(_, x)| u64::from(x.segment_len)).sum();
+        for (i, (s, rec)) in older.iter().take(usize::from(p.run)).enumerate() {
+            let block = match rec.blocks.get(b as usize) {
+                Some(x) if rec.same_layout(prec) && x.reads_through(pstep) => *x,
+                _ => continue,
+            };
+            // The chain's head stays under the predecessor while the chain has room.
+            if i == 0 && under > 0 && !full {
+                continue;
+            }
+            // What a delta of one link costs here: the anchor's child in the tree (its own
+            // size when it has none).
+            let link = tree
+                .iter()
+                .find(|(_, x)| x.base == Some(*s))
+                .map_or(block.segment_len, |(_, x)| x.segment_len);
+            task.anchors.push(Anchor {
+                step: *s,
+                old: block,
+                link,
+                job: fetcher.fetch_delta(name, *s, rec, b)?,
+            });
+        }
+        task.flip = Some((pstep, p, p.run.saturating_add(1)));
+        return Ok(());
     }
     let keyframe = match (p.base, root) {
         (None, _) => Some(p),
@@ -465,37 +544,86 @@ fn choose_reverse(
     Ok(())
 }
 
-/// Versions under block `b` of `(name, step)` (record `rec`) in its reverse chain: the
-/// version before it if its block is a delta against it, the one before that if a delta
-/// against that one, and so on; at most `most`. The records, not the depths they hold: a
-/// deletion that made a keyframe of a version with a chain under it leaves the chain's depths
-/// as they were (module `rebase`).
+/// An older version's block that is a delta against the predecessor's, to re-encode against
+/// the new version's block when the predecessor's is re-encoded against it.
+struct Anchor {
+    step: u64,
+    /// Its record.
+    old: BlockRecord,
+    /// The bytes of a delta of one link in its part of the tree: what it would cost as a
+    /// delta against its neighbour, not against the newest.
+    link: u32,
+    /// What its data needs.
+    job: Job,
+}
+
+/// Most that the newest anchor of a tree may cost beyond a delta of one link, in percent of
+/// the tree's bytes. Forward chains (ADR 0006) pay for anchors too, against their lineage's
+/// keyframe and spanning about as many versions as the older anchors of a tree; the newest
+/// anchor, which spans up to `max_chain` versions, is what keeping the newest a keyframe costs
+/// beyond them. Past this the block goes on forward: where a delta grows fast with the
+/// versions it spans (short fine-tunes in bf16), the newest keyframe costs more than the 3 %
+/// of bytes it may.
+const ANCHOR_BUDGET: u64 = 3;
+
+/// The versions before a predecessor, newest first, looked up once for all the blocks of a
+/// window ([`prepare_window`]) and extended as far as a block needs.
+#[derive(Default)]
+struct Trees {
+    before: HashMap<(Arc<str>, u64), Older>,
+}
+
+/// Versions before one, newest first, and whether the tensor has no more.
+type Older = (Vec<(u64, Arc<VersionRecord>)>, bool);
+
+impl Trees {
+    /// Up to `most` versions before `step` of `name`, newest first (fewer when the tensor has
+    /// fewer).
+    fn before(
+        &mut self,
+        fetcher: &mut Fetcher<'_>,
+        name: &Arc<str>,
+        step: u64,
+        most: u8,
+    ) -> Result<Vec<(u64, Arc<VersionRecord>)>> {
+        let (list, ended) = self.before.entry((name.clone(), step)).or_default();
+        while !*ended && list.len() < usize::from(most) {
+            let above = list.last().map_or(step, |(s, _)| *s);
+            match fetcher.predecessor(name, above)? {
+                Some(v) => list.push(v),
+                None => *ended = true,
+            }
+        }
+        Ok(list.iter().take(usize::from(most)).cloned().collect())
+    }
+}
+
+/// Versions under block `b` of `(name, step)` (record `rec`) in its reverse chain, given the
+/// versions before it (`older`, newest first): the version before it if its block is a delta
+/// against it, the one before that if a delta against that one, and so on; at most `most`.
+/// The records, not the depths they hold: a deletion that made a keyframe of a version with a
+/// chain under it leaves the chain's depths as they were (module `rebase`).
 fn chain_under(
-    fetcher: &mut Fetcher<'_>,
-    name: &Arc<str>,
+    older: &[(u64, Arc<VersionRecord>)],
     step: u64,
     rec: &VersionRecord,
     b: u64,
     most: u8,
-) -> Result<u8> {
+) -> u8 {
     let mut above = step;
     let mut count = 0u8;
-    while count < most {
-        let Some((s, older)) = fetcher.predecessor(name, above)? else {
-            break;
-        };
-        let linked = older.same_layout(rec)
-            && older
-                .blocks
+    for (s, v) in older.iter().take(usize::from(most)) {
+        let linked = v.same_layout(rec)
+            && v.blocks
                 .get(b as usize)
                 .is_some_and(|x| x.reads_through(above));
         if !linked {
             break;
         }
         count += 1;
-        above = s;
+        above = *s;
     }
-    Ok(count)
+    count
 }
 
 /// The keyframe a block's chain starts from: follows base steps from the predecessor's
@@ -526,7 +654,7 @@ fn lineage_root(
 }
 
 fn encode_task(
-    task: Task<'_>,
+    mut task: Task<'_>,
     cache: &BlockCache,
     room: &CacheRoom,
     opts: &Options,
@@ -543,6 +671,7 @@ fn encode_task(
             segment: Some(task.data.to_vec()),
             residual: None,
             flipped: None,
+            anchors: Vec::new(),
             raw_hash: None,
         });
     }
@@ -566,6 +695,7 @@ fn encode_task(
         segment: None,
         residual: None,
         flipped: None,
+        anchors: Vec::new(),
         raw_hash,
     };
     let mut pred_bytes = None;
@@ -578,9 +708,10 @@ fn encode_task(
         pred_bytes = Some(bytes);
     }
     let mut flipped = None;
+    let mut anchors = Vec::new();
     let mut run = task.run;
     let (segment, base) = match (task.flip, task.base) {
-        (Some((pstep, p, lineage)), _) => {
+        (Some((pstep, p, tree)), _) => {
             let Some(pred) = pred_bytes.take() else {
                 return Err(StoreError::Corrupt(Corruption::BadBase {
                     tensor: task.name.to_string(),
@@ -594,11 +725,40 @@ fn encode_task(
                 .map_err(encode_err)?;
             let delta = segment::encode_delta(task.dtype, &pred, &task.data, &opts.lossless)
                 .map_err(encode_err)?;
-            run = 1;
-            if delta.len() < p.segment_len as usize {
+            let onto = Onto {
+                name: &task.name,
+                step: task.step,
+                block: task.block,
+                dtype: task.dtype,
+                data: &task.data,
+                keyframe: (address_of(&key), key.len()),
+            };
+            // The flip saves the predecessor's keyframe less the delta, and re-encodes the
+            // anchors, which grow as the newest drifts from them. It goes ahead only while it
+            // saves more than they grow, and while they cost the tree at most ANCHOR_BUDGET.
+            let saving = i64::from(p.segment_len) - delta.len() as i64;
+            let (mut growth, mut excess) = (0i64, 0u64);
+            for a in std::mem::take(&mut task.anchors) {
+                if growth >= saving {
+                    break;
+                }
+                let (old, link) = (a.old, a.link);
+                let r = reanchor(&onto, a, &pred, cache, opts)?;
+                growth += r.record.stored_bytes() as i64 - old.stored_bytes() as i64;
+                if anchors.is_empty() {
+                    // The newest anchor: see ANCHOR_BUDGET.
+                    excess = r.record.stored_bytes().saturating_sub(u64::from(link));
+                }
+                anchors.push(r);
+            }
+            let tree_bytes = task
+                .tree_bytes
+                .saturating_add_signed(growth)
+                .saturating_add(delta.len() as u64);
+            if growth < saving && excess * 100 <= ANCHOR_BUDGET * tree_bytes {
                 // The predecessor becomes a delta against this block, one link above the
-                // lineage under it.
-                run = lineage;
+                // chain under it.
+                run = tree;
                 let record = BlockRecord {
                     address: address_of(&delta),
                     base: Some(task.step),
@@ -609,14 +769,25 @@ fn encode_task(
                     form: Form::Lossless,
                 };
                 cache.forget(p.address);
-                flipped = Some(Flipped {
+                flipped = Some(Reencoded {
                     step: pstep,
                     old: p,
                     record,
-                    segment: delta,
+                    segment: Some(delta),
                 });
+                (key, None)
+            } else {
+                // The tree stays as it is. This block starts a new one where a keyframe costs
+                // about a delta (ADR 0006's restart), else it goes on forward.
+                anchors.clear();
+                let forward = segment::encode_delta(task.dtype, &task.data, &pred, &opts.lossless)
+                    .map_err(encode_err)?;
+                if chain::restart_pays(forward.len(), key.len(), opts.max_chain) {
+                    (key, None)
+                } else {
+                    (forward, Some(pstep))
+                }
             }
-            (key, None)
         }
         (None, Some((base_step, base_rec, job))) => {
             let base_bytes = match (job, pred_bytes) {
@@ -687,7 +858,83 @@ fn encode_task(
         segment: Some(segment),
         residual: None,
         flipped,
+        anchors,
         raw_hash,
+    })
+}
+
+/// The new version's block that anchors are re-encoded against: a keyframe.
+struct Onto<'a> {
+    name: &'a str,
+    step: u64,
+    block: u64,
+    dtype: DType,
+    data: &'a [u8],
+    /// The keyframe segment's address and length.
+    keyframe: (u128, usize),
+}
+
+/// Re-encodes an anchor, a delta against the predecessor's block (whose bytes are `pred`),
+/// against the new version's block `onto`: a delta of depth 2, a
+/// reference when the data is the same, or a keyframe when the delta would be no smaller
+/// than one (the tensor has drifted far).
+fn reanchor(
+    onto: &Onto<'_>,
+    anchor: Anchor,
+    pred: &[u8],
+    cache: &BlockCache,
+    opts: &Options,
+) -> Result<Reencoded> {
+    let Anchor { step, old, job, .. } = anchor;
+    let encode_err = |source| StoreError::Encode {
+        tensor: onto.name.to_string(),
+        step,
+        block: onto.block,
+        source: Box::new(source),
+    };
+    let data = job.decode_over(pred)?;
+    cache.forget(old.address);
+    let (address, key_len) = onto.keyframe;
+    if data.as_slice() == onto.data {
+        let record = BlockRecord {
+            address,
+            base: None,
+            reference: true,
+            depth: 1,
+            run: 1,
+            segment_len: key_len as u32,
+            form: Form::Lossless,
+        };
+        return Ok(Reencoded {
+            step,
+            old,
+            record,
+            segment: None,
+        });
+    }
+    let delta =
+        segment::encode_delta(onto.dtype, &data, onto.data, &opts.lossless).map_err(encode_err)?;
+    let (segment, base, depth) = if chain::keep_anchor(delta.len(), key_len) {
+        (delta, Some(onto.step), 2)
+    } else {
+        let key =
+            segment::encode_keyframe(onto.dtype, &data, &opts.lossless).map_err(encode_err)?;
+        (key, None, 1)
+    };
+    let record = BlockRecord {
+        address: address_of(&segment),
+        base,
+        reference: false,
+        depth,
+        run: 1,
+        segment_len: segment.len() as u32,
+        form: Form::Lossless,
+    };
+    Ok(Reencoded {
+        step,
+        old,
+        record,
+        segment: Some(segment),
     })
 }
 
@@ -730,6 +977,7 @@ fn encode_lossy(
         segment: Some(block.segment),
         residual: block.residual,
         flipped: None,
+        anchors: Vec::new(),
         raw_hash: None,
     })
 }
