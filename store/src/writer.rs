@@ -574,7 +574,7 @@ fn insert_block(
             a.segment.as_deref(),
         )?;
         wt.release(&plan.name, a.step, block, a.old.address)?;
-        plan.anchored.push((a.step, block, a.record));
+        plan.anchored.push((a.step, block, a.record, a.old.depth));
     }
     if plan.tiered.is_some() {
         let r = match &enc.residual {
@@ -640,36 +640,41 @@ fn finish_version(
     Ok(())
 }
 
-/// Writes the blocks of older versions re-based onto the new version (`anchored`: step,
-/// block, new record) into their version records.
+/// Writes the blocks of older versions re-based onto the new version or its newest anchor
+/// (`anchored`: step, block, new record, depth before) into their version records.
 fn write_anchored(
     wt: &mut WriteTxn<'_>,
     opts: &crate::Options,
     name: &Arc<str>,
-    anchored: &[(u64, u64, BlockRecord)],
+    anchored: &[(u64, u64, BlockRecord, u8)],
 ) -> Result<()> {
-    let mut by_step: std::collections::BTreeMap<u64, Vec<(u64, BlockRecord)>> = Default::default();
-    for &(step, b, record) in anchored {
-        by_step.entry(step).or_default().push((b, record));
+    let mut by_step: std::collections::BTreeMap<u64, Vec<(u64, BlockRecord, u8)>> =
+        Default::default();
+    for &(step, b, record, old_depth) in anchored {
+        by_step
+            .entry(step)
+            .or_default()
+            .push((b, record, old_depth));
     }
     for (step, blocks) in by_step {
         let Some(mut rec) = wt.version(name, step)? else {
             return Err(StoreError::Corrupt(Corruption::BadBase {
                 tensor: name.to_string(),
                 step,
-                block: blocks.first().map_or(0, |(b, _)| *b),
+                block: blocks.first().map_or(0, |(b, _, _)| *b),
                 base: step,
                 reason: "disappeared while the newest version was written",
             }));
         };
-        // An anchor that became a keyframe or a reference to one reads one segment, not
-        // two: the chain under it is one link shorter.
+        // A block that reads through more or fewer segments than before (an anchor that
+        // became a keyframe or a reference to one, a chain's head moved under an anchor):
+        // the chain under it moves with it.
         let mut follow = Vec::new();
-        for (b, record) in blocks {
+        for (b, record, old_depth) in blocks {
             if let Some(slot) = rec.blocks.get_mut(b as usize) {
                 *slot = record;
-                if record.depth == 1 {
-                    follow.push((b, step, 2));
+                if record.depth != old_depth {
+                    follow.push((b, step, record.depth.saturating_add(1)));
                 }
             }
         }

@@ -240,7 +240,11 @@ fn a_read_in_progress_skips_the_trim_and_the_close_succeeds() {
     let mut tensors = reader.read_checkpoint(model.step).unwrap();
     let first = tensors.next().unwrap().unwrap();
     drop(store);
-    assert!(length_misleads(&path), "compacted under a read: {:?}", sizes(&path));
+    assert!(
+        length_misleads(&path),
+        "compacted under a read: {:?}",
+        sizes(&path)
+    );
     let rest: Vec<_> = tensors.collect::<Result<_, _>>().unwrap();
     assert_eq!(rest.len() + 1, model.tensors.len());
     assert!(first.1.data == f32_bytes(&model.tensors[0]));
