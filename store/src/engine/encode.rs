@@ -368,8 +368,8 @@ pub(crate) struct Task<'d> {
     flip: Option<(u64, BlockRecord, u8)>,
     /// With `flip`: the blocks of older versions that are deltas against the predecessor's
     /// besides the head of the chain under it (anchors; and the head too when the chain is
-    /// full), to re-encode against this block so that no chain grows past `max_chain`:
-    /// `(step, block record, what its data needs)`.
+    /// full), newest first, to re-encode against this block so that no chain grows past
+    /// `max_chain`.
     anchors: Vec<Anchor>,
     /// With `flip`: the head of the chain under the predecessor, to re-encode against the
     /// first of `anchors` (the newest), under which it and its chain read at the depths they
@@ -461,12 +461,11 @@ const FLIP_MIN_BYTES: u32 = 64 << 10;
 /// anchors stored 1.8 % over forward chains where one anchor and moved chains stored 3.3 %.
 const MAX_ANCHORS: usize = 3;
 
-/// Most versions the tree under the newest keyframe holds, itself included, before a write
-/// keeps that keyframe for good and starts a new tree (ADR 0006). A write re-encodes the
-/// anchors of the tree, about one in `max_chain - 1` of its versions, so this bounds a save's
-/// extra work (at most 6 anchors at the default bound); a block whose keyframe costs several
-/// deltas pays one extra keyframe per this many versions.
-pub(crate) const TREE_HORIZON: u8 = 32;
+/// Most versions the tree under the newest keyframe holds, itself included (ADR 0006): a save
+/// reads the records of up to this many older versions of each tensor to find the tree. A
+/// full tree is kept as it is; the next save starts a new one where a keyframe costs at most
+/// [`ANCHOR_BUDGET`] of the tree's bytes, else goes on forward.
+const TREE_HORIZON: u8 = 32;
 
 /// For a version that becomes the tensor's newest: whether its block is written as a keyframe
 /// with the predecessor's re-encoded against it (the predecessor's block is the newest
@@ -475,9 +474,11 @@ pub(crate) const TREE_HORIZON: u8 = 32;
 /// keyframe if [`choose_base`] looked it up.
 ///
 /// The tree under the newest keyframe: the chain under it (each version a delta against the
-/// next), and anchors, deltas against it with a chain of their own. When the flip would push
-/// the chain past `max_chain`, the chain's head becomes an anchor; every anchor is re-encoded
-/// against the new keyframe, so every version of the tree stays within `max_chain`.
+/// next), and anchors, deltas against it with a chain of their own (and chains moved under the
+/// newest anchor). When the flip would push the chain past `max_chain`, the chain's head
+/// becomes an anchor, or past [`MAX_ANCHORS`] moves under the newest one; every anchor is
+/// re-encoded against the new keyframe, so every version of the tree stays within `max_chain`.
+/// Whether the flip goes ahead is decided once the sizes are known ([`ANCHOR_BUDGET`]).
 #[allow(clippy::too_many_arguments)]
 fn choose_reverse(
     fetcher: &mut Fetcher<'_>,
