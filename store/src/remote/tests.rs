@@ -123,6 +123,42 @@ fn push_then_pull_is_exact_and_incremental() {
     same_checkpoints(&src, &dst);
 }
 
+/// Saves that re-encode older versions against the newest (flips and anchors, ADR 0006) leave
+/// the remote's copies as they were pushed: pushes after every save send the new step alone,
+/// and pulls, incremental or into a fresh store, read every checkpoint exactly.
+#[test]
+fn pushes_and_pulls_follow_saves_that_re_encode_older_versions() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = open(&dir, "src.strata");
+    let dst = open(&dir, "dst.strata");
+    let remote = Remote::in_memory();
+    let steps: Vec<u64> = (1..=16).map(|s| s * 10).collect();
+    for (i, &s) in steps.iter().enumerate() {
+        fill(&src, &[s], 1);
+        assert_eq!(push(&src, &remote, None).unwrap().steps_sent, vec![s]);
+        if i % 3 == 2 {
+            pull(&remote, &dst, None).unwrap();
+            same_checkpoints(&src, &dst);
+        }
+    }
+    // Some version was re-based onto a newer keyframe than the one after it: an anchor.
+    let versions = src.versions("a").unwrap();
+    assert!(
+        versions
+            .iter()
+            .any(|v| v.encodings[0].base.is_some_and(|b| b > v.step + 10)),
+        "no anchor: {versions:?}"
+    );
+    pull(&remote, &dst, None).unwrap();
+    same_checkpoints(&src, &dst);
+    assert!(dst.verify().unwrap().is_ok());
+    let fresh = open(&dir, "fresh.strata");
+    pull(&remote, &fresh, None).unwrap();
+    same_checkpoints(&src, &fresh);
+    assert!(fresh.verify().unwrap().is_ok());
+    assert!(push(&src, &remote, None).unwrap().steps_sent.is_empty());
+}
+
 #[test]
 fn a_different_checkpoint_at_a_pushed_step_is_refused() {
     let dir = tempfile::tempdir().unwrap();
