@@ -265,6 +265,15 @@ pub(crate) fn run(out: &Output, store: &Path, paths: &[PathBuf], flags: &Flags) 
             Err(e) => warn_not_compacted(what, &e, store.path()),
         }
     }
+    // The file's sizes once the store is closed: a writer's close records redb's allocator
+    // state, which may land past the pages a compaction left.
+    let path = store.path().to_path_buf();
+    drop(store);
+    if let Ok(closed) = Store::open_read_only(&path) {
+        if let (Ok(file), Ok(disk)) = (closed.file_bytes(), closed.disk_bytes()) {
+            (s.file_bytes, s.disk_bytes) = (file, disk);
+        }
+    }
     say!(
         "store: raw {} bytes, file {} bytes ({} on disk), ratio {:.3} (raw / bytes on disk)",
         s.raw_bytes,
