@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use strata_store::{check_safetensors, Options, Store, StoreStats};
 
 use crate::fmt::{mb, mb_s};
-use crate::maintain::warn_not_compacted;
+use crate::maintain::{closed_sizes, warn_not_compacted};
 use crate::progress::{line, warn, Output};
 use crate::{CliError, CliResult};
 
@@ -265,14 +265,9 @@ pub(crate) fn run(out: &Output, store: &Path, paths: &[PathBuf], flags: &Flags) 
             Err(e) => warn_not_compacted(what, &e, store.path()),
         }
     }
-    // The file's sizes once the store is closed: a writer's close records redb's allocator
-    // state, which may land past the pages a compaction left.
-    let path = store.path().to_path_buf();
-    drop(store);
-    if let Ok(closed) = Store::open_read_only(&path) {
-        if let (Ok(file), Ok(disk)) = (closed.file_bytes(), closed.disk_bytes()) {
-            (s.file_bytes, s.disk_bytes) = (file, disk);
-        }
+    // The import is committed: sizes that cannot be measured again stay as measured before.
+    if let Ok(sizes) = closed_sizes(store) {
+        (s.file_bytes, s.disk_bytes) = sizes;
     }
     say!(
         "store: raw {} bytes, file {} bytes ({} on disk), ratio {:.3} (raw / bytes on disk)",

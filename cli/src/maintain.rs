@@ -121,13 +121,22 @@ pub(crate) fn compact(out: &Output, store: &Path) -> CliResult {
         }
         Err(e) => return Err(e.into()),
     }
+    let (file, disk) = closed_sizes(store)?;
     say!(
-        "file {before} -> {} bytes ({disk_before} -> {} on disk) in {}",
-        store.file_bytes()?,
-        store.disk_bytes()?,
+        "file {before} -> {file} bytes ({disk_before} -> {disk} on disk) in {}",
         ms(dt)
     );
     Ok(())
+}
+
+/// Closes a writer's handle and measures the file as it then is (its length, its bytes on
+/// disk): the close records redb's allocator state, which may land past the pages a compaction
+/// left.
+pub(crate) fn closed_sizes(store: Store) -> strata_store::Result<(u64, u64)> {
+    let path = store.path().to_path_buf();
+    drop(store);
+    let closed = Store::open_read_only(&path)?;
+    Ok((closed.file_bytes()?, closed.disk_bytes()?))
 }
 
 /// `strata retain`.
@@ -159,13 +168,13 @@ pub(crate) fn retain(
     );
     // Run by hand, a retention gives the disk back: the room the library keeps for the
     // next saves of a training loop (ADR 0037) is compacted here too.
-    let mut after = r.file_bytes_after;
     if !r.compacted {
-        match store.compact() {
-            Ok(_) => after = store.file_bytes()?,
-            Err(e) => warn_not_compacted("the retention", &e, path),
+        if let Err(e) = store.compact() {
+            warn_not_compacted("the retention", &e, path);
         }
     }
+    // The retention is committed: a file that cannot be measured again is as it measured.
+    let after = closed_sizes(store).map_or(r.file_bytes_after, |(file, _)| file);
     say!("file {} -> {after} bytes", r.file_bytes_before);
     Ok(())
 }

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use strata_store::{Residual, Store, Tier, TierPolicy};
 
-use crate::maintain::warn_not_compacted;
+use crate::maintain::{closed_sizes, warn_not_compacted};
 use crate::{CliError, CliResult};
 
 /// The flags of `strata policy`.
@@ -119,9 +119,11 @@ pub(crate) fn maintain(store: &Path, now: Option<u64>) -> CliResult {
         r.warm_bytes_after,
         r.deferred
     );
+    // The pass is committed: a file that cannot be measured again is as it measured.
+    let after = store.file_bytes()?;
+    let after = closed_sizes(store).map_or(after, |(file, _)| file);
     say!(
-        "file {before} -> {} bytes{}",
-        store.file_bytes()?,
+        "file {before} -> {after} bytes{}",
         if compacted { " (compacted)" } else { "" }
     );
     Ok(())
