@@ -29,8 +29,8 @@ use strata_tiering::Precision;
 
 use crate::engine::{
     check_shape, delete_version, encode_tasks, encode_window, plan_version, prepare_window,
-    put_row, store_residual, BlockBytes, BlockWork, CacheRoom, Encoded, Task, TierChanges,
-    VersionPlan, View, WriteTxn, Writeback,
+    put_row, store_residual, BlockBytes, BlockWork, CacheRoom, Encoded, Reencoded, Task,
+    TierChanges, VersionPlan, View, WriteTxn, Writeback,
 };
 use crate::error::{Corruption, DbContext, InvalidInput, Result, StoreError};
 use crate::record::{
@@ -554,26 +554,12 @@ fn insert_block(
     plan.record.blocks.push(enc.record);
     if let Some(f) = enc.flipped {
         // The predecessor's keyframe, now a delta against this block (ADR 0006).
-        wt.add_ref(
-            &plan.name,
-            f.step,
-            block,
-            f.record.address,
-            f.segment.as_deref(),
-        )?;
-        wt.release(&plan.name, f.step, block, f.old.address)?;
+        replace_segment(wt, &plan.name, block, &f)?;
         plan.flipped.push((block, f.record));
     }
     for a in enc.anchors {
         // An older version's block, re-based from the predecessor onto this block.
-        wt.add_ref(
-            &plan.name,
-            a.step,
-            block,
-            a.record.address,
-            a.segment.as_deref(),
-        )?;
-        wt.release(&plan.name, a.step, block, a.old.address)?;
+        replace_segment(wt, &plan.name, block, &a)?;
         plan.anchored.push((a.step, block, a.record, a.old.depth));
     }
     if plan.tiered.is_some() {
@@ -584,6 +570,13 @@ fn insert_block(
         residuals.push(r);
     }
     Ok(())
+}
+
+/// Points block `block` of an older version at its re-encoded segment `r` (a reference to a
+/// stored one when `r` has none) and releases the segment it had.
+fn replace_segment(wt: &mut WriteTxn<'_>, name: &str, block: u64, r: &Reencoded) -> Result<()> {
+    wt.add_ref(name, r.step, block, r.record.address, r.segment.as_deref())?;
+    wt.release(name, r.step, block, r.old.address)
 }
 
 /// Writes the version record and, for a quantized version, its tier rows (registered with

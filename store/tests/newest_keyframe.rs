@@ -66,6 +66,23 @@ fn save(store: &Store, step: u64, bytes: &[u8]) {
     store.save_checkpoint(step, &[("w", t)], "").expect("save");
 }
 
+/// Saves a version of "w" from `next` (which moves the weights `w`) at each of `steps`;
+/// returns them as saved.
+fn save_steps(
+    store: &Store,
+    w: &mut [f32],
+    steps: std::ops::RangeInclusive<u64>,
+    next: fn(&mut [f32], u64) -> Vec<u8>,
+) -> Vec<(u64, Vec<u8>)> {
+    steps
+        .map(|step| {
+            let bytes = next(w, step);
+            save(store, step, &bytes);
+            (step, bytes)
+        })
+        .collect()
+}
+
 /// Every version of "w" reads as saved; every block's chain (followed through the bases) is
 /// within `max_chain`, and its recorded depth is its length: exactly where only writes made
 /// the chains, at least after deletions (a re-base leaves the depths under it as an upper
@@ -345,12 +362,7 @@ fn aging_reads_each_version_before_it_rewrites_the_newer_ones() {
     let (_d, path) = temp_store();
     let mut store = Store::open_with(&path, opts()).expect("open");
     let mut w = noise(N, 3);
-    let mut saved = Vec::new();
-    for step in 1..=6u64 {
-        let bytes = weights(&mut w, step);
-        save(&store, step, &bytes);
-        saved.push((step, bytes));
-    }
+    let saved = save_steps(&store, &mut w, 1..=6, weights);
     // Steps 1-4 are deltas against the versions after them, up to the keyframe at 6.
     let before = store.versions("w").expect("versions");
     assert!(before[0].encodings.iter().all(|e| e.base == Some(2)));
@@ -394,12 +406,7 @@ fn anchored_trees_survive_deletions_overwrites_and_retention() {
     let (_d, path) = temp_store();
     let mut store = Store::open_with(&path, opts()).expect("open");
     let mut w = noise(N, 11);
-    let mut saved = Vec::new();
-    for step in 1..=14u64 {
-        let bytes = drifting(&mut w, step);
-        save(&store, step, &bytes);
-        saved.push((step, bytes));
-    }
+    let mut saved = save_steps(&store, &mut w, 1..=14, drifting);
     let versions = check(&store, &saved, opts().max_chain);
     let anchors = |versions: &[VersionInfo]| {
         let newest = versions.last().map_or(0, |v| v.step);
@@ -465,12 +472,7 @@ fn chains_past_three_anchors_move_under_the_newest() {
     let (_d, path) = temp_store();
     let store = Store::open_with(&path, opts()).expect("open");
     let mut w = noise(N, 13);
-    let mut saved = Vec::new();
-    for step in 1..=28u64 {
-        let bytes = drifting(&mut w, step);
-        save(&store, step, &bytes);
-        saved.push((step, bytes));
-    }
+    let saved = save_steps(&store, &mut w, 1..=28, drifting);
     let versions = check(&store, &saved, opts().max_chain);
     assert!(newest_is_keyframe(&versions), "{versions:?}");
     for b in 0..versions[0].encodings.len() {

@@ -161,22 +161,8 @@ impl<'a> Fetcher<'a> {
         block: u64,
         want: usize,
     ) -> Result<Job> {
-        let len = block_bytes(rec, block);
-        let mut job = Job {
-            name: name.clone(),
-            step,
-            block,
-            dtype: rec.dtype,
-            len,
-            want: want.min(len),
-            links: Vec::new(),
-            base: None,
-            form: Form::Lossless,
-            fidelity: Fidelity::Exact,
-            sparse: None,
-            row: None,
-            keep: self.keep,
-        };
+        let mut job = Job::empty(name, step, rec, block, want, self.keep);
+        let len = job.len;
         let (mut cur_step, mut cur) = (step, block_record(name, step, rec, block)?);
         if cur.form == Form::Inline {
             // The bytes are the record's (ADR 0029): nothing to fetch or decode.
@@ -280,27 +266,14 @@ impl Fetcher<'_> {
             }));
         }
         let bytes = self.view.fetch_segment(name, step, block, cur.address)?;
-        let len = block_bytes(rec, block);
-        Ok(Job {
-            name: name.clone(),
+        let mut job = Job::empty(name, step, rec, block, usize::MAX, false);
+        job.links.push(Link {
             step,
-            block,
-            dtype: rec.dtype,
-            len,
-            want: len,
-            links: vec![Link {
-                step,
-                address: cur.address,
-                bytes,
-                form: cur.form,
-            }],
-            base: None,
-            form: Form::Lossless,
-            fidelity: Fidelity::Exact,
-            sparse: None,
-            row: None,
-            keep: false,
-        })
+            address: cur.address,
+            bytes,
+            form: cur.form,
+        });
+        Ok(job)
     }
 
     /// Gathers a quantized block (its segment and sparse residual) or a Tier 0 block's row.
@@ -378,6 +351,34 @@ pub(crate) fn block_bytes(rec: &VersionRecord, block: u64) -> usize {
 }
 
 impl Job {
+    /// A job for block `block` of `(name, step)` (record `rec`) with nothing fetched yet: the
+    /// first `want` bytes of a lossless block, exact.
+    fn empty(
+        name: &Arc<str>,
+        step: u64,
+        rec: &VersionRecord,
+        block: u64,
+        want: usize,
+        keep: bool,
+    ) -> Job {
+        let len = block_bytes(rec, block);
+        Job {
+            name: name.clone(),
+            step,
+            block,
+            dtype: rec.dtype,
+            len,
+            want: want.min(len),
+            links: Vec::new(),
+            base: None,
+            form: Form::Lossless,
+            fidelity: Fidelity::Exact,
+            sparse: None,
+            row: None,
+            keep,
+        }
+    }
+
     /// Bytes of the segments fetched to decode the block.
     fn fetched_bytes(&self) -> usize {
         self.links.iter().map(|l| l.bytes.len()).sum::<usize>()

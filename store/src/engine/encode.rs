@@ -952,9 +952,9 @@ struct Onto<'a> {
 }
 
 /// Re-encodes an anchor, a delta against the predecessor's block (whose bytes are `pred`),
-/// against the new version's block `onto`: a delta of depth 2, a
-/// reference when the data is the same, or a keyframe when the delta would be no smaller
-/// than one (the tensor has drifted far).
+/// against the new version's block `onto`: a delta of depth 2, a reference when the data is
+/// the same, or a keyframe when the delta would be no smaller than one (the tensor has drifted
+/// far). Returns its bytes too.
 fn reanchor(
     onto: &Onto<'_>,
     anchor: Anchor,
@@ -963,16 +963,10 @@ fn reanchor(
     opts: &Options,
 ) -> Result<(Reencoded, Block)> {
     let Anchor { step, old, job, .. } = anchor;
-    let encode_err = |source| StoreError::Encode {
-        tensor: onto.name.to_string(),
-        step,
-        block: onto.block,
-        source: Box::new(source),
-    };
     let data = job.decode_over(pred)?;
     cache.forget(old.address);
-    let (address, key_len) = onto.keyframe;
     if data.as_slice() == onto.data {
+        let (address, key_len) = onto.keyframe;
         let record = BlockRecord {
             address,
             base: None,
@@ -990,37 +984,13 @@ fn reanchor(
         };
         return Ok((r, data));
     }
-    let delta =
-        segment::encode_delta(onto.dtype, &data, onto.data, &opts.lossless).map_err(encode_err)?;
-    let (segment, base, depth) = if chain::keep_anchor(delta.len(), key_len) {
-        (delta, Some(onto.step), 2)
-    } else {
-        let key =
-            segment::encode_keyframe(onto.dtype, &data, &opts.lossless).map_err(encode_err)?;
-        (key, None, 1)
-    };
-    let record = BlockRecord {
-        address: address_of(&segment),
-        base,
-        reference: false,
-        depth,
-        run: 1,
-        segment_len: segment.len() as u32,
-        form: Form::Lossless,
-    };
-    let r = Reencoded {
-        step,
-        old,
-        record,
-        segment: Some(segment),
-    };
+    let r = delta_or_keyframe(onto, step, old, &data, (onto.step, onto.data, 2), opts)?;
     Ok((r, data))
 }
 
 /// Re-encodes the head of the chain under the predecessor (`moved`, a delta against the
 /// predecessor's block, whose bytes are `pred`) against the newest anchor (`under`: its step,
-/// its new record and its bytes), one link below it; a keyframe when that delta would be no
-/// smaller than the new version's keyframe.
+/// its new record and its bytes), one link below it.
 fn move_under(
     onto: &Onto<'_>,
     moved: Anchor,
@@ -1029,21 +999,40 @@ fn move_under(
     opts: &Options,
 ) -> Result<Reencoded> {
     let Anchor { step, old, job, .. } = moved;
+    let (base_step, base_record, base_data) = under;
+    let data = job.decode_over(pred)?;
+    let base = (
+        *base_step,
+        base_data.as_slice(),
+        base_record.depth.saturating_add(1),
+    );
+    delta_or_keyframe(onto, step, old, &data, base, opts)
+}
+
+/// Block `onto.block` of version `step` (record `old` before), whose bytes are `data`,
+/// re-encoded as a delta of depth `base.2` against the bytes `base.1` of version `base.0`; a
+/// keyframe when that delta would be no smaller than the new version's keyframe.
+fn delta_or_keyframe(
+    onto: &Onto<'_>,
+    step: u64,
+    old: BlockRecord,
+    data: &[u8],
+    base: (u64, &[u8], u8),
+    opts: &Options,
+) -> Result<Reencoded> {
     let encode_err = |source| StoreError::Encode {
         tensor: onto.name.to_string(),
         step,
         block: onto.block,
         source: Box::new(source),
     };
-    let (base_step, base_record, base_data) = under;
-    let data = job.decode_over(pred)?;
+    let (base_step, base_data, depth) = base;
     let delta =
-        segment::encode_delta(onto.dtype, &data, base_data, &opts.lossless).map_err(encode_err)?;
+        segment::encode_delta(onto.dtype, data, base_data, &opts.lossless).map_err(encode_err)?;
     let (segment, base, depth) = if chain::keep_anchor(delta.len(), onto.keyframe.1) {
-        (delta, Some(*base_step), base_record.depth.saturating_add(1))
+        (delta, Some(base_step), depth)
     } else {
-        let key =
-            segment::encode_keyframe(onto.dtype, &data, &opts.lossless).map_err(encode_err)?;
+        let key = segment::encode_keyframe(onto.dtype, data, &opts.lossless).map_err(encode_err)?;
         (key, None, 1)
     };
     Ok(Reencoded {
