@@ -55,10 +55,12 @@ const DEADLINE: Duration = Duration::from_secs(120);
 const NAME: &str = "faults.strata";
 
 /// Small blocks, windows and redb cache, so that even these small writes stream in several
-/// windows and flush dirty pages before their commit (ADR 0014).
+/// windows and flush dirty pages before their commit (ADR 0014). Chains of at most three
+/// segments, so that the tree of tensor "d" (see [`baseline`]) has anchors after a few saves.
 fn opts() -> Options {
     let (clock, _hand) = Clock::manual(0);
     Options {
+        max_chain: 3,
         block_bytes: 32 << 10,
         window_bytes: 64 << 10,
         db_cache_bytes: 256 << 10,
@@ -74,6 +76,16 @@ fn opts() -> Options {
 
 fn open(disk: &FaultDisk) -> Result<Store, StoreError> {
     Store::open_with_backend(NAME, disk.clone(), opts())
+}
+
+/// Blocks large enough for a save to keep the newest a keyframe (ADR 0006: the flip needs a
+/// keyframe segment of 64 KiB): tensor "d"'s versions are written with these, and later
+/// versions keep the block size of the one before.
+fn tree_opts() -> Options {
+    Options {
+        block_bytes: 128 << 10,
+        ..opts()
+    }
 }
 
 /// Deterministic pseudo-random f32 weights.
@@ -114,16 +126,47 @@ fn b_at(i: u64) -> Vec<f32> {
     (1..=i).fold(noise(16 << 10, 2), |w, s| drift(&w, 200 + s))
 }
 
+/// Tensor "d" at version `i` (1-based), 32 Ki f32 whose same elements move the same way at
+/// every step (a fine-tune with momentum): a save keeps the newest a keyframe and re-encodes
+/// the versions under the previous one (ADR 0006).
+fn d_at(i: u64) -> Vec<f32> {
+    let mut w = noise(32 << 10, 3);
+    for _ in 0..i {
+        for (k, x) in w.iter_mut().enumerate() {
+            if k.is_multiple_of(7) {
+                *x += 1e-4 * (((k / 7) % 5) as f32 - 2.5);
+            }
+        }
+    }
+    w
+}
+
+/// Versions of "d" in the baseline.
+const D_VERSIONS: u64 = 10;
+const D_SHAPE: [u64; 2] = [256, 128];
+
 const A_SHAPE: [u64; 2] = [256, 128];
 const B_SHAPE: [u64; 2] = [128, 128];
 
 /// The store every operation starts from, as bytes: checkpoints 1 to 4 of "a" and "b" (deltas
 /// on each other), tag "best" on 2, a version outside any checkpoint ("solo"), a tensor whose
 /// policy became tiered after it was written ("kv.w": conversions pending for `maintain`), a
-/// frame stream ("agent.state"), and free pages left by a deleted tensor (work for `compact`).
+/// frame stream ("agent.state"), free pages left by a deleted tensor (work for `compact`), and
+/// a tensor outside checkpoints ("d", versions 1 to [`D_VERSIONS`]) whose newest is a keyframe
+/// with the versions before it in a tree of reverse chains and anchors, which the next save of
+/// "d" re-encodes ([`the_baseline_tree_has_anchors_a_save_re_encodes`]).
 fn baseline() -> Vec<u8> {
     let disk = FaultDisk::new();
-    let store = open(&disk).expect("open a new store");
+    {
+        let store =
+            Store::open_with_backend(NAME, disk.clone(), tree_opts()).expect("open a new store");
+        for i in 1..=D_VERSIONS {
+            store
+                .put("d", i, &f32_ref(&D_SHAPE, &bytes(&d_at(i))))
+                .expect("put d");
+        }
+    }
+    let store = open(&disk).expect("open the store");
     for i in 1..=4u64 {
         let (a, b) = (bytes(&a_at(i)), bytes(&b_at(i)));
         store
@@ -223,6 +266,17 @@ fn operations() -> Vec<(&'static str, OpFn)> {
             )
         }),
         ("delete", |s| s.delete("a", 2)),
+        (
+            "put (the newest kept a keyframe, anchors re-encoded)",
+            |s| {
+                let d = bytes(&d_at(D_VERSIONS + 1));
+                s.put("d", D_VERSIONS + 1, &f32_ref(&D_SHAPE, &d))
+            },
+        ),
+        ("delete the newest keyframe of a tree", |s| {
+            s.delete("d", D_VERSIONS)
+        }),
+        ("delete an anchor", |s| s.delete("d", 4)),
         ("retain", |s| {
             let policy = RetainPolicy {
                 keep_last: Some(1),
@@ -907,6 +961,54 @@ fn all_operations(full: bool) {
                 .map(|s| s.as_str())
                 .collect::<Vec<_>>()
                 .join("\n")
+        );
+    }
+}
+
+/// The baseline's tree of "d" is what the operations on it are meant to hit: its newest is a
+/// keyframe, at least two anchors other than the previous newest hang on it, and the next save
+/// re-encodes them against the new keyframe and moves a chain's head.
+#[test]
+fn the_baseline_tree_has_anchors_a_save_re_encodes() {
+    let disk = FaultDisk::with_bytes(baseline());
+    let store = open(&disk).expect("open");
+    let bases = |store: &Store| -> Vec<(u64, Option<u64>)> {
+        let versions = store.versions("d").expect("versions");
+        versions
+            .iter()
+            .map(|v| (v.step, v.encodings[0].base))
+            .collect()
+    };
+    let before = bases(&store);
+    let on = |b: &[(u64, Option<u64>)], k: u64| b.iter().filter(|v| v.1 == Some(k)).count();
+    assert_eq!(before.last(), Some(&(D_VERSIONS, None)), "{before:?}");
+    assert!(on(&before, D_VERSIONS) >= 3, "{before:?}");
+    let d = bytes(&d_at(D_VERSIONS + 1));
+    store
+        .put("d", D_VERSIONS + 1, &f32_ref(&D_SHAPE, &d))
+        .expect("put");
+    let after = bases(&store);
+    assert_eq!(after.last(), Some(&(D_VERSIONS + 1, None)), "{after:?}");
+    // The previous newest and the anchors moved onto the new keyframe, and some version's
+    // base changed to another than the new keyframe (a head moved under an anchor).
+    let base_after = |k: u64| after.iter().find(|v| v.0 == k).and_then(|v| v.1);
+    assert_eq!(base_after(D_VERSIONS), Some(D_VERSIONS + 1), "{after:?}");
+    let re_encoded = before
+        .iter()
+        .filter(|v| v.1 == Some(D_VERSIONS) && base_after(v.0) == Some(D_VERSIONS + 1))
+        .count();
+    assert!(re_encoded >= 2, "{before:?} -> {after:?}");
+    let moved = before
+        .iter()
+        .zip(&after)
+        .filter(|(b, a)| b.1 != a.1 && a.1 != Some(D_VERSIONS + 1))
+        .count();
+    assert!(moved >= 1, "no head moved: {before:?} -> {after:?}");
+    for i in 1..=D_VERSIONS + 1 {
+        assert_eq!(
+            store.get("d", i).expect("get").data,
+            bytes(&d_at(i)),
+            "d {i}"
         );
     }
 }
