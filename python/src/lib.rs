@@ -409,18 +409,22 @@ impl PyStore {
             })?;
             refs.push((name.as_str(), dtype, shape.as_slice(), bytes));
         }
-        self.with(py, |s| {
-            let mut w = s.begin_checkpoint(step, metadata)?;
-            for (name, dtype, shape, bytes) in &refs {
-                w.put(
+        let tensors: Vec<(&str, TensorRef<'_>)> = refs
+            .iter()
+            .map(|&(name, dtype, shape, bytes)| {
+                (
                     name,
-                    &TensorRef {
-                        dtype: *dtype,
+                    TensorRef {
+                        dtype,
                         shape,
                         bytes,
                     },
-                )?;
-            }
+                )
+            })
+            .collect();
+        self.with(py, |s| {
+            let mut w = s.begin_checkpoint(step, metadata)?;
+            w.put_many(&tensors)?;
             w.commit()
         })
     }

@@ -641,6 +641,7 @@ impl Store {
             let header = parse_header(bytes, bytes.len() as u64, path)?;
             let mut writer = self.begin_checkpoint(step, &header.metadata)?;
             let mut raw_bytes = 0u64;
+            let mut tensors = Vec::with_capacity(header.tensors.len());
             for e in &header.tensors {
                 let start = (header.data_start + e.range.start) as usize;
                 let end = (header.data_start + e.range.end) as usize;
@@ -649,9 +650,10 @@ impl Store {
                     shape: &e.shape,
                     bytes: &bytes[start..end],
                 };
-                writer.put(&e.name, &t)?;
+                tensors.push((e.name.as_str(), t));
                 raw_bytes += e.range.end - e.range.start;
             }
+            writer.put_many(&tensors)?;
             writer.commit()?;
             Ok(ImportReport {
                 step,

@@ -56,9 +56,7 @@ impl Store {
     ) -> Result<()> {
         contain(&self.path, "saving a checkpoint", || {
             let mut writer = self.begin_checkpoint(step, metadata)?;
-            for (name, t) in tensors {
-                writer.put(name, t)?;
-            }
+            writer.put_many(tensors)?;
             writer.commit()
         })
     }

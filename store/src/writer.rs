@@ -9,7 +9,9 @@
 //!    tier policy resolved; a version it replaces is deleted (its dependents re-based);
 //! 2. its blocks are encoded a window at a time, in parallel; a large tensor's windows are
 //!    pipelined (the pool encodes one while this thread inserts the segments of the one
-//!    before and reads the one after); small tensors are gathered into one window;
+//!    before and reads the one after); small tensors are gathered into a window (copied by
+//!    `put`, borrowed by `put_many`, which `save_checkpoint` and imports of files in memory
+//!    use), written in groups pipelined the same way;
 //! 3. the version record (and tier rows) go in after its last block; the checkpoint record
 //!    last; one commit makes everything visible at once.
 //!
@@ -20,6 +22,7 @@
 //! given more than that half, a [`Writeback`] thread syncs the file as it goes, so that the
 //! commit does not wait for the disk to take the whole write at once.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -28,9 +31,9 @@ use redb::WriteTransaction;
 use strata_tiering::Precision;
 
 use crate::engine::{
-    check_shape, delete_version, encode_tasks, encode_window, plan_version, prepare_window,
-    put_row, store_residual, BlockBytes, BlockWork, CacheRoom, Encoded, Reencoded, Task,
-    TierChanges, VersionPlan, View, WriteTxn, Writeback,
+    check_shape, delete_version, encode_tasks, plan_version, prepare_window, put_row,
+    store_residual, BlockBytes, BlockWork, CacheRoom, Encoded, Reencoded, Task, TierChanges,
+    VersionPlan, View, WriteTxn, Writeback,
 };
 use crate::error::{Corruption, DbContext, InvalidInput, Result, StoreError};
 use crate::record::{
@@ -61,12 +64,13 @@ pub(crate) struct Item<'a> {
     pub(crate) data: Data<'a>,
 }
 
-/// A small tensor held until enough of them fill a window.
-struct Pending {
+/// A small tensor held until enough of them fill a window: its bytes copied (a `put`, whose
+/// borrow ends with the call) or borrowed (a `put_many`, whose tensors outlive the call).
+struct Pending<'a> {
     name: Arc<str>,
     dtype: DType,
     shape: Vec<u64>,
-    bytes: Vec<u8>,
+    bytes: Cow<'a, [u8]>,
 }
 
 /// A write transaction held open across calls, under the store's writer lock.
@@ -77,7 +81,7 @@ pub(crate) struct Session<'s> {
     txn: Option<WriteTransaction>,
     changes: TierChanges,
     step_overwrite: bool,
-    pending: Vec<Pending>,
+    pending: Vec<Pending<'static>>,
     pending_bytes: u64,
     /// A step failed after changing the transaction: it must not commit.
     poisoned: bool,
@@ -154,7 +158,7 @@ impl<'s> Session<'s> {
                     name: Arc::from(name),
                     dtype: t.dtype,
                     shape: t.shape.to_vec(),
-                    bytes: t.bytes.to_vec(),
+                    bytes: Cow::Owned(t.bytes.to_vec()),
                 },
             )?;
             return Ok(());
@@ -170,6 +174,46 @@ impl<'s> Session<'s> {
                 data: Data::Slice(t.bytes),
             },
         )
+    }
+
+    /// Writes version `step` of each of `tensors`, whose bytes stay borrowed for the call: the
+    /// small ones are gathered into windows without a copy. Every shape is checked before
+    /// anything is written.
+    pub(crate) fn put_many(&mut self, step: u64, tensors: &[(&str, TensorRef<'_>)]) -> Result<()> {
+        for (name, t) in tensors {
+            check_shape(name, step, t.dtype, t.shape, t.bytes.len() as u64)?;
+        }
+        self.flush(step)?;
+        let mut small = Vec::new();
+        let mut small_bytes = 0;
+        for (name, t) in tensors {
+            let len = t.bytes.len() as u64;
+            if len <= self.small_limit() {
+                small.push(Pending {
+                    name: Arc::from(*name),
+                    dtype: t.dtype,
+                    shape: t.shape.to_vec(),
+                    bytes: Cow::Borrowed(t.bytes),
+                });
+                small_bytes += len;
+                if small_bytes >= self.store.opts.window_bytes {
+                    self.write_small(step, &std::mem::take(&mut small))?;
+                    small_bytes = 0;
+                }
+                continue;
+            }
+            self.wrote(len);
+            self.write_item(
+                step,
+                Item {
+                    name: Arc::from(*name),
+                    dtype: t.dtype,
+                    shape: t.shape,
+                    data: Data::Slice(t.bytes),
+                },
+            )?;
+        }
+        self.write_small(step, &small)
     }
 
     /// Writes version `step` of a tensor of `len` bytes read through `read`: a small one is
@@ -193,7 +237,7 @@ impl<'s> Session<'s> {
                     name: Arc::from(name),
                     dtype,
                     shape: shape.to_vec(),
-                    bytes,
+                    bytes: Cow::Owned(bytes),
                 },
             )?;
             return Ok(());
@@ -212,7 +256,7 @@ impl<'s> Session<'s> {
     }
 
     /// Holds a small tensor with the others; writes them all once they fill a window.
-    fn gather(&mut self, step: u64, p: Pending) -> Result<()> {
+    fn gather(&mut self, step: u64, p: Pending<'static>) -> Result<()> {
         self.pending_bytes += p.bytes.len() as u64;
         self.pending.push(p);
         if self.pending_bytes >= self.store.opts.window_bytes {
@@ -221,45 +265,63 @@ impl<'s> Session<'s> {
         Ok(())
     }
 
-    /// Writes the gathered small tensors, in one window.
+    /// Writes the gathered small tensors.
     pub(crate) fn flush(&mut self, step: u64) -> Result<()> {
-        if self.pending.is_empty() {
+        let pending = std::mem::take(&mut self.pending);
+        self.pending_bytes = 0;
+        self.write_small(step, &pending)
+    }
+
+    /// Writes version `step` of each of `items`, pipelined as a large tensor's windows are
+    /// ([`Session::write_item`]): the pool encodes a group of them while this thread inserts
+    /// the group before and plans the one after.
+    fn write_small(&mut self, step: u64, items: &[Pending<'_>]) -> Result<()> {
+        if items.is_empty() {
             return Ok(());
         }
-        let pending = std::mem::take(&mut self.pending);
-        self.wrote(self.pending_bytes);
-        self.pending_bytes = 0;
+        self.wrote(items.iter().map(|p| p.bytes.len() as u64).sum());
         let store = self.store;
         let overwrite = self.step_overwrite;
         let cache_room = self.cache_room.clone();
+        let groups = small_groups(items, pipeline_blocks() * store.opts.block_bytes);
         self.with_tables(|wt| {
-            let mut plans = Vec::with_capacity(pending.len());
-            for p in &pending {
-                plans.push(start_version(store, wt, step, p, overwrite)?);
-            }
-            let mut work = Vec::new();
-            for (plan, p) in plans.iter().zip(&pending) {
-                for b in 0..plan.blocks {
-                    let r = plan.block_range(b);
-                    work.push(BlockWork {
-                        plan,
-                        block: b,
-                        data: BlockBytes::Borrowed(&p.bytes[r.start as usize..r.end as usize]),
+            let mut next = match groups.first() {
+                Some(g) => Some(prepare_group(wt, store, step, g, overwrite)?),
+                None => None,
+            };
+            let mut encoded_before: Option<(Vec<VersionPlan>, Vec<Encoded>)> = None;
+            for k in 0..groups.len() {
+                let (plans, tasks) = next.take().ok_or_else(|| StoreError::Encode {
+                    tensor: groups[k][0].name.to_string(),
+                    step,
+                    block: 0,
+                    source: "a group of small tensors was not planned".into(),
+                })?;
+                let mut encoded = Ok(Vec::new());
+                let mut done = Ok(());
+                rayon::in_place_scope(|scope| {
+                    let encoded = &mut encoded;
+                    let room = &cache_room;
+                    scope.spawn(move |_| {
+                        *encoded = encode_tasks(tasks, &store.cache, room, &store.opts);
                     });
-                }
+                    if let Some((plans, blocks)) = encoded_before.take() {
+                        done = insert_group(wt, store, plans, blocks);
+                    }
+                    if let (Ok(()), Some(after)) = (&done, groups.get(k + 1)) {
+                        match prepare_group(wt, store, step, after, overwrite) {
+                            Ok(group) => next = Some(group),
+                            Err(e) => done = Err(e),
+                        }
+                    }
+                });
+                done?;
+                encoded_before = Some((plans, encoded?));
             }
-            let encoded = encode_window(wt, &store.cache, &cache_room, &store.opts, &work)?;
-            drop(work);
-            let mut encoded = encoded.into_iter();
-            for mut plan in plans {
-                let mut residuals = Vec::new();
-                for b in 0..plan.blocks {
-                    let enc = encoded.next().ok_or_else(|| missing_block(&plan, b))?;
-                    insert_block(wt, &mut plan, b, enc, &mut residuals)?;
-                }
-                finish_version(store, wt, &plan, &residuals)?;
+            match encoded_before {
+                Some((plans, blocks)) => insert_group(wt, store, plans, blocks),
+                None => Ok(()),
             }
-            Ok(())
         })
     }
 
@@ -275,7 +337,7 @@ impl<'s> Session<'s> {
                 name: item.name.clone(),
                 dtype: item.dtype,
                 shape: item.shape.to_vec(),
-                bytes: Vec::new(),
+                bytes: Cow::Borrowed(&[]),
             };
             let mut plan = start_version(store, wt, step, &head, overwrite)?;
             let windows = pipeline_windows(&plan, store.opts.window_bytes);
@@ -394,6 +456,73 @@ fn start_version(
     let mut again = plan(wt)?;
     again.replaces = true;
     Ok(again)
+}
+
+/// Small tensors cut into groups of about `bytes` (at least one tensor each), in order: the
+/// stages of [`Session::write_small`]'s pipeline.
+fn small_groups<'i, 'a>(items: &'i [Pending<'a>], bytes: u64) -> Vec<&'i [Pending<'a>]> {
+    let mut groups = Vec::new();
+    let (mut start, mut held) = (0, 0u64);
+    for (i, p) in items.iter().enumerate() {
+        held += p.bytes.len() as u64;
+        if held >= bytes {
+            groups.push(&items[start..=i]);
+            (start, held) = (i + 1, 0);
+        }
+    }
+    if start < items.len() {
+        groups.push(&items[start..]);
+    }
+    groups
+}
+
+/// Plans the versions of a group of small tensors and fetches their blocks' bases: the
+/// plans, and the group's encode tasks, which borrow the tensors' bytes only.
+fn prepare_group<'i>(
+    wt: &mut WriteTxn<'_>,
+    store: &Store,
+    step: u64,
+    group: &'i [Pending<'_>],
+    overwrite: bool,
+) -> Result<(Vec<VersionPlan>, Vec<Task<'i>>)> {
+    let mut plans = Vec::with_capacity(group.len());
+    for p in group {
+        plans.push(start_version(store, wt, step, p, overwrite)?);
+    }
+    let mut work = Vec::new();
+    for (plan, p) in plans.iter().zip(group) {
+        let bytes: &'i [u8] = &p.bytes;
+        for b in 0..plan.blocks {
+            let r = plan.block_range(b);
+            work.push(BlockWork {
+                plan,
+                block: b,
+                data: BlockBytes::Borrowed(&bytes[r.start as usize..r.end as usize]),
+            });
+        }
+    }
+    let tasks = prepare_window(wt, &store.cache, &store.opts, &work)?;
+    drop(work);
+    Ok((plans, tasks))
+}
+
+/// Inserts the encoded blocks of a group's versions (in order) and their records.
+fn insert_group(
+    wt: &mut WriteTxn<'_>,
+    store: &Store,
+    plans: Vec<VersionPlan>,
+    blocks: Vec<Encoded>,
+) -> Result<()> {
+    let mut blocks = blocks.into_iter();
+    for mut plan in plans {
+        let mut residuals = Vec::new();
+        for b in 0..plan.blocks {
+            let enc = blocks.next().ok_or_else(|| missing_block(&plan, b))?;
+            insert_block(wt, &mut plan, b, enc, &mut residuals)?;
+        }
+        finish_version(store, wt, &plan, &residuals)?;
+    }
+    Ok(())
 }
 
 /// Blocks per window of a pipelined write ([`Session::write_item`]): enough for every thread
@@ -804,6 +933,33 @@ impl<'s> CheckpointWriter<'s> {
             self.check_new(name)?;
             self.session.put(self.step, name, tensor)?;
             self.claim(name);
+            Ok(())
+        })
+    }
+
+    /// Adds tensors whose bytes stay borrowed for the call: as [`CheckpointWriter::put`], but
+    /// the small ones are gathered into windows without a copy (a trainer's state dict, a
+    /// file in memory). Every name and shape is checked before anything is written.
+    ///
+    /// # Errors
+    /// Those of [`CheckpointWriter::put`], for the first tensor that has one.
+    pub fn put_many(&mut self, tensors: &[(&str, TensorRef<'_>)]) -> Result<()> {
+        let store = self.session.store;
+        contain(&store.path, "writing a checkpoint", || {
+            let mut given = HashSet::with_capacity(tensors.len());
+            for (name, _) in tensors {
+                self.check_new(name)?;
+                if !given.insert(*name) {
+                    return Err(StoreError::Invalid(InvalidInput::DuplicateTensor {
+                        step: self.step,
+                        tensor: name.to_string(),
+                    }));
+                }
+            }
+            self.session.put_many(self.step, tensors)?;
+            for (name, _) in tensors {
+                self.claim(name);
+            }
             Ok(())
         })
     }

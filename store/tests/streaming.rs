@@ -445,3 +445,84 @@ fn imports_stream_from_files_and_bad_files_leave_nothing() {
     );
     assert!(store.verify().unwrap().is_ok());
 }
+
+#[test]
+fn put_many_writes_borrowed_tensors_in_groups_and_checks_all_before_writing() {
+    let (_dir, path) = temp_store();
+    let store = small_windows(&path);
+    // 60 small tensors of 4 KB (several pipelined groups, several windows) around a large one.
+    let steps: Vec<Vec<Vec<u8>>> = (0..2u64)
+        .map(|s| {
+            (0..61u64)
+                .map(|i| {
+                    let n = if i == 30 { 300_000 } else { 1000 };
+                    let v: Vec<f32> = noise(n, i)
+                        .iter()
+                        .enumerate()
+                        .map(|(k, x)| if k % 3 == 0 { x + s as f32 * 1e-3 } else { *x })
+                        .collect();
+                    tensor(&v)
+                })
+                .collect()
+        })
+        .collect();
+    let names: Vec<String> = (0..61).map(|i| format!("layer.{i:02}.w")).collect();
+    let refs = |data: &[Vec<u8>]| -> Vec<Vec<u64>> {
+        data.iter().map(|d| vec![(d.len() / 4) as u64]).collect()
+    };
+    for (s, data) in steps.iter().enumerate() {
+        let shapes = refs(data);
+        let tensors: Vec<(&str, TensorRef<'_>)> = names
+            .iter()
+            .zip(data)
+            .zip(&shapes)
+            .map(|((n, d), shape)| {
+                (
+                    n.as_str(),
+                    TensorRef {
+                        dtype: DType::F32,
+                        shape,
+                        bytes: d,
+                    },
+                )
+            })
+            .collect();
+        let step = 10 * (s as u64 + 1);
+        let mut w = store.begin_checkpoint(step, "").unwrap();
+        // A name given twice, or a shape that does not match its bytes, is refused before
+        // anything is written: the writer stays usable.
+        let mut twice = tensors.clone();
+        twice.push(tensors[5]);
+        assert!(matches!(
+            w.put_many(&twice).unwrap_err(),
+            StoreError::Invalid(InvalidInput::DuplicateTensor { .. })
+        ));
+        let mut bad = tensors.clone();
+        bad[40].1.shape = &[7];
+        assert!(matches!(
+            w.put_many(&bad).unwrap_err(),
+            StoreError::Invalid(InvalidInput::DataLength { .. })
+        ));
+        w.put_many(&tensors).unwrap();
+        w.commit().unwrap();
+    }
+    for (s, data) in steps.iter().enumerate() {
+        let step = 10 * (s as u64 + 1);
+        let cp = store.load_checkpoint(step).unwrap();
+        let got: Vec<&String> = cp.tensors.iter().map(|(n, _)| n).collect();
+        assert_eq!(got, names.iter().collect::<Vec<_>>());
+        for ((_, t), d) in cp.tensors.iter().zip(data) {
+            assert!(t.data == *d, "step {step}");
+        }
+    }
+    // The second checkpoint's small tensors are deltas on the first's.
+    let v = store.versions("layer.07.w").unwrap();
+    assert!(
+        v[0].encodings
+            .iter()
+            .chain(&v[1].encodings)
+            .any(|e| e.base.is_some()),
+        "{v:?}"
+    );
+    assert!(store.verify().unwrap().is_ok());
+}

@@ -1,8 +1,9 @@
 //! Planning and encoding writes: a [`VersionPlan`] per version (checked, its predecessor and
-//! tier policy resolved), then its blocks encoded window by window ([`encode_window`]): each
-//! block's base picked by the [`crate::DeltaPolicy`] (the rule in `strata_codec::chain`), bases decoded, segments encoded in parallel.
-//! The caller inserts each window's segments before encoding the next, so memory is bounded
-//! by the window, not by the tensor or the checkpoint.
+//! tier policy resolved), then its blocks encoded window by window: [`prepare_window`] picks
+//! each block's base by the [`crate::DeltaPolicy`] (the rule in `strata_codec::chain`) and
+//! fetches it, [`encode_tasks`] decodes bases and encodes segments in parallel. The caller
+//! inserts a window's segments while the next one encodes, so memory is bounded by a few
+//! windows, not by the tensor or the checkpoint.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -251,21 +252,8 @@ pub(crate) struct Reencoded {
     pub(crate) segment: Option<Vec<u8>>,
 }
 
-/// Encodes a window of blocks (of one or more versions) in parallel; results in input order.
-/// Bases are fetched through `view` first, in order.
-pub(crate) fn encode_window(
-    view: &dyn View,
-    cache: &BlockCache,
-    room: &CacheRoom,
-    opts: &Options,
-    work: &[BlockWork<'_, '_>],
-) -> Result<Vec<Encoded>> {
-    let tasks = prepare_window(view, cache, opts, work)?;
-    encode_tasks(tasks, cache, room, opts)
-}
-
-/// The first half of [`encode_window`], which needs the tables: fetches the bases of a
-/// window's blocks through `view`, in order. The tasks borrow the blocks' bytes only.
+/// The first half of encoding a window of blocks (of one or more versions), which needs the
+/// tables: fetches the bases of the blocks through `view`, in order. The tasks borrow the blocks' bytes only.
 pub(crate) fn prepare_window<'d>(
     view: &dyn View,
     cache: &BlockCache,
@@ -325,7 +313,7 @@ pub(crate) fn prepare_window<'d>(
     Ok(tasks)
 }
 
-/// The second half of [`encode_window`], which needs no tables: encodes the tasks in
+/// The second half of encoding a window ([`prepare_window`] the first), which needs no tables: encodes the tasks in
 /// parallel; results in task order.
 pub(crate) fn encode_tasks(
     tasks: Vec<Task<'_>>,

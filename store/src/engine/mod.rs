@@ -40,8 +40,8 @@ pub(crate) use aging::{age_versions, AgeHow, AgeJob, AgeTally};
 pub(crate) use blocks::{decode_all, read_blocks, Fetcher, Job, Span};
 pub(crate) use cache::{Block, BlockCache, CacheRoom};
 pub(crate) use encode::{
-    check_shape, encode_tasks, encode_window, plan_version, prepare_window, BlockBytes, BlockWork,
-    Encoded, Reencoded, Task, VersionPlan,
+    check_shape, encode_tasks, plan_version, prepare_window, BlockBytes, BlockWork, Encoded,
+    Reencoded, Task, VersionPlan,
 };
 pub(crate) use handle::Handle;
 pub(crate) use quantized::ResidualBytes;
