@@ -791,10 +791,18 @@ fn encode_task(
             let keep_tree = !task.anchors.is_empty()
                 && chain::restart_pays(delta.len(), key.len(), opts.max_chain);
             let (mut growth, mut excess) = (0i64, 0u64);
+            // The flip needs `growth < saving`, so the tree's bytes stay under this bound: a
+            // newest anchor over ANCHOR_BUDGET of it refuses the flip whatever the anchors
+            // after it add, and they are not encoded.
+            let bound = task
+                .tree_bytes
+                .saturating_add(saving.max(0) as u64)
+                .saturating_add(delta.len() as u64);
+            let over_budget = |excess: u64| excess * 100 > ANCHOR_BUDGET * bound;
             // The newest anchor's record and bytes once re-encoded: what `moved` goes under.
             let mut newest_anchor = None;
             for a in std::mem::take(&mut task.anchors) {
-                if keep_tree || growth >= saving {
+                if keep_tree || growth >= saving || over_budget(excess) {
                     break;
                 }
                 let (old, link) = (a.old, a.link);
@@ -808,7 +816,7 @@ fn encode_task(
                 anchors.push(r);
             }
             if let (Some(m), Some(under)) = (task.moved.take(), &newest_anchor) {
-                if !keep_tree && growth < saving {
+                if !keep_tree && growth < saving && !over_budget(excess) {
                     let r = move_under(&onto, m, &pred, under, opts)?;
                     growth += r.record.stored_bytes() as i64 - r.old.stored_bytes() as i64;
                     anchors.push(r);
