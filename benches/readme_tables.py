@@ -538,7 +538,7 @@ def kills_table():
     ]
     for o in r["ops"]:
         lines.append(
-            f"| {o['op']} | {o['kills']} | {o['inside_op']} | {o['rounds_ok']} | {o['checks']} | {o['mean_op_ms']:.0f} |"
+            f"| {o['op']} | {o['kills']} | {o['inside_op']} | {o['rounds_ok']} | {o['checks']} | {o['mean_op_ms']:.1f} |"
         )
     failures = r["failures"]
     lines += [
