@@ -245,6 +245,23 @@ fn operations() -> Vec<(&'static str, OpFn)> {
                 "{\"step\": 5}",
             )
         }),
+        (
+            "save_checkpoint of small tensors in pipelined groups",
+            |s| {
+                // Twelve tensors of 32 KiB: more than one group of the small tensors' pipeline
+                // (about 4 blocks per thread), each group encoded while the one before is
+                // inserted.
+                let small: Vec<Vec<u8>> =
+                    (0..12).map(|i| bytes(&noise(8 << 10, 400 + i))).collect();
+                let names: Vec<String> = (0..12).map(|i| format!("small.{i:02}")).collect();
+                let tensors: Vec<(&str, TensorRef<'_>)> = names
+                    .iter()
+                    .zip(&small)
+                    .map(|(n, b)| (n.as_str(), f32_ref(&[8 << 10], b)))
+                    .collect();
+                s.save_checkpoint(5, &tensors, "{\"step\": 5}")
+            },
+        ),
         ("streaming writer", |s| {
             let (a, b) = (bytes(&a_at(5)), bytes(&b_at(5)));
             // 512 KiB: eight windows of its own.

@@ -253,7 +253,8 @@ pub(crate) struct Reencoded {
 }
 
 /// The first half of encoding a window of blocks (of one or more versions), which needs the
-/// tables: fetches the bases of the blocks through `view`, in order. The tasks borrow the blocks' bytes only.
+/// tables: fetches the bases of the blocks through `view`, in order. The tasks borrow the
+/// blocks' bytes only.
 pub(crate) fn prepare_window<'d>(
     view: &dyn View,
     cache: &BlockCache,
@@ -313,8 +314,8 @@ pub(crate) fn prepare_window<'d>(
     Ok(tasks)
 }
 
-/// The second half of encoding a window ([`prepare_window`] the first), which needs no tables: encodes the tasks in
-/// parallel; results in task order.
+/// The second half of encoding a window ([`prepare_window`] the first), which needs no
+/// tables: encodes the tasks in parallel; results in task order.
 pub(crate) fn encode_tasks(
     tasks: Vec<Task<'_>>,
     cache: &BlockCache,
