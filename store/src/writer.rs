@@ -285,43 +285,13 @@ impl<'s> Session<'s> {
         let cache_room = self.cache_room.clone();
         let groups = small_groups(items, pipeline_blocks() * store.opts.block_bytes);
         self.with_tables(|wt| {
-            let mut next = match groups.first() {
-                Some(g) => Some(prepare_group(wt, store, step, g, overwrite)?),
-                None => None,
+            let mut stages = Groups {
+                store,
+                step,
+                overwrite,
+                groups,
             };
-            let mut encoded_before: Option<(Vec<VersionPlan>, Vec<Encoded>)> = None;
-            for k in 0..groups.len() {
-                let (plans, tasks) = next.take().ok_or_else(|| StoreError::Encode {
-                    tensor: groups[k][0].name.to_string(),
-                    step,
-                    block: 0,
-                    source: "a group of small tensors was not planned".into(),
-                })?;
-                let mut encoded = Ok(Vec::new());
-                let mut done = Ok(());
-                rayon::in_place_scope(|scope| {
-                    let encoded = &mut encoded;
-                    let room = &cache_room;
-                    scope.spawn(move |_| {
-                        *encoded = encode_tasks(tasks, &store.cache, room, &store.opts);
-                    });
-                    if let Some((plans, blocks)) = encoded_before.take() {
-                        done = insert_group(wt, store, plans, blocks);
-                    }
-                    if let (Ok(()), Some(after)) = (&done, groups.get(k + 1)) {
-                        match prepare_group(wt, store, step, after, overwrite) {
-                            Ok(group) => next = Some(group),
-                            Err(e) => done = Err(e),
-                        }
-                    }
-                });
-                done?;
-                encoded_before = Some((plans, encoded?));
-            }
-            match encoded_before {
-                Some((plans, blocks)) => insert_group(wt, store, plans, blocks),
-                None => Ok(()),
-            }
+            pipelined(wt, store, &cache_room, &mut stages)
         })
     }
 
@@ -339,43 +309,16 @@ impl<'s> Session<'s> {
                 shape: item.shape.to_vec(),
                 bytes: Cow::Borrowed(&[]),
             };
-            let mut plan = start_version(store, wt, step, &head, overwrite)?;
-            let windows = pipeline_windows(&plan, store.opts.window_bytes);
-            let mut source = WindowSource::new(item.data);
-            let mut next = match windows.first() {
-                Some(w) => Some(source.prepare(wt, store, &plan, w)?),
-                None => None,
+            let plan = start_version(store, wt, step, &head, overwrite)?;
+            let mut stages = Windows {
+                store,
+                windows: pipeline_windows(&plan, store.opts.window_bytes),
+                plan,
+                source: WindowSource::new(item.data),
+                residuals: Vec::new(),
             };
-            let mut residuals = Vec::new();
-            let mut encoded_before: Option<(u64, Vec<Encoded>)> = None;
-            for (k, (w, _)) in windows.iter().enumerate() {
-                let tasks = next.take().ok_or_else(|| missing_block(&plan, w.start))?;
-                let mut encoded = Ok(Vec::new());
-                let mut done = Ok(());
-                rayon::in_place_scope(|scope| {
-                    let encoded = &mut encoded;
-                    let room = &cache_room;
-                    scope.spawn(move |_| {
-                        *encoded = encode_tasks(tasks, &store.cache, room, &store.opts);
-                    });
-                    if let Some((first, blocks)) = encoded_before.take() {
-                        done = insert_blocks(wt, &mut plan, first, blocks, &mut residuals);
-                    }
-                    if let (Ok(()), Some(after)) = (&done, windows.get(k + 1)) {
-                        match source.prepare(wt, store, &plan, after) {
-                            Ok(tasks) => next = Some(tasks),
-                            Err(e) => done = Err(e),
-                        }
-                    }
-                });
-                done?;
-                encoded_before = Some((w.start, encoded?));
-                source.recycle();
-            }
-            if let Some((first, blocks)) = encoded_before {
-                insert_blocks(wt, &mut plan, first, blocks, &mut residuals)?;
-            }
-            finish_version(store, wt, &plan, &residuals)
+            pipelined(wt, store, &cache_room, &mut stages)?;
+            finish_version(store, wt, &stages.plan, &stages.residuals)
         })
     }
 
@@ -458,6 +401,106 @@ fn start_version(
     Ok(again)
 }
 
+/// The stages of a pipelined write ([`pipelined`]).
+trait Stages<'d> {
+    /// What inserting a stage needs beside its encoded blocks.
+    type Held;
+    /// Stages in all.
+    fn count(&self) -> usize;
+    /// Prepares stage `k`: what its insert needs, and its encode tasks (bases fetched).
+    fn prepare(&mut self, wt: &mut WriteTxn<'_>, k: usize) -> Result<(Self::Held, Vec<Task<'d>>)>;
+    /// Inserts the encoded blocks of a stage.
+    fn insert(
+        &mut self,
+        wt: &mut WriteTxn<'_>,
+        held: Self::Held,
+        blocks: Vec<Encoded>,
+    ) -> Result<()>;
+    /// A stage's tasks are all encoded: the buffers they borrowed are free.
+    fn encoded(&mut self) {}
+}
+
+/// Runs the stages of a pipelined write in order: while the pool encodes stage `k`, this
+/// thread inserts stage `k - 1` and prepares stage `k + 1`, so the pool finds its next tasks
+/// ready when it is done.
+fn pipelined<'d, S: Stages<'d>>(
+    wt: &mut WriteTxn<'_>,
+    store: &Store,
+    room: &CacheRoom,
+    stages: &mut S,
+) -> Result<()> {
+    let count = stages.count();
+    if count == 0 {
+        return Ok(());
+    }
+    let mut current = stages.prepare(wt, 0)?;
+    let mut before: Option<(S::Held, Vec<Encoded>)> = None;
+    for k in 0..count {
+        let (held, tasks) = current;
+        let mut encoded = Ok(Vec::new());
+        let mut done = Ok(());
+        let mut next = None;
+        rayon::in_place_scope(|scope| {
+            let encoded = &mut encoded;
+            scope.spawn(move |_| {
+                *encoded = encode_tasks(tasks, &store.cache, room, &store.opts);
+            });
+            if let Some((held, blocks)) = before.take() {
+                done = stages.insert(wt, held, blocks);
+            }
+            if done.is_ok() && k + 1 < count {
+                match stages.prepare(wt, k + 1) {
+                    Ok(stage) => next = Some(stage),
+                    Err(e) => done = Err(e),
+                }
+            }
+        });
+        done?;
+        before = Some((held, encoded?));
+        stages.encoded();
+        match next {
+            Some(stage) => current = stage,
+            None => break,
+        }
+    }
+    match before {
+        Some((held, blocks)) => stages.insert(wt, held, blocks),
+        None => Ok(()),
+    }
+}
+
+/// A large tensor's windows ([`pipeline_windows`]): the stages of [`Session::write_item`].
+struct Windows<'a, 's> {
+    store: &'s Store,
+    plan: VersionPlan,
+    windows: Vec<(std::ops::Range<u64>, std::ops::Range<u64>)>,
+    source: WindowSource<'a>,
+    residuals: Vec<Option<ResidualRef>>,
+}
+
+impl<'a> Stages<'a> for Windows<'a, '_> {
+    /// The window's first block.
+    type Held = u64;
+
+    fn count(&self) -> usize {
+        self.windows.len()
+    }
+
+    fn prepare(&mut self, wt: &mut WriteTxn<'_>, k: usize) -> Result<(u64, Vec<Task<'a>>)> {
+        let w = &self.windows[k];
+        let tasks = self.source.prepare(wt, self.store, &self.plan, w)?;
+        Ok((w.0.start, tasks))
+    }
+
+    fn insert(&mut self, wt: &mut WriteTxn<'_>, first: u64, blocks: Vec<Encoded>) -> Result<()> {
+        insert_blocks(wt, &mut self.plan, first, blocks, &mut self.residuals)
+    }
+
+    fn encoded(&mut self) {
+        self.source.recycle();
+    }
+}
+
 /// Small tensors cut into groups of about `bytes` (at least one tensor each), in order: the
 /// stages of [`Session::write_small`]'s pipeline.
 fn small_groups<'i, 'a>(items: &'i [Pending<'a>], bytes: u64) -> Vec<&'i [Pending<'a>]> {
@@ -476,53 +519,69 @@ fn small_groups<'i, 'a>(items: &'i [Pending<'a>], bytes: u64) -> Vec<&'i [Pendin
     groups
 }
 
-/// Plans the versions of a group of small tensors and fetches their blocks' bases: the
-/// plans, and the group's encode tasks, which borrow the tensors' bytes only.
-fn prepare_group<'i>(
-    wt: &mut WriteTxn<'_>,
-    store: &Store,
+/// Groups of small tensors ([`small_groups`]): the stages of [`Session::write_small`].
+struct Groups<'i, 'a, 's> {
+    store: &'s Store,
     step: u64,
-    group: &'i [Pending<'_>],
     overwrite: bool,
-) -> Result<(Vec<VersionPlan>, Vec<Task<'i>>)> {
-    let mut plans = Vec::with_capacity(group.len());
-    for p in group {
-        plans.push(start_version(store, wt, step, p, overwrite)?);
-    }
-    let mut work = Vec::new();
-    for (plan, p) in plans.iter().zip(group) {
-        let bytes: &'i [u8] = &p.bytes;
-        for b in 0..plan.blocks {
-            let r = plan.block_range(b);
-            work.push(BlockWork {
-                plan,
-                block: b,
-                data: BlockBytes::Borrowed(&bytes[r.start as usize..r.end as usize]),
-            });
-        }
-    }
-    let tasks = prepare_window(wt, &store.cache, &store.opts, &work)?;
-    drop(work);
-    Ok((plans, tasks))
+    groups: Vec<&'i [Pending<'a>]>,
 }
 
-/// Inserts the encoded blocks of a group's versions (in order) and their records.
-fn insert_group(
-    wt: &mut WriteTxn<'_>,
-    store: &Store,
-    plans: Vec<VersionPlan>,
-    blocks: Vec<Encoded>,
-) -> Result<()> {
-    let mut blocks = blocks.into_iter();
-    for mut plan in plans {
-        let mut residuals = Vec::new();
-        for b in 0..plan.blocks {
-            let enc = blocks.next().ok_or_else(|| missing_block(&plan, b))?;
-            insert_block(wt, &mut plan, b, enc, &mut residuals)?;
-        }
-        finish_version(store, wt, &plan, &residuals)?;
+impl<'i> Stages<'i> for Groups<'i, '_, '_> {
+    /// The plans of the group's versions.
+    type Held = Vec<VersionPlan>;
+
+    fn count(&self) -> usize {
+        self.groups.len()
     }
-    Ok(())
+
+    /// Plans the versions of the group and fetches their blocks' bases; the tasks borrow the
+    /// tensors' bytes only.
+    fn prepare(
+        &mut self,
+        wt: &mut WriteTxn<'_>,
+        k: usize,
+    ) -> Result<(Vec<VersionPlan>, Vec<Task<'i>>)> {
+        let group: &'i [Pending<'_>] = self.groups[k];
+        let mut plans = Vec::with_capacity(group.len());
+        for p in group {
+            plans.push(start_version(self.store, wt, self.step, p, self.overwrite)?);
+        }
+        let mut work = Vec::new();
+        for (plan, p) in plans.iter().zip(group) {
+            let bytes: &'i [u8] = &p.bytes;
+            for b in 0..plan.blocks {
+                let r = plan.block_range(b);
+                work.push(BlockWork {
+                    plan,
+                    block: b,
+                    data: BlockBytes::Borrowed(&bytes[r.start as usize..r.end as usize]),
+                });
+            }
+        }
+        let tasks = prepare_window(wt, &self.store.cache, &self.store.opts, &work)?;
+        drop(work);
+        Ok((plans, tasks))
+    }
+
+    /// Inserts the encoded blocks of the group's versions (in order) and their records.
+    fn insert(
+        &mut self,
+        wt: &mut WriteTxn<'_>,
+        plans: Vec<VersionPlan>,
+        blocks: Vec<Encoded>,
+    ) -> Result<()> {
+        let mut blocks = blocks.into_iter();
+        for mut plan in plans {
+            let mut residuals = Vec::new();
+            for b in 0..plan.blocks {
+                let enc = blocks.next().ok_or_else(|| missing_block(&plan, b))?;
+                insert_block(wt, &mut plan, b, enc, &mut residuals)?;
+            }
+            finish_version(self.store, wt, &plan, &residuals)?;
+        }
+        Ok(())
+    }
 }
 
 /// Blocks per window of a pipelined write ([`Session::write_item`]): enough for every thread
