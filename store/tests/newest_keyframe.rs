@@ -66,6 +66,21 @@ fn save(store: &Store, step: u64, bytes: &[u8]) {
     store.save_checkpoint(step, &[("w", t)], "").expect("save");
 }
 
+/// Overwrites the newest saved version of "w" with `bytes` (a re-run of its step), and
+/// `saved` with it.
+fn overwrite_newest(store: &Store, saved: &mut [(u64, Vec<u8>)], bytes: Vec<u8>) {
+    let newest = saved.last_mut().expect("a saved version");
+    let t = TensorRef {
+        dtype: DType::F32,
+        shape: &SHAPE,
+        bytes: &bytes,
+    };
+    store
+        .put_with("w", newest.0, &t, &PutOptions { overwrite: true })
+        .expect("overwrite");
+    newest.1 = bytes;
+}
+
 /// Saves a version of "w" from `next` (which moves the weights `w`) at each of `steps`;
 /// returns them as saved.
 fn save_steps(
@@ -285,16 +300,7 @@ fn deleting_or_overwriting_the_newest_leaves_every_other_version_exact() {
     assert!(newest_is_keyframe(&versions), "{versions:?}");
 
     // A re-run overwrites the newest step: the versions under it read on.
-    let rerun = moments_of(3, 4);
-    let t = TensorRef {
-        dtype: DType::F32,
-        shape: &SHAPE,
-        bytes: &rerun,
-    };
-    store
-        .put_with("w", 4, &t, &PutOptions { overwrite: true })
-        .expect("overwrite");
-    saved.last_mut().expect("step 4").1 = rerun;
+    overwrite_newest(&store, &mut saved, moments_of(3, 4));
     check_depths(&store, &saved, opts().max_chain, false);
 
     // An older step goes: the chain over it closes up.
@@ -426,16 +432,7 @@ fn anchored_trees_survive_deletions_overwrites_and_retention() {
 
     // A re-run overwrites the newest step.
     let mut other = noise(N, 12);
-    let rerun = drifting(&mut other, 13);
-    let t = TensorRef {
-        dtype: DType::F32,
-        shape: &SHAPE,
-        bytes: &rerun,
-    };
-    store
-        .put_with("w", 13, &t, &PutOptions { overwrite: true })
-        .expect("overwrite");
-    saved.last_mut().expect("step 13").1 = rerun;
+    overwrite_newest(&store, &mut saved, drifting(&mut other, 13));
     check_depths(&store, &saved, opts().max_chain, false);
 
     // An anchor goes, then a version in the middle of a chain.
