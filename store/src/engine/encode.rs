@@ -611,8 +611,12 @@ const ANCHOR_BUDGET: u64 = 3;
 /// starts a new tree when the newest keyframe's holds [`TREE_HORIZON`] versions of `tree_bytes`
 /// (none otherwise), costs at most [`ANCHOR_BUDGET`] of them.
 fn new_tree_pays(delta_len: usize, keyframe_len: usize, tree_bytes: u64) -> bool {
-    (keyframe_len.saturating_sub(delta_len) as u64).saturating_mul(100)
-        <= ANCHOR_BUDGET.saturating_mul(tree_bytes)
+    within_budget(keyframe_len.saturating_sub(delta_len) as u64, tree_bytes)
+}
+
+/// Whether `extra` bytes are at most [`ANCHOR_BUDGET`] of a tree's `tree_bytes`.
+fn within_budget(extra: u64, tree_bytes: u64) -> bool {
+    extra.saturating_mul(100) <= ANCHOR_BUDGET.saturating_mul(tree_bytes)
 }
 
 /// The versions before a predecessor, newest first, looked up once for all the blocks of a
@@ -799,7 +803,7 @@ fn encode_task(
                 .tree_bytes
                 .saturating_add(saving.max(0) as u64)
                 .saturating_add(delta.len() as u64);
-            let over_budget = |excess: u64| excess * 100 > ANCHOR_BUDGET * bound;
+            let over_budget = |excess: u64| !within_budget(excess, bound);
             // The newest anchor's record and bytes once re-encoded: what `moved` goes under.
             let mut newest_anchor = None;
             for a in std::mem::take(&mut task.anchors) {
@@ -827,7 +831,7 @@ fn encode_task(
                 .tree_bytes
                 .saturating_add_signed(growth)
                 .saturating_add(delta.len() as u64);
-            if !keep_tree && growth < saving && excess * 100 <= ANCHOR_BUDGET * tree_bytes {
+            if !keep_tree && growth < saving && within_budget(excess, tree_bytes) {
                 // The predecessor becomes a delta against this block, one link above the
                 // chain under it.
                 run = tree;
