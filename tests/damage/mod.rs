@@ -8,13 +8,16 @@
 //! the header) and Strata's small records, where a flip reaches redb's parsing, which trusts
 //! its pages. Each flip XORs one random byte of one such page with a random non-zero value;
 //! the damaged file is then opened, verified, listed, every checkpoint exported and compared
-//! with the undamaged export, and the store dropped (redb commits as it closes), all in a
-//! thread that must end within [`JUDGE_LIMIT`]. The outcome is one of:
+//! with the undamaged export, a checkpoint saved and read back, and the store dropped (redb
+//! commits as it closes), all in a thread that must end within [`JUDGE_LIMIT`]. A panic that
+//! redb raises in a commit must not abort the process (its drops made safe while unwinding:
+//! `vendor/redb`). The outcome is one of:
 //!
 //! - **caught**: an open, a listing, `verify` (an error, or issues in its report) or an export
 //!   said the file is damaged;
-//! - **harmless**: everything opened, verified and exported bit-exact;
-//! - **silent**: no error, and a checkpoint exported other bytes or vanished from the list;
+//! - **harmless**: everything opened, verified and exported bit-exact, and the save read back;
+//! - **silent**: no error, and a checkpoint exported other bytes or vanished from the list, or
+//!   the save read back other bytes;
 //! - **panic**: a panic escaped a `Store` method (or the drop);
 //! - **hang**: the reads did not end within [`JUDGE_LIMIT`].
 
@@ -25,12 +28,14 @@ use std::path::Path;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use strata::store::Store;
+use strata::store::{DType, Store, TensorRef};
 use strata_testkit::noise::Rng;
 use strata_testkit::series::{committed_root, step_files};
 
 /// The most one damaged file's reads may take.
 pub(crate) const JUDGE_LIMIT: Duration = Duration::from_secs(30);
+/// The step of the checkpoint saved after the reads (none of the series' steps).
+const PROBE_STEP: u64 = 1 << 40;
 /// Pages of the file: redb's default page size.
 const PAGE: usize = 4096;
 
@@ -207,6 +212,30 @@ fn read_all(path: &Path, exports: &[(u64, Vec<u8>)], scratch: &Path) -> Outcome 
         }
         Outcome::Harmless
     })();
+    let outcome = save_after(&store, outcome);
     drop(store);
     outcome
+}
+
+/// A save after the reads, whatever they found: a user may go on training on a store that
+/// reported damage. A commit walks redb's freed-page and allocator tables, which no read
+/// touches. The save may fail (the damage is then caught) or succeed, and then what it
+/// wrote must read back exact.
+fn save_after(store: &Store, outcome: Outcome) -> Outcome {
+    let bytes: Vec<u8> = (0..64u8).collect();
+    let probe = TensorRef {
+        dtype: DType::F32,
+        shape: &[16],
+        bytes: &bytes,
+    };
+    let saved = store
+        .save_checkpoint(PROBE_STEP, &[("flip.probe", probe)], "")
+        .and_then(|()| store.get("flip.probe", PROBE_STEP));
+    match (outcome, saved) {
+        (Outcome::Harmless, Err(e)) => Outcome::Caught(format!("a save: {e}")),
+        (Outcome::Harmless, Ok(t)) if t.data != bytes => {
+            Outcome::Silent("a save read back other bytes".to_string())
+        }
+        (outcome, _) => outcome,
+    }
 }
