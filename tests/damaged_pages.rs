@@ -11,6 +11,9 @@
 
 mod damage;
 
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use strata_testkit::noise::{seed, Rng};
 
 #[test]
@@ -35,7 +38,8 @@ fn flipped_bytes_in_redb_pages_give_errors_never_panics_or_silent_data() {
     assert_all_safe(&tally);
 }
 
-/// Each of the first [`LEADING`] bytes of every low-entropy page, flipped in turn (XOR 0x6b):
+/// Each of the first 128 bytes (`STRATA_SWEEP_BYTES`, up to 4096) of every low-entropy page,
+/// flipped in turn (XOR 0x6b):
 /// the headers, entry offsets and first keys of redb's B-tree pages. Among them are a leaf of
 /// the freed-page table whose damage made a commit panic twice and abort the process, and a
 /// key that named a transaction no commit reaches, on which a compaction committed forever:
@@ -43,12 +47,16 @@ fn flipped_bytes_in_redb_pages_give_errors_never_panics_or_silent_data() {
 /// such a byte only now and then.
 #[test]
 fn every_leading_byte_of_every_redb_page_flipped_gives_an_error_or_nothing() {
-    const LEADING: usize = 128;
+    let leading: usize = std::env::var("STRATA_SWEEP_BYTES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(128usize)
+        .min(4096);
     let dir = tempfile::tempdir().expect("temp dir");
     let base = damage::base(dir.path());
     let mut tally = damage::Tally::default();
     for (n, &page) in base.pages.iter().enumerate() {
-        for at in page..page + LEADING {
+        for at in page..(page + leading).min(base.bytes.len()) {
             let mut bytes = base.bytes.clone();
             bytes[at] ^= 0x6b;
             // A file of its own each time: a hung judge's thread may still hold the last one.
@@ -59,7 +67,7 @@ fn every_leading_byte_of_every_redb_page_flipped_gives_an_error_or_nothing() {
         }
     }
     eprintln!(
-        "{} pages x {LEADING} leading bytes: {tally:?}",
+        "{} pages x {leading} leading bytes: {tally:?}",
         base.pages.len()
     );
     assert_all_safe(&tally);
@@ -79,4 +87,78 @@ fn assert_all_safe(tally: &damage::Tally) {
         tally.caught > 0,
         "no flip was caught: the test does not reach redb's pages"
     );
+}
+
+/// The largest single allocation of this test process, in bytes.
+static LARGEST: AtomicUsize = AtomicUsize::new(0);
+
+/// The system allocator, recording the largest allocation asked of it.
+struct Largest;
+
+// SAFETY: every method forwards its arguments unchanged to `System`, which upholds
+// `GlobalAlloc`'s contract; recording a size touches no memory of the allocation.
+unsafe impl GlobalAlloc for Largest {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LARGEST.fetch_max(layout.size(), Ordering::Relaxed);
+        // SAFETY: the caller's layout is passed on as given (non-zero size is its duty).
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        LARGEST.fetch_max(layout.size(), Ordering::Relaxed);
+        // SAFETY: as in `alloc`.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` came from this allocator, i.e. from `System`, with this layout.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LARGEST.fetch_max(new_size, Ordering::Relaxed);
+        // SAFETY: `ptr` came from `System` with `layout`; `new_size` is the caller's, as given.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Largest = Largest;
+
+/// Every word of the low-entropy pages that reads as a pointer to a page of the file gets the
+/// largest page order redb's format allows (20: 4 GiB). redb allocated and zeroed a buffer of
+/// that size before it read past the end of the file (found by the `store_open` fuzz target);
+/// now a page's range is checked against the file first (`vendor/redb`, ADR 0039). No read
+/// may allocate more than [`MOST`].
+#[test]
+fn a_page_pointer_claiming_4_gib_is_refused_before_its_buffer() {
+    const MOST: usize = 256 << 20;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let base = damage::base(dir.path());
+    let file_pages = (base.bytes.len() / 4096) as u64;
+    let mut tally = damage::Tally::default();
+    let mut tried = 0;
+    for &page in &base.pages {
+        for at in (page..page + 4096).step_by(8) {
+            let word = u64::from_le_bytes(base.bytes[at..at + 8].try_into().expect("8 bytes"));
+            // redb's page pointer: page index in bits 0-19, region in 20-39, order in 59-63.
+            let (index, region, rest) = (word & 0xF_FFFF, (word >> 20) & 0xF_FFFF, word >> 40);
+            if index == 0 || index >= file_pages || region > 0 || rest != 0 {
+                continue;
+            }
+            let mut bytes = base.bytes.clone();
+            bytes[at + 7] |= 20 << 3;
+            LARGEST.store(0, Ordering::Relaxed);
+            let path = dir.path().join(format!("order-{at}.strata"));
+            let outcome = damage::judge(&path, &bytes, &base, dir.path());
+            let largest = LARGEST.load(Ordering::Relaxed);
+            assert!(
+                largest <= MOST,
+                "byte {at}: an allocation of {largest} bytes ({outcome:?})"
+            );
+            tally.add(&format!("byte {at}: order 20"), outcome);
+            let _ = std::fs::remove_file(&path);
+            tried += 1;
+        }
+    }
+    eprintln!("{tried} page pointers given order 20: {tally:?}");
+    assert!(tried > 0, "no word of the pages reads as a page pointer");
+    assert_all_safe(&tally);
 }

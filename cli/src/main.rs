@@ -41,7 +41,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use strata_store::remote::RemoteError;
-use strata_store::{RetainPolicy, StoreError};
+use strata_store::{raised_in_engine, RetainPolicy, StoreError};
 
 /// Strata: an embedded store for tensors that change over time.
 #[derive(Debug, Parser)]
@@ -622,7 +622,7 @@ fn quiet_contained_panics() {
     let default = std::panic::take_hook();
     let debug = std::env::var_os("STRATA_DEBUG").is_some();
     std::panic::set_hook(Box::new(move |info| {
-        let in_redb = info.location().is_some_and(|l| l.file().contains("/redb-"));
+        let in_redb = info.location().is_some_and(raised_in_engine);
         if !in_redb || debug {
             default(info);
         }

@@ -4,10 +4,9 @@
 //! if it opens, every read runs on it through [`strata_codec_fuzz::store_util::exercise`]
 //! (`verify`, the tensor and version lists, budgeted `get`s, checkpoints and their loads,
 //! tags, policies, `stats`, one export). Errors are fine; a panic, a hang or an unbounded
-//! allocation (libFuzzer's `-timeout` and `-rss_limit_mb`) is not. Run it with
-//! `-malloc_limit_mb=4097 -rss_limit_mb=6144`, as CI does: redb allocates up to 4 GiB for a
-//! damaged page pointer before it reads the page, which Strata cannot prevent (fuzz/README.md,
-//! "Findings").
+//! allocation (libFuzzer's `-timeout`, `-rss_limit_mb` and `-malloc_limit_mb`) is not. (redb
+//! allocated up to 4 GiB for a damaged page pointer before it read the page; the vendored
+//! redb checks the page's range first: fuzz/README.md, "Findings".)
 //!
 //! redb does not checksum its pages, so a mutated file gets past redb more often than one
 //! would think; but Strata seals each record with a checksum of its key and value, so a
@@ -20,7 +19,8 @@
 //! public `Store` method (and the store's drop, where redb commits) turns such a panic into
 //! an error naming the file (`Corruption::Engine`, `OpenError::Damaged`) with
 //! `catch_unwind`. libfuzzer-sys's panic hook would abort on it first, so this target
-//! installs a hook that lets panics raised inside redb unwind to the store's
+//! installs a hook that lets panics raised inside redb ([`strata_store::raised_in_engine`],
+//! crates.io's redb or the vendored one) unwind to the store's
 //! `catch_unwind`, and aborts on any other panic as before. A redb panic that escapes a
 //! `Store` method reaches libfuzzer-sys's own `catch_unwind`, which aborts: a crash.
 

@@ -221,7 +221,7 @@ pub fn install_panic_hook() {
         let default = std::panic::take_hook();
         let verbose = std::env::var_os("STRATA_FUZZ_VERBOSE").is_some();
         std::panic::set_hook(Box::new(move |info| {
-            let in_redb = info.location().is_some_and(|l| l.file().contains("/redb-"));
+            let in_redb = info.location().is_some_and(strata_store::raised_in_engine);
             if !in_redb || verbose {
                 default(info);
             }

@@ -184,7 +184,7 @@ pub use safetensors_io::{
     SafeTensorsSummary, METADATA_KEY,
 };
 pub use stats::{StoreStats, TensorStats};
-pub use store::Store;
+pub use store::{raised_in_engine, Store};
 pub use strata_codec as codec;
 pub use strata_codec::convert::to_f64;
 pub use strata_codec::DType;

@@ -652,6 +652,14 @@ fn builder(opts: &Options) -> redb::Builder {
     builder
 }
 
+/// Whether a panic at `location` was raised in the database engine's code (redb, from
+/// crates.io or the copy vendored in this repository), the panics every public method of
+/// [`Store`] contains as [`Corruption::Engine`]: for a panic hook that keeps quiet about them.
+pub fn raised_in_engine(location: &std::panic::Location<'_>) -> bool {
+    let file = location.file();
+    file.contains("/redb-") || file.contains("vendor/redb/")
+}
+
 /// Runs redb's open of `path`, turning its errors, and a panic on a damaged file (redb trusts
 /// its own file), into [`StoreError`]s.
 /// A panic raised in a caller's code (a callback of [`Store::get_blocks`]) on its way through

@@ -686,6 +686,17 @@ impl PagedCachedFile {
     // `Vec<u8>` that is then copied into an `Arc`. The buffer is zero-filled
     // because `StorageBackend::read` takes `&mut [u8]`.
     fn read_direct_into_arc(&self, offset: u64, len: usize) -> Result<Arc<[u8]>> {
+        // Strata's patch: a page of more than one page's bytes is sized by the order in a page
+        // pointer, which a damaged page can set to claim up to 4 GiB. Its buffer is allocated
+        // only once its range is known to lie inside the file
+        if len as u64 > self.page_size {
+            let file_len = self.raw_file_len()?;
+            if offset.saturating_add(len as u64) > file_len {
+                return Err(StorageError::Corrupted(format!(
+                    "a page of {len} bytes at offset {offset} ends past the file's {file_len} bytes"
+                )));
+            }
+        }
         let mut arc = zero_filled_arc(len);
         self.file.read(offset, Arc::get_mut(&mut arc).unwrap())?;
         Ok(arc)
