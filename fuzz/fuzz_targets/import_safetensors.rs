@@ -23,8 +23,7 @@ use libfuzzer_sys::fuzz_target;
 use strata_codec_fuzz::store_util::{empty_store, scratch_path};
 use strata_store::safetensors::SafeTensors;
 use strata_store::{
-    dtype_from_safetensors, metadata_from_text, shape_from_safetensors, DType, Store,
-    METADATA_KEY,
+    dtype_from_safetensors, metadata_from_text, shape_from_safetensors, DType, Store, METADATA_KEY,
 };
 
 const STEP: u64 = 7;

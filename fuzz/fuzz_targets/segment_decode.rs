@@ -163,7 +163,10 @@ fn check_prefixes(seg: &Segment<'_>, base: Option<&[u8]>, len: usize, whole: Opt
             assert!(a == b, "prefix bytes depend on the output buffer");
         }
         if let Some(whole) = whole {
-            assert!(ra.is_ok(), "a prefix failed where the whole block decodes: {ra:?}");
+            assert!(
+                ra.is_ok(),
+                "a prefix failed where the whole block decodes: {ra:?}"
+            );
             assert!(a == whole[..p], "a prefix differs from the whole decode");
         }
     }

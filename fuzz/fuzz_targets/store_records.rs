@@ -33,9 +33,7 @@ use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
-use strata_codec_fuzz::store_util::{
-    build_store, exercise, install_panic_hook, scratch_path,
-};
+use strata_codec_fuzz::store_util::{build_store, exercise, install_panic_hook, scratch_path};
 use strata_store::{DType, RetainPolicy, Store, TensorRef};
 
 const META: TableDefinition<'static, &[u8], &[u8]> = TableDefinition::new("strata.meta");
