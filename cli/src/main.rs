@@ -63,8 +63,8 @@ struct Cli {
 enum Command {
     /// Import safetensors files, one checkpoint per file (every file is checked before the
     /// first is imported); compact the store after if its file holds more than an eighth of
-    /// free pages on disk, or is longer than its bytes on disk by more than a tenth and grew
-    /// by a quarter since its last trim (a warning, not an error, if it cannot).
+    /// free pages on disk (a warning, not an error, if it cannot); the room redb grew the file
+    /// by is cut off its end without a compaction.
     Import {
         /// The store file (created if missing).
         store: PathBuf,
@@ -77,7 +77,8 @@ enum Command {
         /// Skip files whose step already has a checkpoint (resume an interrupted import).
         #[arg(long)]
         skip_existing: bool,
-        /// Never compact the store at the end (its close does not trim it either).
+        /// Never compact the store at the end (its close still cuts the free pages off the
+        /// file's end, which reads no page).
         #[arg(long)]
         no_compact: bool,
     },
@@ -154,9 +155,8 @@ enum Command {
         /// The store file.
         store: PathBuf,
     },
-    /// Move the file's pages to its front and trim the free space after them (free pages,
-    /// and the room redb reserves for growth, which a writer's close trims only when it is
-    /// over a tenth of the bytes on disk; `import --no-compact` keeps it).
+    /// Move the file's pages to its front and trim the free space after them (pages freed in
+    /// the middle of the file; a writer's close cuts only the free pages at its end).
     Compact {
         /// The store file.
         store: PathBuf,

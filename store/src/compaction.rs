@@ -44,20 +44,21 @@ impl Store {
         }
     }
 
-    /// Compacts the file if the room redb keeps for growth is worth trimming, as a writer's
-    /// close does (ADRs 0028 and 0036): its length exceeds both its bytes on disk and the
-    /// bytes it stores by more than a tenth, and its bytes on disk grew by more than a quarter
-    /// since the last trim. Or if a commit of this handle freed pages (a deletion, a
-    /// retention that kept room for the next save, an overwrite, a tier move) that no
-    /// compaction has given back since, and its bytes on disk exceed the bytes it stores by
-    /// more than a tenth (ADR 0038). Whether it ran a compaction.
+    /// Trims the file as a writer's close does. When its length exceeds its bytes on disk by
+    /// more than a tenth (the room redb grows a file by: it doubles one under 4 GiB), a commit
+    /// cuts the free pages off its end: the writer takes the lowest free pages (ADR 0040), so
+    /// the room is there, and the cut reads no page. Then it compacts the file if the length
+    /// still exceeds both its bytes on disk and the bytes it stores by more than a tenth, and
+    /// its bytes on disk grew by more than a quarter since the last compaction (ADRs 0028 and
+    /// 0036: a file written before ADR 0040, with room in its middle); or if a commit of this
+    /// handle freed pages (a deletion, a retention that kept room for the next save, an
+    /// overwrite, a tier move) that no compaction has given back since, and its bytes on disk
+    /// exceed the bytes it stores by more than a tenth (ADR 0038). Whether it shortened the
+    /// file (a cut or a compaction).
     ///
-    /// A trim visits every page of the file (redb's compaction reads them all), so the growth
-    /// test keeps its cost in proportion to what was written since the last one, not to the
-    /// history the file holds: a handle opened around every small save does not pay a pass
-    /// over the whole store at each close. Between trims the file may be up to twice as long
-    /// as its bytes on disk (redb doubles a file under 4 GiB when it grows); `du` and
-    /// [`StoreStats::disk_bytes`] tell what it takes, and [`Store::compact`] trims on demand.
+    /// A compaction visits every page of the file (redb's compaction reads them all), so the
+    /// growth test keeps its cost in proportion to what was written since the last one, not to
+    /// the history the file holds. [`Store::compact`] compacts on demand.
     ///
     /// The cheap tests come first (two `stat`s, one lookup); the stored bytes (a walk of the
     /// records, no segment page) only when they pass. The size a trim is decided at is
@@ -74,13 +75,25 @@ impl Store {
             if self.is_read_only() || self.has_backend() {
                 return Ok(false);
             }
-            let (file_bytes, disk_bytes) = (self.file_bytes()?, self.disk_bytes()?);
+            let (mut file_bytes, mut disk_bytes) = (self.file_bytes()?, self.disk_bytes()?);
             let freed = self.has_freed_pages();
+            let mut trimmed = false;
+            if exceeds_by_a_tenth(file_bytes, disk_bytes) {
+                // The writer takes the lowest free pages (ADR 0040): the room redb grew the
+                // file by is at its end, and a commit cuts it off without reading a page.
+                let _writer = self.writer.lock();
+                self.db
+                    .writer(&path, "trimming the file's end")?
+                    .trim_free_end()
+                    .ctx("trimming the file's end")?;
+                (file_bytes, disk_bytes) = (self.file_bytes()?, self.disk_bytes()?);
+                trimmed = true;
+            }
             if freed == Freed::None && !exceeds_by_a_tenth(file_bytes, disk_bytes) {
-                return Ok(false);
+                return Ok(trimmed);
             }
             let Some(last) = self.claim_trim(file_bytes, disk_bytes, freed)? else {
-                return Ok(false);
+                return Ok(trimmed);
             };
             self.compact().map(|_| true).inspect_err(|_| {
                 // Not trimmed after all: the next close tries again. If even this fails, the
@@ -173,11 +186,12 @@ fn worth_trimming(file_bytes: u64, disk_bytes: u64, stored_bytes: u64) -> bool {
     exceeds_by_a_tenth(file_bytes, disk_bytes) && exceeds_by_a_tenth(file_bytes, stored_bytes)
 }
 
-/// The size a trim leaves on disk, if one is due: the bytes on disk, which do not count redb's
-/// unwritten room, when the file `grown` by a quarter holds room [`worth_trimming`]; else,
-/// when this handle deleted pages ([`Freed::Deleted`]), or re-encoded some and the file grew
-/// by a quarter, and they are [`room_freed`], the stored bytes (the freed pages go too). The
-/// next growth test starts from it.
+/// The size a trim is recorded at, if one is due, from which the next growth test starts: the
+/// bytes on disk, which do not count redb's unwritten room, when the file `grown` by a quarter
+/// holds room [`worth_trimming`], or when this handle re-encoded pages ([`Freed::Reencoded`],
+/// which the next save reuses) and the file grew by a quarter and they are [`room_freed`];
+/// the stored bytes (the freed pages go too) when this handle deleted pages
+/// ([`Freed::Deleted`]) and they are [`room_freed`].
 fn trimmed_size(
     file_bytes: u64,
     disk_bytes: u64,
@@ -185,17 +199,16 @@ fn trimmed_size(
     grown: bool,
     freed: Freed,
 ) -> Option<u64> {
-    let freed_due = match freed {
-        Freed::None => false,
-        Freed::Reencoded => grown,
-        Freed::Deleted => true,
-    };
-    if grown && worth_trimming(file_bytes, disk_bytes, stored_bytes) {
-        Some(disk_bytes)
-    } else if freed_due && room_freed(file_bytes, disk_bytes, stored_bytes) {
-        Some(stored_bytes)
-    } else {
-        None
+    match freed {
+        _ if grown && worth_trimming(file_bytes, disk_bytes, stored_bytes) => Some(disk_bytes),
+        // Re-encoded pages: the next save reuses them. The growth test starts from the bytes
+        // on disk before the compaction, as for growth room, so that a handle per save
+        // compacts once per quarter of growth (ADR 0040).
+        Freed::Reencoded if grown && room_freed(file_bytes, disk_bytes, stored_bytes) => {
+            Some(disk_bytes)
+        }
+        Freed::Deleted if room_freed(file_bytes, disk_bytes, stored_bytes) => Some(stored_bytes),
+        _ => None,
     }
 }
 
@@ -238,8 +251,9 @@ mod tests {
         // Freed pages: they go too, down to what is stored.
         assert_eq!(trimmed_size(200, 200, 100, false, Deleted), Some(100));
         assert_eq!(trimmed_size(200, 200, 100, true, Deleted), Some(100));
-        // Re-encoded pages go with a quarter of growth only.
-        assert_eq!(trimmed_size(200, 200, 100, true, Reencoded), Some(100));
+        // Re-encoded pages go with a quarter of growth only, and the next growth test starts
+        // from the bytes on disk before the compaction (ADR 0040).
+        assert_eq!(trimmed_size(200, 200, 100, true, Reencoded), Some(200));
         assert_eq!(trimmed_size(200, 200, 100, false, Reencoded), None);
         // Neither due.
         assert_eq!(trimmed_size(200, 200, 100, true, Freed::None), None);

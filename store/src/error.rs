@@ -780,7 +780,8 @@ pub enum TierFailure {
 impl StoreError {
     /// An I/O error of redb on the store file at `path` (a full disk, a failing device, a
     /// file that ends early) as [`StoreError::Io`] naming the file, also redb's
-    /// "previous I/O error" that follows one; any other error as it is.
+    /// "previous I/O error" that follows one; redb's report of a damaged page as
+    /// [`Corruption::Engine`] naming it; any other error as it is.
     pub(crate) fn on_file(self, path: &std::path::Path) -> StoreError {
         match self {
             StoreError::Database { source, op } => match *source {
@@ -797,6 +798,12 @@ impl StoreError {
                     path: path.to_path_buf(),
                     source,
                 },
+                // redb's own checks of its pages found them damaged: as its panics on them.
+                redb::Error::Corrupted(message) => StoreError::Corrupt(Corruption::Engine {
+                    path: path.to_path_buf(),
+                    op,
+                    message,
+                }),
                 redb::Error::PreviousIo => StoreError::Io {
                     path: path.to_path_buf(),
                     source: std::io::Error::other(format!(

@@ -48,11 +48,12 @@ pub struct Options {
     /// waits for it). Default none.
     #[cfg(feature = "remote")]
     pub upload: Option<crate::remote::UploadOptions>,
-    /// Closing a writer's handle compacts the file when its length exceeds both the bytes it
-    /// takes on disk and redb's pages in use by more than a tenth (the room redb reserved for
-    /// growth), so that `ls -l` tells its size (ADR 0028), or when the pages its deletions
-    /// freed exceed a tenth of them (ADR 0038); [`crate::Store::trim`] has the whole rule. A
-    /// read in progress skips it. Default `true`; `strata import --no-compact` turns it off.
+    /// Closing a writer's handle trims the file: it cuts the free pages off its end (the room
+    /// redb grew it by, which the writer's choice of the lowest free pages keeps there: ADR
+    /// 0040) so that `ls -l` tells its size (ADR 0028), and compacts it when the pages this
+    /// handle's deletions freed exceed a tenth of it (ADR 0038); [`crate::Store::trim`] has the
+    /// whole rule. A read in progress skips the compaction. Default `true`; `strata import
+    /// --no-compact` turns it off (redb's own close still cuts the free end).
     pub trim_on_close: bool,
 }
 

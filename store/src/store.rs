@@ -215,8 +215,13 @@ impl Store {
         Ok(store)
     }
 
-    /// Wraps an open database: checks its format and loads the tier state.
-    fn from_handle(path: PathBuf, db: Handle, opts: Options) -> Result<Store> {
+    /// Wraps an open database: checks its format and loads the tier state. A writer takes
+    /// the lowest free pages (ADR 0040), so that the room redb grows the file by stays at its
+    /// end, where a trim cuts it off without a compaction.
+    fn from_handle(path: PathBuf, mut db: Handle, opts: Options) -> Result<Store> {
+        if let Handle::Writer(db) = &mut db {
+            db.set_lowest_page_allocation(true);
+        }
         let runtime = Runtime::new(opts.tiering.config)?;
         let store = Store {
             cache: BlockCache::new(opts.cache_bytes),

@@ -813,6 +813,8 @@ pub struct Database {
     transaction_tracker: Arc<TransactionTracker>,
     // Set once close() has closed the database, or deferred the close, leaving drop nothing to do
     closed: bool,
+    // Strata's patch: the allocation policy of the write transactions begun here
+    allocation_policy: AllocationPolicy,
 }
 
 impl Sealed for Database {}
@@ -1823,6 +1825,7 @@ impl Database {
             mem,
             transaction_tracker,
             closed: false,
+            allocation_policy: AllocationPolicy::Default,
         })
     }
 
@@ -1906,7 +1909,7 @@ impl Database {
             slot,
             writer_lock,
             None,
-            AllocationPolicy::Default,
+            self.allocation_policy,
         )
     }
 
@@ -1920,8 +1923,28 @@ impl Database {
             &self.mem,
             writer_lock,
             header_lock,
-            AllocationPolicy::Default,
+            self.allocation_policy,
         )
+    }
+
+    /// Strata's patch: makes the write transactions begun from now on take the free pages with
+    /// the lowest page numbers (`true`), as the commit that closes the database does, or the
+    /// cheaper default (`false`). Growing the file appends free pages at its end; taking the
+    /// lowest ones first leaves them there, where a commit that trims
+    /// ([`Self::trim_free_end`], and the close) can cut them off without compacting.
+    pub fn set_lowest_page_allocation(&mut self, lowest: bool) {
+        self.allocation_policy = if lowest {
+            AllocationPolicy::Lowest
+        } else {
+            AllocationPolicy::Default
+        };
+    }
+
+    /// Strata's patch: commits an empty write transaction that shortens the file by all the
+    /// free pages at its end, as the commit that closes the database does. Reads no page of
+    /// the tables, unlike [`Self::compact`], and moves none.
+    pub fn trim_free_end(&self) -> Result<(), StorageError> {
+        commit_and_trim(&self.transaction_tracker, &self.mem, None, None, false)
     }
 }
 

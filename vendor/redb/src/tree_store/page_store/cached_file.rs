@@ -692,9 +692,16 @@ impl PagedCachedFile {
         if len as u64 > self.page_size {
             let file_len = self.raw_file_len()?;
             if offset.saturating_add(len as u64) > file_len {
-                return Err(StorageError::Corrupted(format!(
-                    "a page of {len} bytes at offset {offset} ends past the file's {file_len} bytes"
+                let message =
+                    format!("a page of {len} bytes at offset {offset} ends past the file's {file_len} bytes");
+                // What the read would have failed with, without latching an I/O failure
+                #[cfg(not(redb_no_std))]
+                return Err(StorageError::Io(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    message,
                 )));
+                #[cfg(redb_no_std)]
+                return Err(StorageError::Corrupted(message));
             }
         }
         let mut arc = zero_filled_arc(len);
