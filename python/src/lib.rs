@@ -401,32 +401,22 @@ impl PyStore {
         items: Vec<(String, String, Vec<u64>, PyReadonlyArray1<'_, u8>)>,
         metadata: &str,
     ) -> PyResult<()> {
-        let mut refs = Vec::with_capacity(items.len());
+        let mut tensors = Vec::with_capacity(items.len());
         for (name, dtype, shape, arr) in &items {
             let dtype = parse_dtype(dtype)?;
             let bytes = arr.as_slice().map_err(|_| {
                 PyValueError::new_err(format!("tensor {name:?}: the array is not contiguous"))
             })?;
-            refs.push((name.as_str(), dtype, shape.as_slice(), bytes));
+            tensors.push((
+                name.as_str(),
+                TensorRef {
+                    dtype,
+                    shape,
+                    bytes,
+                },
+            ));
         }
-        let tensors: Vec<(&str, TensorRef<'_>)> = refs
-            .iter()
-            .map(|&(name, dtype, shape, bytes)| {
-                (
-                    name,
-                    TensorRef {
-                        dtype,
-                        shape,
-                        bytes,
-                    },
-                )
-            })
-            .collect();
-        self.with(py, |s| {
-            let mut w = s.begin_checkpoint(step, metadata)?;
-            w.put_many(&tensors)?;
-            w.commit()
-        })
+        self.with(py, |s| s.save_checkpoint(step, &tensors, metadata))
     }
 
     /// Saves the checkpoint at `step` atomically from the checkpoints of other stores:
