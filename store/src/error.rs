@@ -678,6 +678,17 @@ pub enum Corruption {
         /// The key it returned.
         found: String,
     },
+    /// A tensor packed in its checkpoint (ADR 0041) whose bytes cannot be found: its
+    /// checkpoint record, its pack part, or the range it names is missing or damaged.
+    #[error("tensor {tensor:?} step {step}: packed in its checkpoint, but {reason}")]
+    Packed {
+        /// Tensor name.
+        tensor: String,
+        /// Step of the version.
+        step: u64,
+        /// What is missing or wrong.
+        reason: String,
+    },
     /// A metadata record failed to decode.
     #[error("{what}: {source}")]
     Record {

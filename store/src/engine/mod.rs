@@ -10,6 +10,7 @@
 //! | `tables` | the redb table definitions and meta keys |
 //! | `txn` | [`ReadTxn`], [`WriteTxn`] and the [`View`] both give the read path |
 //! | `versions` | lookups of versions, checkpoints, tags and tier rows; the name check |
+//! | `packs` | small tensors packed per checkpoint: pack parts, the member index |
 //! | `segments` | segments stored once per content address, in page-filling pieces |
 //! | `blocks` | reading blocks: fetch a chain ([`Fetcher`]), decode it ([`Job`]) |
 //! | `read_into` | reading whole versions straight into the caller's buffers |
@@ -26,6 +27,7 @@ mod buffers;
 mod cache;
 mod encode;
 mod handle;
+mod packs;
 mod quantized;
 mod read_into;
 mod rebase;
@@ -51,7 +53,7 @@ pub(crate) use segments::address_of;
 #[cfg(feature = "remote")]
 pub(crate) use segments::{fetch_error, MAX_SEGMENT_BYTES};
 pub(crate) use tables::{
-    CHECKPOINTS, CHUNKS, FORMAT_KEY, META, POLICIES, SEGMENTS, TAGS, TAILS, TIERS, TRIMMED_AT_KEY,
+    CHECKPOINTS, CHUNKS, FORMAT_KEY, MEMBERS, META, POLICIES, SEGMENTS, TAGS, TAILS, TIERS, TRIMMED_AT_KEY,
     VERSIONS, WRITER_KEY,
 };
 pub(crate) use tier_rows::{put_row, remove_rows, row_blobs, store_residual};

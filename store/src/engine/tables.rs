@@ -19,6 +19,10 @@ pub(crate) const TAILS: TableDefinition<'static, [u8; 12], &[u8]> =
 /// Checkpoint step -> [`crate::record::CheckpointRecord`].
 pub(crate) const CHECKPOINTS: TableDefinition<'static, u64, &[u8]> =
     TableDefinition::new("strata.checkpoints");
+/// Version key of a name and a first step -> [`crate::record::MemberRun`]: the steps at
+/// which the tensor is packed in its checkpoint (ADR 0041).
+pub(crate) const MEMBERS: TableDefinition<'static, &[u8], &[u8]> =
+    TableDefinition::new("strata.members");
 /// Tag name (UTF-8 bytes) -> checkpoint step.
 pub(crate) const TAGS: TableDefinition<'static, &[u8], u64> = TableDefinition::new("strata.tags");
 

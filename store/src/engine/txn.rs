@@ -8,10 +8,12 @@ use redb::{ReadOnlyTable, ReadableTable, Table, WriteTransaction};
 use strata_tiering::BlockSpec;
 
 use super::handle::Handle;
+use super::packs::{self, PartMemo};
 use super::quantized;
 use super::segments::{self, fetch_error, FetchError, SegmentWriter};
 use super::tables::{
-    CHECKPOINTS, CHUNKS, META, NEXT_BLOCK_ID_KEY, POLICIES, SEGMENTS, TAGS, TAILS, TIERS, VERSIONS,
+    CHECKPOINTS, CHUNKS, MEMBERS, META, NEXT_BLOCK_ID_KEY, POLICIES, SEGMENTS, TAGS, TAILS, TIERS,
+    VERSIONS,
 };
 use super::versions;
 use crate::error::{Corruption, DbContext, Result, StoreError};
@@ -30,6 +32,10 @@ pub(crate) struct ReadTxn {
     pub(crate) checkpoints: ReadOnlyTable<u64, &'static [u8]>,
     pub(crate) tags: ReadOnlyTable<&'static [u8], u64>,
     pub(crate) policies: ReadOnlyTable<&'static [u8], &'static [u8]>,
+    /// The member index (ADR 0041); `None` in a store written before it.
+    pub(crate) members: Option<ReadOnlyTable<&'static [u8], &'static [u8]>>,
+    /// Pack parts decoded by this read.
+    pub(crate) parts: PartMemo,
 }
 
 impl ReadTxn {
@@ -46,6 +52,12 @@ impl ReadTxn {
             checkpoints: txn.open_table(CHECKPOINTS).ctx(op)?,
             tags: txn.open_table(TAGS).ctx(op)?,
             policies: txn.open_table(POLICIES).ctx(op)?,
+            members: match txn.open_table(MEMBERS) {
+                Ok(t) => Some(t),
+                Err(redb::TableError::TableDoesNotExist(_)) => None,
+                Err(e) => return Err(StoreError::db(op)(e.into())),
+            },
+            parts: PartMemo::new(),
         })
     }
 }
@@ -62,6 +74,10 @@ pub(crate) struct WriteTxn<'txn> {
     pub(crate) tags: Table<'txn, &'static [u8], u64>,
     pub(crate) policies: Table<'txn, &'static [u8], &'static [u8]>,
     pub(crate) meta: Table<'txn, &'static [u8], &'static [u8]>,
+    /// The member index (ADR 0041); always `Some` (created when missing).
+    pub(crate) members: Option<Table<'txn, &'static [u8], &'static [u8]>>,
+    /// Pack parts decoded by this write.
+    pub(crate) parts: PartMemo,
     /// Applied to the tier state after the commit.
     pub(crate) tier_changes: TierChanges,
 }
@@ -91,6 +107,8 @@ impl<'txn> WriteTxn<'txn> {
             tags: txn.open_table(TAGS).ctx(op)?,
             policies: txn.open_table(POLICIES).ctx(op)?,
             meta: txn.open_table(META).ctx(op)?,
+            members: Some(txn.open_table(MEMBERS).ctx(op)?),
+            parts: PartMemo::new(),
             tier_changes: TierChanges::default(),
         })
     }
@@ -202,17 +220,35 @@ impl<'txn> WriteTxn<'txn> {
 }
 
 /// What the read path needs from a transaction, read or write.
+///
+/// The version lookups (`version`, `at_or_before`, `versions_of`, `has_versions`,
+/// `has_version_after`) see both the version records and the tensors packed in checkpoints
+/// (ADR 0041), which read as inline versions; the `stored_` ones see the records alone.
 pub(crate) trait View {
-    /// The record of version `step` of `name`, if any.
-    fn version(&self, name: &str, step: u64) -> Result<Option<VersionRecord>>;
-    /// The latest version of `name` at or before `step`.
-    fn at_or_before(&self, name: &str, step: u64) -> Result<Option<(u64, VersionRecord)>>;
-    /// Every version of `name`, in step order.
-    fn versions_of(&self, name: &str) -> Result<Vec<(u64, VersionRecord)>>;
-    /// Whether `name` has any version.
-    fn has_versions(&self, name: &str) -> Result<bool>;
-    /// Whether `name` has a version after `step` (no record is decoded).
-    fn has_version_after(&self, name: &str, step: u64) -> Result<bool>;
+    /// The record of version `step` of `name` in the version table, if any.
+    fn stored_version(&self, name: &str, step: u64) -> Result<Option<VersionRecord>>;
+    /// The latest version of `name` at or before `step` in the version table.
+    fn stored_at_or_before(&self, name: &str, step: u64) -> Result<Option<(u64, VersionRecord)>>;
+    /// Every version of `name` in the version table, in step order.
+    fn stored_versions_of(&self, name: &str) -> Result<Vec<(u64, VersionRecord)>>;
+    /// Whether `name` has a version record.
+    fn stored_has_versions(&self, name: &str) -> Result<bool>;
+    /// Whether `name` has a version record after `step` (no record is decoded).
+    fn stored_has_version_after(&self, name: &str, step: u64) -> Result<bool>;
+    /// Whether `name` is packed in the checkpoint at `step`.
+    fn is_member(&self, name: &str, step: u64) -> Result<bool>;
+    /// The latest step at or before `step` at which `name` is packed.
+    fn member_at_or_before(&self, name: &str, step: u64) -> Result<Option<u64>>;
+    /// Every step at which `name` is packed, ascending.
+    fn member_steps(&self, name: &str) -> Result<Vec<u64>>;
+    /// Whether `name` is packed at any step.
+    fn has_members(&self, name: &str) -> Result<bool>;
+    /// Whether `name` is packed at a step after `step`.
+    fn has_member_after(&self, name: &str, step: u64) -> Result<bool>;
+    /// The pack parts this transaction decoded.
+    fn part_memo(&self) -> &PartMemo;
+    /// This view as a trait object.
+    fn as_dyn(&self) -> &dyn View;
     /// The tier row of a block, if any.
     fn tier_row(&self, name: &str, step: u64, block: u64) -> Result<Option<TierRow>>;
     /// Every tier row of a version, as (block, row), in block order.
@@ -221,6 +257,51 @@ pub(crate) trait View {
     fn checkpoint(&self, step: u64) -> Result<Option<CheckpointRecord>>;
     /// The bytes stored at a content address, their hash checked.
     fn segment_bytes(&self, address: u128) -> Result<Vec<u8>, FetchError>;
+
+    /// Version `step` of `name`: its record, or a packed version as an inline one.
+    fn version(&self, name: &str, step: u64) -> Result<Option<VersionRecord>> {
+        match self.stored_version(name, step)? {
+            Some(rec) => Ok(Some(rec)),
+            None => packs::member_version(self, name, step),
+        }
+    }
+
+    /// The latest version of `name` at or before `step`.
+    fn at_or_before(&self, name: &str, step: u64) -> Result<Option<(u64, VersionRecord)>> {
+        let stored = self.stored_at_or_before(name, step)?;
+        let packed = self.member_at_or_before(name, step)?;
+        match (stored, packed) {
+            (Some((s, rec)), p) if p.is_none_or(|p| p < s) => Ok(Some((s, rec))),
+            (_, Some(p)) => Ok(packs::member_version(self, name, p)?.map(|rec| (p, rec))),
+            (None, None) => Ok(None),
+        }
+    }
+
+    /// Every version of `name`, in step order.
+    fn versions_of(&self, name: &str) -> Result<Vec<(u64, VersionRecord)>> {
+        let mut all = self.stored_versions_of(name)?;
+        let packed = self.member_steps(name)?;
+        if packed.is_empty() {
+            return Ok(all);
+        }
+        for step in packed {
+            if let Some(rec) = packs::member_version(self, name, step)? {
+                all.push((step, rec));
+            }
+        }
+        all.sort_by_key(|(s, _)| *s);
+        Ok(all)
+    }
+
+    /// Whether `name` has any version.
+    fn has_versions(&self, name: &str) -> Result<bool> {
+        Ok(self.stored_has_versions(name)? || self.has_members(name)?)
+    }
+
+    /// Whether `name` has a version after `step`.
+    fn has_version_after(&self, name: &str, step: u64) -> Result<bool> {
+        Ok(self.stored_has_version_after(name, step)? || self.has_member_after(name, step)?)
+    }
 
     /// The latest version of `name` strictly before `step`.
     fn predecessor(&self, name: &str, step: u64) -> Result<Option<(u64, VersionRecord)>> {
@@ -287,24 +368,50 @@ pub(crate) trait View {
     }
 }
 
-/// Implements [`View`] for a transaction type by the lookups of [`versions`] on its tables.
+/// Implements [`View`] for a transaction type by the lookups of [`versions`] and [`packs`]
+/// on its tables.
 macro_rules! view_over_tables {
     ($t:ty) => {
         impl View for $t {
-            fn version(&self, name: &str, step: u64) -> Result<Option<VersionRecord>> {
+            fn stored_version(&self, name: &str, step: u64) -> Result<Option<VersionRecord>> {
                 versions::load_version(&self.versions, name, step)
             }
-            fn at_or_before(&self, name: &str, step: u64) -> Result<Option<(u64, VersionRecord)>> {
+            fn stored_at_or_before(
+                &self,
+                name: &str,
+                step: u64,
+            ) -> Result<Option<(u64, VersionRecord)>> {
                 versions::at_or_before(&self.versions, name, step)
             }
-            fn versions_of(&self, name: &str) -> Result<Vec<(u64, VersionRecord)>> {
+            fn stored_versions_of(&self, name: &str) -> Result<Vec<(u64, VersionRecord)>> {
                 versions::versions_of(&self.versions, name)
             }
-            fn has_versions(&self, name: &str) -> Result<bool> {
+            fn stored_has_versions(&self, name: &str) -> Result<bool> {
                 versions::has_versions(&self.versions, name)
             }
-            fn has_version_after(&self, name: &str, step: u64) -> Result<bool> {
+            fn stored_has_version_after(&self, name: &str, step: u64) -> Result<bool> {
                 versions::has_version_after(&self.versions, name, step)
+            }
+            fn is_member(&self, name: &str, step: u64) -> Result<bool> {
+                packs::is_member(self.members.as_ref(), name, step)
+            }
+            fn member_at_or_before(&self, name: &str, step: u64) -> Result<Option<u64>> {
+                packs::member_at_or_before(self.members.as_ref(), name, step)
+            }
+            fn member_steps(&self, name: &str) -> Result<Vec<u64>> {
+                packs::member_steps(self.members.as_ref(), name)
+            }
+            fn has_members(&self, name: &str) -> Result<bool> {
+                packs::has_members(self.members.as_ref(), name)
+            }
+            fn has_member_after(&self, name: &str, step: u64) -> Result<bool> {
+                packs::has_member_after(self.members.as_ref(), name, step)
+            }
+            fn part_memo(&self) -> &PartMemo {
+                &self.parts
+            }
+            fn as_dyn(&self) -> &dyn View {
+                self
             }
             fn tier_row(&self, name: &str, step: u64, block: u64) -> Result<Option<TierRow>> {
                 versions::load_row(&self.tiers, name, step, block)

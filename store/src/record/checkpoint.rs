@@ -1,11 +1,20 @@
-//! The checkpoint record: free-form metadata text and the names of its tensors.
+//! The checkpoint record: free-form metadata text, the names of its tensors, and where its
+//! packed small tensors are.
 //!
 //! ```text
-//! u8            record version (2)
+//! u8            record version (2, or 3 when a tensor is packed)
 //! u32 + bytes   metadata (UTF-8)
 //! u32           tensor count
 //! per tensor:   varint shared, varint suffix length, suffix bytes
+//!               (version 3 only) u8 kind: 0, a version record of its own; 1, packed:
+//!                 u8 dtype code, u8 ndim (<= MAX_DIMS), varint dims,
+//!                 varint part, varint byte offset in the part
 //! ```
+//!
+//! A packed tensor (ADR 0041) has no version record: its bytes are `elements * dtype size`
+//! bytes at `offset` of the checkpoint's pack part `part` of its dtype, a hidden tensor
+//! version at the checkpoint's step ([`crate::engine`]'s `packs`). A packed tensor holds at
+//! most [`PACK_MEMBER_MAX_BYTES`].
 //!
 //! A name is the first `shared` bytes of the name before it (none for the first) followed
 //! by its suffix: names front-coded in the checkpoint's order, which keeps the names of a
@@ -15,25 +24,77 @@
 //!
 //! Version 1, which stored every name whole (`u32` length and bytes), is still read.
 
-use super::{put_string, Reader, RecordError, MAX_NAME_BYTES};
+use std::collections::BTreeMap;
+
+use strata_codec::DType;
+
+use super::{put_string, Reader, RecordError, MAX_DIMS, MAX_NAME_BYTES};
+
+/// Largest tensor, in raw bytes, that a checkpoint packs (ADR 0041).
+pub(crate) const PACK_MEMBER_MAX_BYTES: u64 = 64 << 10;
 
 const RECORD_VERSION: u8 = 2;
+/// The record version with a kind per tensor (packed tensors).
+const WITH_PACKED: u8 = 3;
 /// The record version that stored names whole.
 const WHOLE_NAMES: u8 = 1;
 /// Smallest encoding of one name: its `u32` length (version 1), its two varints (2).
 const MIN_NAME_LEN: [usize; 2] = [4, 2];
+
+/// Where a packed tensor's bytes are: `offset..offset + len` of pack part `part` of its
+/// dtype, at the checkpoint's step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Packed {
+    pub(crate) dtype: DType,
+    pub(crate) shape: Vec<u64>,
+    /// Elements (the product of `shape`).
+    pub(crate) elements: u64,
+    pub(crate) part: u32,
+    pub(crate) offset: u64,
+}
+
+impl Packed {
+    /// Raw bytes of the tensor.
+    pub(crate) fn len(&self) -> u64 {
+        self.elements * self.dtype.size() as u64
+    }
+}
 
 /// A checkpoint: the tensors written together at one step, and the caller's metadata.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct CheckpointRecord {
     pub(crate) metadata: String,
     pub(crate) tensors: Vec<String>,
+    /// The tensors of `tensors` that are packed, by name; the others have version records.
+    pub(crate) packed: BTreeMap<String, Packed>,
 }
 
 impl CheckpointRecord {
+    /// A checkpoint of `tensors`, none packed.
+    pub(crate) fn new(metadata: String, tensors: Vec<String>) -> Self {
+        CheckpointRecord {
+            metadata,
+            tensors,
+            packed: BTreeMap::new(),
+        }
+    }
+
+    /// The pack parts this checkpoint's packed tensors are in, as (dtype, part).
+    pub(crate) fn parts(&self) -> std::collections::BTreeSet<(u8, u32)> {
+        self.packed
+            .values()
+            .map(|p| (p.dtype.code(), p.part))
+            .collect()
+    }
+
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(1 + 4 + self.metadata.len() + 4 + 4 * self.tensors.len());
-        out.push(RECORD_VERSION);
+        let version = if self.packed.is_empty() {
+            RECORD_VERSION
+        } else {
+            WITH_PACKED
+        };
+        out.push(version);
         put_string(&mut out, &self.metadata);
         out.extend_from_slice(&(self.tensors.len() as u32).to_le_bytes());
         let mut prev: &str = "";
@@ -43,6 +104,21 @@ impl CheckpointRecord {
             put_varint(&mut out, (t.len() - shared) as u64);
             out.extend_from_slice(&t.as_bytes()[shared..]);
             prev = t;
+            if version == WITH_PACKED {
+                match self.packed.get(t) {
+                    None => out.push(0),
+                    Some(p) => {
+                        out.push(1);
+                        out.push(p.dtype.code());
+                        out.push(p.shape.len() as u8);
+                        for &d in &p.shape {
+                            put_varint(&mut out, d);
+                        }
+                        put_varint(&mut out, u64::from(p.part));
+                        put_varint(&mut out, p.offset);
+                    }
+                }
+            }
         }
         out
     }
@@ -50,15 +126,15 @@ impl CheckpointRecord {
     pub(crate) fn decode(bytes: &[u8]) -> Result<Self, RecordError> {
         let mut r = Reader::new(bytes);
         let version = r.u8("record version")?;
-        if version != RECORD_VERSION && version != WHOLE_NAMES {
+        if !(WHOLE_NAMES..=WITH_PACKED).contains(&version) {
             return Err(RecordError::Version {
                 found: version,
-                supported: RECORD_VERSION,
+                supported: WITH_PACKED,
             });
         }
         let metadata = r.string("metadata")?.to_owned();
         let count = r.u32("tensor count")? as usize;
-        let min = MIN_NAME_LEN[usize::from(version == RECORD_VERSION)];
+        let min = MIN_NAME_LEN[usize::from(version != WHOLE_NAMES)];
         if count.saturating_mul(min) > r.remaining() {
             return Err(RecordError::BadValue {
                 field: "tensor count",
@@ -66,6 +142,7 @@ impl CheckpointRecord {
             });
         }
         let mut tensors: Vec<String> = Vec::with_capacity(count);
+        let mut packed = BTreeMap::new();
         for _ in 0..count {
             let name = if version == WHOLE_NAMES {
                 r.string("tensor name")?.to_owned()
@@ -87,11 +164,72 @@ impl CheckpointRecord {
                     field: "tensor name",
                 })?
             };
+            if version == WITH_PACKED {
+                match r.u8("tensor kind")? {
+                    0 => {}
+                    1 => {
+                        packed.insert(name.clone(), read_packed(&mut r)?);
+                    }
+                    kind => {
+                        return Err(RecordError::BadValue {
+                            field: "tensor kind",
+                            value: kind.into(),
+                        })
+                    }
+                }
+            }
             tensors.push(name);
         }
         r.finish()?;
-        Ok(CheckpointRecord { metadata, tensors })
+        Ok(CheckpointRecord {
+            metadata,
+            tensors,
+            packed,
+        })
     }
+}
+
+/// Reads where a packed tensor is (after its kind byte).
+fn read_packed(r: &mut Reader<'_>) -> Result<Packed, RecordError> {
+    let code = r.u8("packed dtype")?;
+    let dtype = DType::from_code(code).ok_or(RecordError::BadValue {
+        field: "packed dtype",
+        value: code.into(),
+    })?;
+    let ndim = usize::from(r.u8("packed ndim")?);
+    if ndim > MAX_DIMS {
+        return Err(RecordError::BadValue {
+            field: "packed ndim",
+            value: ndim as u64,
+        });
+    }
+    let mut shape = Vec::with_capacity(ndim);
+    let mut elements = 1u64;
+    for _ in 0..ndim {
+        let d = varint(r, "packed dim")?;
+        elements = elements.saturating_mul(d);
+        shape.push(d);
+    }
+    let bytes = elements.saturating_mul(dtype.size() as u64);
+    if bytes == 0 || bytes > PACK_MEMBER_MAX_BYTES {
+        return Err(RecordError::BadValue {
+            field: "packed tensor bytes",
+            value: bytes,
+        });
+    }
+    let part = varint(r, "pack part")?;
+    let part = u32::try_from(part).map_err(|_| RecordError::BadValue {
+        field: "pack part",
+        value: part,
+    })?;
+    let offset = varint(r, "pack offset")?;
+    Ok(Packed {
+        dtype,
+        shape,
+        elements,
+        part,
+        offset,
+    })
 }
 
 /// The bytes `a` and `b` start with in common, ending on a character boundary of both.
@@ -101,7 +239,7 @@ fn shared_prefix(a: &str, b: &str) -> usize {
 }
 
 /// Appends a LEB128 varint.
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+pub(super) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push(v as u8 | 0x80);
         v >>= 7;
@@ -110,7 +248,7 @@ fn put_varint(out: &mut Vec<u8>, mut v: u64) {
 }
 
 /// Reads a LEB128 varint of at most 10 bytes and below `2^64`.
-fn varint(r: &mut Reader<'_>, field: &'static str) -> Result<u64, RecordError> {
+pub(super) fn varint(r: &mut Reader<'_>, field: &'static str) -> Result<u64, RecordError> {
     let mut v = 0u64;
     for k in 0..10 {
         let b = r.u8(field)?;

@@ -8,17 +8,19 @@ mod checkpoint;
 mod format;
 mod keys;
 mod manifest;
+mod members;
 mod policy;
 mod segment;
 mod tier;
 mod version;
 
-pub(crate) use checkpoint::CheckpointRecord;
+pub(crate) use checkpoint::{CheckpointRecord, Packed, PACK_MEMBER_MAX_BYTES};
 pub(crate) use format::FormatRecord;
 pub(crate) use keys::{
     decode_version_key, piece_key, version_key, version_key_range, MAX_NAME_BYTES,
 };
 pub use manifest::{decode_manifest, ManifestError};
+pub(crate) use members::{MemberRun, RUN_MAX_STEPS};
 #[cfg(feature = "remote")]
 pub(crate) use manifest::{Kind, Manifest, MANIFEST_FORMAT};
 pub(crate) use policy::Rule;

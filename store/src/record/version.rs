@@ -38,11 +38,16 @@
 //! u8      dtype code
 //! u8      ndim (<= MAX_DIMS)
 //! u64*n   dims
-//! bytes   the tensor's raw bytes: elements * dtype size, 1 to INLINE_MAX_BYTES
+//! bytes   the tensor's raw bytes: elements * dtype size, 1 to PACK_MEMBER_MAX_BYTES
 //! ```
+//!
+//! A write stores inline only tensors of at most [`INLINE_MAX_BYTES`]. A packed tensor of a
+//! checkpoint (ADR 0041) reads as an inline version of up to [`PACK_MEMBER_MAX_BYTES`], and
+//! travels so in remote manifests; a pull stores it so.
 
 use strata_codec::DType;
 
+use super::checkpoint::PACK_MEMBER_MAX_BYTES;
 use super::{Reader, RecordError};
 
 const RECORD_VERSION: u8 = 1;
@@ -309,7 +314,7 @@ impl VersionRecord {
         self.elements.saturating_mul(self.dtype.size() as u64)
     }
 
-    /// An inline version of `bytes` (1 to [`INLINE_MAX_BYTES`], checked by the caller).
+    /// An inline version of `bytes` (1 to [`PACK_MEMBER_MAX_BYTES`], checked by the caller).
     pub(crate) fn inline(dtype: DType, shape: Vec<u64>, elements: u64, bytes: Vec<u8>) -> Self {
         VersionRecord {
             dtype,
@@ -432,7 +437,7 @@ impl VersionRecord {
                 value: elements,
             })?;
         if version == RECORD_VERSION_INLINE {
-            if !Self::fits_inline(raw) {
+            if raw == 0 || raw > PACK_MEMBER_MAX_BYTES {
                 return Err(RecordError::BadValue {
                     field: "inline bytes",
                     value: raw,

@@ -94,10 +94,7 @@ pub fn pull(
                     }
                     continue;
                 }
-                let cp = CheckpointRecord {
-                    metadata: m.metadata.clone(),
-                    tensors: m.tensors.clone(),
-                };
+                let cp = CheckpointRecord::new(m.metadata.clone(), m.tensors.clone());
                 let (segments, bytes) =
                     apply(store, remote, &m.versions, Some((*step, &cp)), &tick)?;
                 report.segments_received += segments;

@@ -334,10 +334,7 @@ impl RemoteStore {
         }
         let cached = self.cache.checkpoint_info(step).ok();
         if !cached.is_some_and(|c| c.tensors == m.tensors && c.metadata == m.metadata) {
-            let cp = CheckpointRecord {
-                metadata: m.metadata.clone(),
-                tensors: m.tensors.clone(),
-            };
+            let cp = CheckpointRecord::new(m.metadata.clone(), m.tensors.clone());
             apply(
                 &self.cache,
                 &self.remote,
