@@ -8,7 +8,7 @@ use std::sync::Arc;
 use strata_tiering::Tier;
 
 use crate::engine::{
-    checkpoint_steps, lossy, read_blocks, tag_list, tensor_names, BlockCache, Fetcher, ReadTxn,
+    checkpoint_steps, is_part_name, lossy, read_blocks, tag_list, tensor_names, BlockCache, Fetcher, ReadTxn,
     Span, View,
 };
 use crate::error::{InvalidInput, NotFound, Result, StoreError, TierFailure};
@@ -210,8 +210,14 @@ impl Store {
     /// Database errors only.
     pub fn tensors(&self) -> Result<Vec<String>> {
         contain(&self.path, "listing tensors", || {
-            let mut names = tensor_names(&self.read()?.versions)?;
+            let r = self.read()?;
+            let mut names = tensor_names(&r.versions, "versions")?;
+            names.retain(|n| !is_part_name(n));
+            if let Some(members) = &r.members {
+                names.extend(tensor_names(members, "members")?);
+            }
             names.sort();
+            names.dedup();
             Ok(names)
         })
     }

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::engine::{delete_versions, View, WriteTxn};
+use crate::engine::{delete_versions, is_part_name, part_names, View, WriteTxn};
 use crate::error::{InvalidInput, Result, StoreError};
 use crate::read::stored_bytes;
 use crate::stats::stored_sizes_of;
@@ -132,8 +132,10 @@ fn checkpoint_stored_bytes(wt: &WriteTxn<'_>, step: u64) -> Result<u64> {
         return Ok(0);
     };
     let mut sum = 0u64;
-    for name in &cp.tensors {
-        if let Some(rec) = wt.version(name, step)? {
+    // A packed tensor's bytes are in its checkpoint's pack parts (ADR 0041).
+    let own = cp.tensors.iter().filter(|t| !cp.packed.contains_key(*t));
+    for name in own.chain(&part_names(&cp)) {
+        if let Some(rec) = wt.stored_version(name, step)? {
             sum = sum.saturating_add(stored_bytes(&rec));
         }
     }
@@ -174,7 +176,7 @@ impl Store {
                         let Some(cp) = wt.checkpoint(step)? else {
                             continue;
                         };
-                        for name in cp.tensors {
+                        for name in part_names(&cp).into_iter().chain(cp.tensors) {
                             by_tensor.entry(name).or_default().push(step);
                         }
                         wt.remove_checkpoint(step)?;
@@ -182,7 +184,9 @@ impl Store {
                     let (mut n, mut rewritten) = (0u64, 0u64);
                     for (name, steps) in &by_tensor {
                         rewritten += delete_versions(wt, &self.cache, &self.opts, name, steps)?;
-                        n += steps.len() as u64;
+                        if !is_part_name(name) {
+                            n += steps.len() as u64;
+                        }
                     }
                     let mut newest = match kept.last() {
                         Some(&step) => checkpoint_stored_bytes(wt, step)?,

@@ -12,12 +12,12 @@ use redb::{
 };
 
 use crate::engine::{
-    BlockCache, Handle, ReadTxn, WriteTxn, CHECKPOINTS, CHUNKS, FORMAT_KEY, META, POLICIES,
+    BlockCache, Handle, ReadTxn, WriteTxn, CHECKPOINTS, CHUNKS, FORMAT_KEY, MEMBERS, META, POLICIES,
     SEGMENTS, TAGS, TAILS, TIERS, VERSIONS, WRITER_KEY,
 };
 use crate::error::{Corruption, DbContext, OpenError, Result, StoreError};
 use crate::options::Options;
-use crate::record::{FormatRecord, Rule};
+use crate::record::{FormatRecord, Rule, OLDEST_STORE_FORMAT};
 use crate::repair::{open_beside_repairs, RepairMarker, REPAIR_WAIT};
 use crate::tiers::rules::RuleSet;
 use crate::tiers::runtime::{tiering_reconstruct, Runtime};
@@ -419,7 +419,7 @@ impl Store {
             return Err(not_a_store("the format record has another magic"));
         };
         let current = FormatRecord::current();
-        if format.version != current.version {
+        if !(OLDEST_STORE_FORMAT..=current.version).contains(&format.version) {
             return Err(StoreError::Open(OpenError::UnsupportedFormat {
                 path: self.path.clone(),
                 found: format.version,
@@ -576,6 +576,7 @@ fn init_tables(db: &Database) -> Result<()> {
         txn.open_table(TAGS).ctx(op)?;
         txn.open_table(TIERS).ctx(op)?;
         txn.open_table(POLICIES).ctx(op)?;
+        txn.open_table(MEMBERS).ctx(op)?;
     }
     txn.commit().ctx(op)?;
     Ok(())

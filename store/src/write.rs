@@ -2,7 +2,7 @@
 //! written through a streaming write session (`writer.rs`): encoded a window at a time inside
 //! one write transaction.
 
-use crate::engine::{check_name, delete_version, delete_versions, View};
+use crate::engine::{check_name, delete_version, delete_versions, part_names, View};
 use crate::error::{DbContext, NotFound, Result, StoreError};
 use crate::options::PutOptions;
 use crate::store::{contain, Store};
@@ -93,7 +93,7 @@ impl Store {
                     return Err(StoreError::NotFound(NotFound::Checkpoint { step }));
                 };
                 wt.remove_checkpoint(step)?;
-                for name in &cp.tensors {
+                for name in cp.tensors.iter().chain(&part_names(&cp)) {
                     delete_versions(wt, &self.cache, &self.opts, name, &[step])?;
                 }
                 Ok(cp.tensors.len())

@@ -31,9 +31,9 @@ use redb::WriteTransaction;
 use strata_tiering::Precision;
 
 use crate::engine::{
-    check_shape, delete_version, encode_tasks, plan_version, prepare_window, put_row,
-    store_residual, BlockBytes, BlockWork, CacheRoom, Encoded, Reencoded, Task, TierChanges,
-    VersionPlan, View, WriteTxn, Writeback,
+    check_shape, delete_version, encode_tasks, packs, plan_version, prepare_window, put_row,
+    store_residual, BlockBytes, BlockWork, CacheRoom, Encoded, FullPart, Packer, Reencoded, Task,
+    TierChanges, VersionPlan, View, WriteTxn, Writeback,
 };
 use crate::error::{Corruption, DbContext, InvalidInput, Result, StoreError};
 use crate::record::{
@@ -320,6 +320,23 @@ impl<'s> Session<'s> {
             pipelined(wt, store, &cache_room, &mut stages)?;
             finish_version(store, wt, &stages.plan, &stages.residuals)
         })
+    }
+
+    /// Writes version `step` of a full pack part (ADR 0041): a hidden tensor, whose name
+    /// the caller's checks would refuse.
+    fn put_part(&mut self, step: u64, part: &FullPart) -> Result<()> {
+        self.flush(step)?;
+        self.wrote(part.bytes.len() as u64);
+        let shape = part.shape();
+        self.write_item(
+            step,
+            Item {
+                name: Arc::from(part.name()),
+                dtype: part.dtype,
+                shape: &shape,
+                data: Data::Slice(&part.bytes),
+            },
+        )
     }
 
     /// Writes what is still gathered, runs `last` on the tables (e.g. the checkpoint
@@ -967,6 +984,8 @@ pub struct CheckpointWriter<'s> {
     metadata: String,
     names: Vec<String>,
     seen: HashSet<String>,
+    /// The small tensors packed so far (ADR 0041).
+    packer: Packer,
 }
 
 impl std::fmt::Debug for CheckpointWriter<'_> {
@@ -990,7 +1009,13 @@ impl<'s> CheckpointWriter<'s> {
         let store = self.session.store;
         contain(&store.path, "writing a checkpoint", || {
             self.check_new(name)?;
-            self.session.put(self.step, name, tensor)?;
+            if packs(tensor.bytes.len() as u64) {
+                check_shape(name, self.step, tensor.dtype, tensor.shape, tensor.bytes.len() as u64)?;
+                self.check_free(&[name])?;
+                self.pack(name, tensor.dtype, tensor.shape, tensor.bytes)?;
+            } else {
+                self.session.put(self.step, name, tensor)?;
+            }
             self.claim(name);
             Ok(())
         })
@@ -1015,7 +1040,19 @@ impl<'s> CheckpointWriter<'s> {
                     }));
                 }
             }
-            self.session.put_many(self.step, tensors)?;
+            for (name, t) in tensors {
+                check_shape(name, self.step, t.dtype, t.shape, t.bytes.len() as u64)?;
+            }
+            let (small, large): (Vec<(&str, TensorRef<'_>)>, Vec<_>) = tensors
+                .iter()
+                .cloned()
+                .partition(|(_, t)| packs(t.bytes.len() as u64));
+            let small_names: Vec<&str> = small.iter().map(|(n, _)| *n).collect();
+            self.check_free(&small_names)?;
+            for (name, t) in &small {
+                self.pack(name, t.dtype, t.shape, t.bytes)?;
+            }
+            self.session.put_many(self.step, &large)?;
             for (name, _) in tensors {
                 self.claim(name);
             }
@@ -1036,11 +1073,48 @@ impl<'s> CheckpointWriter<'s> {
         let store = self.session.store;
         contain(&store.path, "writing a checkpoint", || {
             self.check_new(name)?;
-            self.session
-                .put_read(self.step, name, dtype, shape, len, read)?;
+            if packs(len) {
+                check_shape(name, self.step, dtype, shape, len)?;
+                self.check_free(&[name])?;
+                let mut bytes = vec![0u8; len as usize];
+                read(0, &mut bytes)?;
+                self.pack(name, dtype, shape, &bytes)?;
+            } else {
+                self.session
+                    .put_read(self.step, name, dtype, shape, len, read)?;
+            }
             self.claim(name);
             Ok(())
         })
+    }
+
+    /// Refuses tensors that have a version at this step already (written outside a
+    /// checkpoint): a packed tensor gets no version record of its own to collide.
+    fn check_free(&mut self, names: &[&str]) -> Result<()> {
+        if names.is_empty() {
+            return Ok(());
+        }
+        let step = self.step;
+        let taken = self.session.with_tables(|wt| {
+            for name in names {
+                if wt.version(name, step)?.is_some() {
+                    return Ok(Some(name.to_string()));
+                }
+            }
+            Ok(None)
+        })?;
+        match taken {
+            Some(tensor) => Err(StoreError::Invalid(InvalidInput::StepExists { tensor, step })),
+            None => Ok(()),
+        }
+    }
+
+    /// Packs a small tensor whose shape was checked; writes its part once full.
+    fn pack(&mut self, name: &str, dtype: DType, shape: &[u64], bytes: &[u8]) -> Result<()> {
+        match self.packer.add(name, dtype, shape, bytes) {
+            Some(full) => self.session.put_part(self.step, &full),
+            None => Ok(()),
+        }
     }
 
     fn check_new(&self, name: &str) -> Result<()> {
@@ -1081,21 +1155,32 @@ impl<'s> CheckpointWriter<'s> {
     /// step meanwhile, and database errors; nothing is visible then.
     pub fn commit(self) -> Result<()> {
         let CheckpointWriter {
-            session,
+            mut session,
             step,
             metadata,
             names,
+            mut packer,
             ..
         } = self;
-        let record = CheckpointRecord {
-            metadata,
-            tensors: names,
-        };
         let store = session.store;
         contain(&store.path, "committing a checkpoint", || {
+            for full in packer.finish() {
+                session.put_part(step, &full)?;
+            }
+            let record = CheckpointRecord {
+                metadata,
+                tensors: names,
+                packed: packer.packed,
+            };
             session.commit(step, |wt| {
                 if wt.checkpoint(step)?.is_some() {
                     return Err(StoreError::Invalid(InvalidInput::CheckpointExists { step }));
+                }
+                if !record.packed.is_empty() {
+                    wt.require_packed_format()?;
+                }
+                for name in record.packed.keys() {
+                    wt.add_member(name, step)?;
                 }
                 wt.put_checkpoint(step, &record)
             })
@@ -1134,6 +1219,7 @@ impl Store {
             metadata: metadata.to_string(),
             names: Vec::new(),
             seen: HashSet::new(),
+            packer: Packer::default(),
         })
     }
 }

@@ -147,7 +147,8 @@ pub(crate) fn plan_version(
         None if inline => None,
         None => view
             .predecessor(&name, step)?
-            .filter(|(_, p)| p.dtype == dtype && p.shape == shape)
+            // A packed version (ADR 0041) reads as an inline one and is no base.
+            .filter(|(_, p)| p.dtype == dtype && p.shape == shape && p.inline.is_none())
             .map(|(s, p)| (s, Arc::new(p))),
     };
     let newest = match &pred {

@@ -16,7 +16,7 @@
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use redb::{ReadableTable, Table};
+use redb::Table;
 use strata_codec::DType;
 
 use super::blocks::{read_blocks, Fetcher, Span};
@@ -25,8 +25,8 @@ use super::txn::View;
 use super::versions::BytesTable;
 use crate::error::{Corruption, DbContext, Result, StoreError};
 use crate::record::{
-    decode_version_key, seal, unseal, version_key, version_key_range, MemberRun, RecordError,
-    VersionRecord, PACK_MEMBER_MAX_BYTES, RUN_MAX_STEPS,
+    decode_version_key, seal, unseal, CheckpointRecord, version_key, version_key_range, MemberRun, Packed,
+    RecordError, VersionRecord, PACK_MEMBER_MAX_BYTES, RUN_MAX_STEPS,
 };
 
 /// Bytes a pack part fills before the next part of its dtype starts.
@@ -39,6 +39,14 @@ pub(crate) const PACK_PREFIX: char = '\u{1}';
 /// The name of pack part `part` of `dtype`.
 pub(crate) fn part_name(dtype: DType, part: u32) -> String {
     format!("{PACK_PREFIX}pack/{}/{part}", dtype.name())
+}
+
+/// The names of the pack parts of checkpoint `cp` (at its step).
+pub(crate) fn part_names(cp: &CheckpointRecord) -> Vec<String> {
+    cp.parts()
+        .into_iter()
+        .filter_map(|(code, part)| DType::from_code(code).map(|d| part_name(d, part)))
+        .collect()
 }
 
 /// Whether `name` is a hidden pack part (or reserved for one).
@@ -364,4 +372,79 @@ fn read_part<V: View + ?Sized>(
     }
     parts.push((key, bytes.clone()));
     Ok(bytes)
+}
+
+/// The small tensors a checkpoint write packs: per dtype, the part being filled, and where
+/// each packed tensor went.
+#[derive(Default)]
+pub(crate) struct Packer {
+    /// Per dtype code: the part being filled and its bytes.
+    open: std::collections::BTreeMap<u8, (u32, Vec<u8>)>,
+    /// Where each packed tensor is.
+    pub(crate) packed: std::collections::BTreeMap<String, Packed>,
+}
+
+/// A pack part to write: its dtype, number and bytes.
+pub(crate) struct FullPart {
+    pub(crate) dtype: DType,
+    pub(crate) part: u32,
+    pub(crate) bytes: Vec<u8>,
+}
+
+impl FullPart {
+    /// The part's hidden tensor name.
+    pub(crate) fn name(&self) -> String {
+        part_name(self.dtype, self.part)
+    }
+
+    /// The part's shape: its elements, one dimension.
+    pub(crate) fn shape(&self) -> [u64; 1] {
+        [(self.bytes.len() / self.dtype.size()) as u64]
+    }
+}
+
+impl Packer {
+    /// Packs tensor `name` (`bytes`, whose length [`packs`] accepts and `shape` and `dtype`
+    /// were checked against); returns its part once that part is full.
+    pub(crate) fn add(
+        &mut self,
+        name: &str,
+        dtype: DType,
+        shape: &[u64],
+        bytes: &[u8],
+    ) -> Option<FullPart> {
+        let (part, buf) = self.open.entry(dtype.code()).or_default();
+        self.packed.insert(
+            name.to_string(),
+            Packed {
+                dtype,
+                shape: shape.to_vec(),
+                elements: (bytes.len() / dtype.size()) as u64,
+                part: *part,
+                offset: buf.len() as u64,
+            },
+        );
+        buf.extend_from_slice(bytes);
+        if (buf.len() as u64) < PART_BYTES {
+            return None;
+        }
+        let full = FullPart {
+            dtype,
+            part: *part,
+            bytes: std::mem::take(buf),
+        };
+        *part += 1;
+        Some(full)
+    }
+
+    /// The parts still being filled.
+    pub(crate) fn finish(&mut self) -> Vec<FullPart> {
+        std::mem::take(&mut self.open)
+            .into_iter()
+            .filter(|(_, (_, buf))| !buf.is_empty())
+            .filter_map(|(code, (part, bytes))| {
+                DType::from_code(code).map(|dtype| FullPart { dtype, part, bytes })
+            })
+            .collect()
+    }
 }

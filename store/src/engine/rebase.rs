@@ -19,6 +19,7 @@ use strata_codec::segment;
 
 use super::blocks::{block_bytes, Fetcher, Job};
 use super::cache::BlockCache;
+use super::packs::part_names;
 use super::segments::address_of;
 use super::tier_rows::remove_rows;
 use super::txn::{View, WriteTxn};
@@ -77,11 +78,15 @@ pub(crate) fn delete_versions(
     name: &str,
     steps: &[u64],
 ) -> Result<u64> {
-    let mut all = wt.versions_of(name)?;
+    // A packed version is never a base nor a delta: only the records take part in re-bases.
+    let mut all = wt.stored_versions_of(name)?;
     let mut written = 0u64;
     let mut going: BTreeSet<u64> = steps.iter().copied().collect();
     while let Some(step) = going.pop_last() {
         let Ok(at) = all.binary_search_by_key(&step, |(s, _)| *s) else {
+            if wt.remove_member(name, step)? {
+                written += unpack(wt, cache, opts, name, step)?;
+            }
             continue;
         };
         let doomed = all.remove(at).1;
@@ -117,6 +122,31 @@ pub(crate) fn delete_versions(
     Ok(written)
 }
 
+/// Takes packed tensor `name` out of the record of the checkpoint at `step`, unless a
+/// checkpoint deletion removed that record first; the checkpoint's pack parts go with its
+/// last packed tensor. Returns the bytes of the segments the re-bases wrote.
+fn unpack(
+    wt: &mut WriteTxn<'_>,
+    cache: &BlockCache,
+    opts: &Options,
+    name: &str,
+    step: u64,
+) -> Result<u64> {
+    let Some(mut cp) = wt.checkpoint(step)? else {
+        return Ok(0);
+    };
+    let parts = part_names(&cp);
+    cp.packed.remove(name);
+    wt.put_checkpoint(step, &cp)?;
+    let mut written = 0;
+    if cp.packed.is_empty() {
+        for part in parts {
+            written += delete_versions(wt, cache, opts, &part, &[step])?;
+        }
+    }
+    Ok(written)
+}
+
 /// Re-encodes every block that is a delta against a block of version `step` (record
 /// `doomed`) so that it no longer needs it: before the version is deleted, or before its
 /// blocks are made lossy.
@@ -128,7 +158,7 @@ pub(crate) fn rebase_dependents(
     step: u64,
     doomed: &VersionRecord,
 ) -> Result<()> {
-    let all = wt.versions_of(name)?;
+    let all = wt.stored_versions_of(name)?;
     let gone = Gone {
         step,
         record: doomed,
@@ -149,7 +179,7 @@ pub(crate) fn rebase_off(
     name: &str,
     steps: &BTreeSet<u64>,
 ) -> Result<Vec<(u64, VersionRecord)>> {
-    let all = wt.versions_of(name)?;
+    let all = wt.stored_versions_of(name)?;
     rebase_each(wt, cache, opts, name, steps, all, |_, s, _| {
         !steps.contains(&s)
     })

@@ -12,12 +12,14 @@ use super::packs::{self, PartMemo};
 use super::quantized;
 use super::segments::{self, fetch_error, FetchError, SegmentWriter};
 use super::tables::{
-    CHECKPOINTS, CHUNKS, MEMBERS, META, NEXT_BLOCK_ID_KEY, POLICIES, SEGMENTS, TAGS, TAILS, TIERS,
+    CHECKPOINTS, CHUNKS, FORMAT_KEY, MEMBERS, META, NEXT_BLOCK_ID_KEY, POLICIES, SEGMENTS, TAGS, TAILS, TIERS,
     VERSIONS,
 };
 use super::versions;
 use crate::error::{Corruption, DbContext, Result, StoreError};
-use crate::record::{version_key, CheckpointRecord, RecordError, Stored, TierRow, VersionRecord};
+use crate::record::{
+    version_key, CheckpointRecord, FormatRecord, RecordError, Stored, TierRow, VersionRecord,
+};
 
 /// A version: tensor name and step.
 pub(crate) type VersionId = (Arc<str>, u64);
@@ -209,6 +211,39 @@ impl<'txn> WriteTxn<'txn> {
         Ok(())
     }
 
+    /// Makes the store's format record say format 3 (a format 2 store's first packed
+    /// checkpoint, ADR 0041): builds that read only format 2 then refuse the file.
+    pub(crate) fn require_packed_format(&mut self) -> Result<()> {
+        let op = "upgrading the format record";
+        let current = FormatRecord::current();
+        let found = match self.meta.get(FORMAT_KEY).ctx(op)? {
+            Some(v) => FormatRecord::decode(v.value()).ok().flatten(),
+            None => None,
+        };
+        if found != Some(current) {
+            self.meta
+                .insert(FORMAT_KEY, current.encode().as_slice())
+                .ctx(op)?;
+        }
+        Ok(())
+    }
+
+    /// Lists `name` as packed in the checkpoint at `step` (ADR 0041).
+    pub(crate) fn add_member(&mut self, name: &str, step: u64) -> Result<()> {
+        match self.members.as_mut() {
+            Some(t) => packs::add_member(t, name, step),
+            None => Err(no_member_table()),
+        }
+    }
+
+    /// Takes `name` out of the member index at `step`; whether it was listed.
+    pub(crate) fn remove_member(&mut self, name: &str, step: u64) -> Result<bool> {
+        match self.members.as_mut() {
+            Some(t) => packs::remove_member(t, name, step),
+            None => Err(no_member_table()),
+        }
+    }
+
     /// Removes the checkpoint at `step` and the tags naming it.
     pub(crate) fn remove_checkpoint(&mut self, step: u64) -> Result<()> {
         self.checkpoints.remove(step).ctx("removing a checkpoint")?;
@@ -217,6 +252,15 @@ impl<'txn> WriteTxn<'txn> {
             .ctx("removing the tags of a checkpoint")?;
         Ok(())
     }
+}
+
+/// A write transaction opens (creating) the member index; a missing one is a bug.
+fn no_member_table() -> StoreError {
+    StoreError::Corrupt(Corruption::Packed {
+        tensor: String::new(),
+        step: 0,
+        reason: "the write transaction has no member index".into(),
+    })
 }
 
 /// What the read path needs from a transaction, read or write.
@@ -271,7 +315,8 @@ pub(crate) trait View {
         let stored = self.stored_at_or_before(name, step)?;
         let packed = self.member_at_or_before(name, step)?;
         match (stored, packed) {
-            (Some((s, rec)), p) if p.is_none_or(|p| p < s) => Ok(Some((s, rec))),
+            (Some(found), None) => Ok(Some(found)),
+            (Some((s, rec)), Some(p)) if p < s => Ok(Some((s, rec))),
             (_, Some(p)) => Ok(packs::member_version(self, name, p)?.map(|rec| (p, rec))),
             (None, None) => Ok(None),
         }

@@ -6,6 +6,8 @@
 
 use redb::ReadableTable;
 
+use super::packs::is_part_name;
+
 use crate::error::{Corruption, DbContext, InvalidInput, Result, StoreError};
 use crate::record::{
     checkpoint_key, decode_version_key, split_tier_key, tier_key, version_key, version_key_range,
@@ -22,6 +24,8 @@ pub(crate) fn check_name(name: &str) -> Result<()> {
         "empty"
     } else if name.len() > MAX_NAME_BYTES {
         "longer than 4096 bytes"
+    } else if is_part_name(name) {
+        "reserved: names starting with U+0001 are the store's own"
     } else {
         return Ok(());
     };
@@ -167,9 +171,10 @@ fn has_version_in(
         .is_some())
 }
 
-/// Names of every tensor with at least one version, in key order (by name length, then
-/// bytes): one range query per tensor, skipping its versions.
-pub(crate) fn tensor_names(versions: &impl BytesTable) -> Result<Vec<String>> {
+/// Names of every tensor with at least one entry in a table keyed by version keys (the
+/// versions, or the member index; `table` names it in errors), in key order (by name length,
+/// then bytes): one range query per tensor, skipping its versions.
+pub(crate) fn tensor_names(versions: &impl BytesTable, table: &'static str) -> Result<Vec<String>> {
     let mut names = Vec::new();
     let mut from: Vec<u8> = Vec::new();
     loop {
@@ -188,7 +193,7 @@ pub(crate) fn tensor_names(versions: &impl BytesTable) -> Result<Vec<String>> {
         // make this loop forever (found by the store_open fuzz target).
         if k.value() <= from.as_slice() {
             return Err(StoreError::Corrupt(Corruption::KeyOrder {
-                table: "versions",
+                table,
                 after: names.last().map_or_else(
                     || "the start".into(),
                     |n| format!("the versions of tensor {n:?}"),

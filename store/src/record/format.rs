@@ -9,10 +9,15 @@ use super::{Reader, RecordError};
 
 /// The bytes every store's format record starts with.
 pub(crate) const MAGIC: &[u8; 12] = b"strata-store";
-/// The store format this build reads and writes. Format 2 added tiers (tier rows, policy
-/// rules, quantized, absent and frame blocks), checksums on every record, and holds codec
-/// segments of segment format 2. Format 1 files (segment format 1) are refused.
-pub(crate) const STORE_FORMAT_VERSION: u32 = 2;
+/// The store format this build writes. Format 2 added tiers (tier rows, policy rules,
+/// quantized, absent and frame blocks), checksums on every record, and holds codec segments
+/// of segment format 2. Format 3 adds small tensors packed per checkpoint (ADR 0041): the
+/// member index and checkpoint records of version 3. Format 1 files (segment format 1) are
+/// refused.
+pub(crate) const STORE_FORMAT_VERSION: u32 = 3;
+/// The oldest store format this build reads and writes: a format 2 store becomes format 3 at
+/// the first checkpoint that packs a tensor, so that builds before it refuse it clearly.
+pub(crate) const OLDEST_STORE_FORMAT: u32 = 2;
 
 /// What kind of file this is and which format version wrote it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,7 +15,7 @@ mod tier;
 mod version;
 
 pub(crate) use checkpoint::{CheckpointRecord, Packed, PACK_MEMBER_MAX_BYTES};
-pub(crate) use format::FormatRecord;
+pub(crate) use format::{FormatRecord, OLDEST_STORE_FORMAT};
 pub(crate) use keys::{
     decode_version_key, piece_key, version_key, version_key_range, MAX_NAME_BYTES,
 };

@@ -7,6 +7,7 @@
 
 use wildmatch::WildMatch;
 
+use crate::engine::is_part_name;
 use crate::record::Rule;
 use crate::tiers::policy::TierPolicy;
 
@@ -33,8 +34,12 @@ impl RuleSet {
         }
     }
 
-    /// The policy of tensor `name`.
+    /// The policy of tensor `name`. A pack part (ADR 0041) is exact whatever the rules: the
+    /// tensors packed in it are read exactly.
     pub(crate) fn resolve(&self, name: &str) -> TierPolicy {
+        if is_part_name(name) {
+            return TierPolicy::exact();
+        }
         self.rules
             .iter()
             .find(|(m, _)| m.matches(name))
@@ -42,9 +47,9 @@ impl RuleSet {
             .unwrap_or_default()
     }
 
-    /// Whether a pin ([`crate::Store::pin`]) matches `name`.
+    /// Whether a pin ([`crate::Store::pin`]) matches `name`; a pack part always is.
     pub(crate) fn is_pinned(&self, name: &str) -> bool {
-        self.rules.iter().any(|(m, r)| r.pin && m.matches(name))
+        is_part_name(name) || self.rules.iter().any(|(m, r)| r.pin && m.matches(name))
     }
 
     /// The rules, by priority.
