@@ -336,6 +336,11 @@ impl Store {
                 continue;
             };
             for name in cp.tensors {
+                // A packed tensor (ADR 0041) stays exact: its bytes are its pack part's.
+                if cp.packed.contains_key(&name) {
+                    tally.versions_exact += 1;
+                    continue;
+                }
                 by_tensor.entry(name).or_default().insert(step);
             }
         }

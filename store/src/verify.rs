@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use redb::ReadableTable;
 
-use crate::engine::{decode_all, row_blobs, BlockCache, Fetcher, ReadTxn};
+use crate::engine::{
+    all_members, decode_all, is_part_name, part_names, row_blobs, BlockCache, Fetcher, ReadTxn, View,
+};
 use crate::error::{Corruption, DbContext, Result, StoreError};
 use crate::record::Stored;
 use crate::record::{decode_version_key, CheckpointRecord, SegmentInfo, VersionRecord};
@@ -310,6 +312,25 @@ impl Store {
         Ok(())
     }
 
+    /// Checks a packed tensor (ADR 0041): the member index lists it, and its bytes read from
+    /// its pack part.
+    fn audit_packed(&self, r: &ReadTxn, name: &str, step: u64, report: &mut VerifyReport) -> Result<()> {
+        if !r.is_member(name, step)? {
+            report.issues.push(Issue::Checkpoint {
+                step,
+                reason: format!("packs tensor {name:?}, which the member index does not list"),
+            });
+        } else if let Err(error) = r.version(name, step) {
+            report.issues.push(Issue::Block {
+                tensor: name.to_string(),
+                step,
+                block: 0,
+                error,
+            });
+        }
+        Ok(())
+    }
+
     fn audit_checkpoints(
         &self,
         r: &ReadTxn,
@@ -317,6 +338,8 @@ impl Store {
         report: &mut VerifyReport,
     ) -> Result<()> {
         let mut steps = HashSet::new();
+        let mut packed = HashSet::new();
+        let mut parts = HashSet::new();
         for e in r.checkpoints.iter().ctx("verifying checkpoints")? {
             let (k, v) = e.ctx("verifying checkpoints")?;
             let step = k.value();
@@ -324,8 +347,21 @@ impl Store {
             steps.insert(step);
             match CheckpointRecord::from_stored(&crate::record::checkpoint_key(step), v.value()) {
                 Ok(cp) => {
+                    for part in part_names(&cp) {
+                        if !versions.contains(&(part.clone(), step)) {
+                            report.issues.push(Issue::Checkpoint {
+                                step,
+                                reason: format!("its pack part {part:?} has no version there"),
+                            });
+                        }
+                        parts.insert((part, step));
+                    }
                     for t in cp.tensors {
-                        if !versions.contains(&(t.clone(), step)) {
+                        if cp.packed.contains_key(&t) {
+                            report.versions += 1;
+                            self.audit_packed(r, &t, step, report)?;
+                            packed.insert((t, step));
+                        } else if !versions.contains(&(t.clone(), step)) {
                             report.issues.push(Issue::Checkpoint {
                                 step,
                                 reason: format!("lists tensor {t:?}, which has no version there"),
@@ -337,6 +373,35 @@ impl Store {
                     step,
                     reason: format!("record: {e}"),
                 }),
+            }
+        }
+        match all_members(r.members.as_ref()) {
+            Ok(all) => {
+                for (name, member_steps) in all {
+                    for step in member_steps {
+                        if !packed.contains(&(name.clone(), step)) {
+                            report.issues.push(Issue::Checkpoint {
+                                step,
+                                reason: format!(
+                                    "the member index lists tensor {name:?} packed there, but \
+                                     the checkpoint does not"
+                                ),
+                            });
+                        }
+                    }
+                }
+            }
+            Err(e) => report.issues.push(Issue::Checkpoint {
+                step: 0,
+                reason: format!("member index: {e}"),
+            }),
+        }
+        for (name, step) in versions.iter().filter(|(n, _)| is_part_name(n)) {
+            if !parts.contains(&(name.clone(), *step)) {
+                report.issues.push(Issue::Checkpoint {
+                    step: *step,
+                    reason: format!("pack part {name:?} has a version there, but no checkpoint packs into it"),
+                });
             }
         }
         for e in r.tags.iter().ctx("verifying tags")? {

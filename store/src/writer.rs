@@ -1009,7 +1009,7 @@ impl<'s> CheckpointWriter<'s> {
         let store = self.session.store;
         contain(&store.path, "writing a checkpoint", || {
             self.check_new(name)?;
-            if packs(tensor.bytes.len() as u64) {
+            if packs(tensor.bytes.len() as u64, tensor.shape.len()) {
                 check_shape(name, self.step, tensor.dtype, tensor.shape, tensor.bytes.len() as u64)?;
                 self.check_free(&[name])?;
                 self.pack(name, tensor.dtype, tensor.shape, tensor.bytes)?;
@@ -1046,7 +1046,7 @@ impl<'s> CheckpointWriter<'s> {
             let (small, large): (Vec<(&str, TensorRef<'_>)>, Vec<_>) = tensors
                 .iter()
                 .cloned()
-                .partition(|(_, t)| packs(t.bytes.len() as u64));
+                .partition(|(_, t)| packs(t.bytes.len() as u64, t.shape.len()));
             let small_names: Vec<&str> = small.iter().map(|(n, _)| *n).collect();
             self.check_free(&small_names)?;
             for (name, t) in &small {
@@ -1073,7 +1073,7 @@ impl<'s> CheckpointWriter<'s> {
         let store = self.session.store;
         contain(&store.path, "writing a checkpoint", || {
             self.check_new(name)?;
-            if packs(len) {
+            if packs(len, shape.len()) {
                 check_shape(name, self.step, dtype, shape, len)?;
                 self.check_free(&[name])?;
                 let mut bytes = vec![0u8; len as usize];

@@ -54,9 +54,11 @@ pub(crate) fn is_part_name(name: &str) -> bool {
     name.starts_with(PACK_PREFIX)
 }
 
-/// Whether a tensor of `raw_bytes` bytes is packed when a checkpoint writes it.
-pub(crate) fn packs(raw_bytes: u64) -> bool {
-    (1..=PACK_MEMBER_MAX_BYTES).contains(&raw_bytes)
+/// Whether a checkpoint packs a tensor of `raw_bytes` bytes and `ndim` dimensions: scalars,
+/// counters, biases and norms. A matrix keeps a record of its own, however small, so that
+/// aging still reaches it (a packed tensor stays exact).
+pub(crate) fn packs(raw_bytes: u64, ndim: usize) -> bool {
+    ndim <= 1 && (1..=PACK_MEMBER_MAX_BYTES).contains(&raw_bytes)
 }
 
 /// Decoded pack parts a transaction read, and the cache of their blocks (the part before is

@@ -181,12 +181,13 @@ fn inline_version_record_round_trips_and_rejects_bad_lengths() {
     // One byte short, one over, and a shape whose bytes exceed the inline bound: refused.
     assert!(VersionRecord::decode(&bytes[..bytes.len() - 1]).is_err());
     assert!(VersionRecord::decode(&[bytes.as_slice(), &[0]].concat()).is_err());
+    let over = PACK_MEMBER_MAX_BYTES / 4 + 1;
     let mut big = vec![3, DType::F32.code(), 1];
-    big.extend_from_slice(&9u64.to_le_bytes());
-    big.extend_from_slice(&[0; 36]);
+    big.extend_from_slice(&over.to_le_bytes());
+    big.extend_from_slice(&vec![0; over as usize * 4]);
     assert!(
         VersionRecord::decode(&big).is_err(),
-        "36 bytes is over the bound"
+        "{over} elements are over the bound"
     );
     let mut empty = vec![3, DType::F32.code(), 1];
     empty.extend_from_slice(&0u64.to_le_bytes());
@@ -235,10 +236,7 @@ fn version_record_rejects_damage_without_panicking() {
 
 #[test]
 fn checkpoint_record_round_trips_and_rejects_damage() {
-    let c = CheckpointRecord {
-        metadata: "{\"lr\": 0.001}".into(),
-        tensors: vec!["a".into(), "b.c".into()],
-    };
+    let c = CheckpointRecord::new("{\"lr\": 0.001}".into(), vec!["a".into(), "b.c".into()]);
     let bytes = c.encode();
     assert_eq!(CheckpointRecord::decode(&bytes), Ok(c));
     for cut in 0..bytes.len() {
@@ -255,19 +253,16 @@ fn checkpoint_names_are_front_coded() {
     let names: Vec<String> = (0..100)
         .flat_map(|i| ["step", "exp_avg", "exp_avg_sq"].map(|r| format!("optimizer.state.{i}.{r}")))
         .collect();
-    let c = CheckpointRecord {
-        metadata: String::new(),
-        tensors: names.clone(),
-    };
+    let c = CheckpointRecord::new(String::new(), names.clone());
     let bytes = c.encode();
     let whole: usize = names.iter().map(|n| 4 + n.len()).sum();
     assert!(bytes.len() * 4 < whole, "{} vs {whole}", bytes.len());
     assert_eq!(CheckpointRecord::decode(&bytes), Ok(c));
     // Prefixes end on character boundaries: "aé" and "aè" share only "a".
-    let c = CheckpointRecord {
-        metadata: "m".into(),
-        tensors: vec!["aé".into(), "aè".into(), "aè".into(), "b".into()],
-    };
+    let c = CheckpointRecord::new(
+        "m".into(),
+        vec!["aé".into(), "aè".into(), "aè".into(), "b".into()],
+    );
     assert_eq!(CheckpointRecord::decode(&c.encode()), Ok(c));
 }
 
@@ -281,12 +276,12 @@ fn version_1_checkpoint_records_still_read() {
     let c = CheckpointRecord::decode(&v1).unwrap();
     assert_eq!(c.metadata, "meta");
     assert_eq!(c.tensors, ["w.0", "w.1"]);
-    v1[0] = 3;
+    v1[0] = 4;
     assert_eq!(
         CheckpointRecord::decode(&v1),
         Err(RecordError::Version {
-            found: 3,
-            supported: 2
+            found: 4,
+            supported: 3
         })
     );
 }
@@ -325,9 +320,93 @@ proptest! {
         metadata in ".{0,20}",
         tensors in proptest::collection::vec("(é|a|b|\\.|0|1){1,12}", 0..30),
     ) {
-        let c = CheckpointRecord { metadata, tensors };
+        let c = CheckpointRecord::new(metadata, tensors);
         prop_assert_eq!(CheckpointRecord::decode(&c.encode()), Ok(c));
     }
+
+    #[test]
+    fn packed_checkpoint_records_round_trip(
+        tensors in proptest::collection::btree_map(
+            "(a|b|\\.|0|1){1,12}",
+            proptest::option::of((0u8..3, proptest::collection::vec(1u64..16, 0..4), 0u32..5, 0u64..(1 << 20))),
+            1..30,
+        ),
+    ) {
+        let mut c = CheckpointRecord::new("m".into(), tensors.keys().cloned().collect());
+        for (name, p) in &tensors {
+            if let Some((code, shape, part, offset)) = p {
+                let dtype = DType::from_code(*code).unwrap();
+                c.packed.insert(name.clone(), Packed {
+                    dtype,
+                    elements: shape.iter().product(),
+                    shape: shape.clone(),
+                    part: *part,
+                    offset: *offset,
+                });
+            }
+        }
+        let bytes = c.encode();
+        prop_assert_eq!(CheckpointRecord::decode(&bytes), Ok(c.clone()));
+        for cut in 0..bytes.len() {
+            prop_assert!(CheckpointRecord::decode(&bytes[..cut]).is_err());
+        }
+    }
+
+    #[test]
+    fn member_runs_round_trip(first in 0u64..1000, gaps in proptest::collection::vec(1u64..1 << 40, 0..RUN_MAX_STEPS)) {
+        let mut steps = vec![first];
+        for g in gaps {
+            let next = steps[steps.len() - 1] + g;
+            steps.push(next);
+        }
+        let run = MemberRun { steps };
+        let bytes = run.encode();
+        prop_assert_eq!(MemberRun::decode(first, &bytes), Ok(run));
+        // A cut inside a varint is an error, never a shorter run read as whole.
+        for cut in 0..bytes.len() {
+            if let Ok(r) = MemberRun::decode(first, &bytes[..cut]) {
+                prop_assert!(cut == 0 || bytes[cut - 1] < 0x80, "{:?}", r);
+            }
+        }
+    }
+}
+
+#[test]
+fn damaged_member_runs_are_errors() {
+    assert!(MemberRun::decode(5, &[]).is_err());
+    assert!(MemberRun::decode(5, &[2]).is_err());
+    // A gap of zero, and a gap past u64::MAX.
+    assert!(matches!(MemberRun::decode(5, &[1, 0]), Err(RecordError::BadValue { .. })));
+    let mut b = vec![1u8];
+    b.extend_from_slice(&[0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x01]);
+    assert!(MemberRun::decode(5, &b).is_err());
+    // More steps than a run holds.
+    let mut long = vec![1u8];
+    long.extend(std::iter::repeat_n(1u8, RUN_MAX_STEPS));
+    assert!(matches!(MemberRun::decode(5, &long), Err(RecordError::BadValue { .. })));
+    long.pop();
+    assert_eq!(MemberRun::decode(5, &long).map(|r| r.steps.len()), Ok(RUN_MAX_STEPS));
+}
+
+#[test]
+fn damaged_packed_entries_are_errors() {
+    let mut c = CheckpointRecord::new(String::new(), vec!["a".into()]);
+    c.packed.insert(
+        "a".into(),
+        Packed { dtype: DType::F32, shape: vec![2, 3], elements: 6, part: 1, offset: 8 },
+    );
+    let bytes = c.encode();
+    // version, metadata (u32 len), count, shared, suffix len, "a", then the kind byte.
+    let kind = 1 + 4 + 4 + 1 + 1 + 1;
+    let mut b = bytes.clone();
+    b[kind] = 2;
+    assert!(matches!(CheckpointRecord::decode(&b), Err(RecordError::BadValue { .. })));
+    let mut b = bytes.clone();
+    b[kind + 1] = 0xEE;
+    assert!(matches!(CheckpointRecord::decode(&b), Err(RecordError::BadValue { .. })));
+    let mut b = bytes;
+    b[kind + 2] = 200;
+    assert!(CheckpointRecord::decode(&b).is_err());
 }
 
 #[test]

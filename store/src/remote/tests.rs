@@ -24,7 +24,7 @@ fn weights(n: usize, seed: u32, step: u64) -> Vec<u8> {
 fn fill(store: &Store, steps: &[u64], seed: u32) {
     for &s in steps {
         let a = weights(300_000, seed, s);
-        let b = weights(100, seed ^ 7, s);
+        let b = weights(20_000, seed ^ 7, s);
         store
             .save_checkpoint(
                 s,
@@ -41,7 +41,7 @@ fn fill(store: &Store, steps: &[u64], seed: u32) {
                         "b",
                         TensorRef {
                             dtype: DType::F32,
-                            shape: &[10, 10],
+                            shape: &[200, 100],
                             bytes: &b,
                         },
                     ),
