@@ -8,11 +8,11 @@ use std::sync::Arc;
 use strata_tiering::Tier;
 
 use crate::engine::{
-    checkpoint_steps, is_part_name, lossy, read_blocks, tag_list, tensor_names, BlockCache, Fetcher, ReadTxn,
-    Span, View,
+    checkpoint_steps, is_part_name, lossy, part_name, read_blocks, tag_list, tensor_names,
+    BlockCache, Fetcher, ReadTxn, Span, View,
 };
 use crate::error::{InvalidInput, NotFound, Result, StoreError, TierFailure};
-use crate::record::{BlockRecord, Form, ResidualRef, VersionRecord, CHECKSUM_LEN};
+use crate::record::{BlockRecord, Form, Packed, ResidualRef, VersionRecord, CHECKSUM_LEN};
 use crate::store::{contain, Store};
 use crate::tensor::{BlockEncoding, CheckpointInfo, Fidelity, Tensor, TensorSlice, VersionInfo};
 
@@ -434,5 +434,25 @@ fn info_with_tiers(r: &ReadTxn, name: &str, step: u64, rec: &VersionRecord) -> R
         .iter()
         .map(|row| row.as_ref().map_or(Tier::Exact, |row| row.tier))
         .collect();
-    Ok(version_info(step, rec, &tiers))
+    let mut info = version_info(step, rec, &tiers);
+    if rec.inline.is_some() && r.is_member(name, step)? {
+        if let Some(p) = r
+            .checkpoint(step)?
+            .and_then(|cp| cp.packed.get(name).cloned())
+        {
+            info.stored_bytes = stored_share(r, step, &p)?;
+        }
+    }
+    Ok(info)
+}
+
+/// The bytes a packed tensor (ADR 0041) stores: its share of its pack part's stored bytes,
+/// by raw bytes, rounded down (so that a checkpoint's shares never sum past its parts).
+pub(crate) fn stored_share(view: &dyn View, step: u64, p: &Packed) -> Result<u64> {
+    let Some(rec) = view.stored_version(&part_name(p.dtype, p.part), step)? else {
+        return Ok(0);
+    };
+    let share =
+        u128::from(stored_bytes(&rec)) * u128::from(p.len()) / u128::from(rec.raw_bytes().max(1));
+    Ok(share as u64)
 }

@@ -12,8 +12,8 @@ use redb::{
 };
 
 use crate::engine::{
-    BlockCache, Handle, ReadTxn, WriteTxn, CHECKPOINTS, CHUNKS, FORMAT_KEY, MEMBERS, META, POLICIES,
-    SEGMENTS, TAGS, TAILS, TIERS, VERSIONS, WRITER_KEY,
+    BlockCache, Handle, ReadTxn, WriteTxn, CHECKPOINTS, CHUNKS, FORMAT_KEY, MEMBERS, META,
+    POLICIES, SEGMENTS, TAGS, TAILS, TIERS, VERSIONS, WRITER_KEY,
 };
 use crate::error::{Corruption, DbContext, OpenError, Result, StoreError};
 use crate::options::Options;

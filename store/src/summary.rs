@@ -11,6 +11,7 @@ use rayon::prelude::*;
 use crate::engine::{checkpoint_steps, versions_between, BytesTable, View};
 use crate::error::Result;
 use crate::read::stored_bytes;
+use crate::read::stored_share;
 use crate::record::version_key;
 use crate::store::{contain, Store};
 
@@ -62,7 +63,14 @@ impl Store {
                     continue;
                 };
                 let mut holds = Vec::new();
-                for name in &cp.tensors {
+                // A packed tensor (ADR 0041) has no version record: its raw bytes come from
+                // the checkpoint record, the bytes it stores are in the checkpoint's parts.
+                let packed_raw: u64 = cp.packed.values().map(|p| p.len()).sum();
+                let mut packed_stored = 0;
+                for p in cp.packed.values() {
+                    packed_stored += stored_share(&r, step, p)?;
+                }
+                for name in cp.tensors.iter().filter(|t| !cp.packed.contains_key(*t)) {
                     let next = ids.len();
                     let id = match ids.get(name.as_str()) {
                         Some(&id) => id,
@@ -77,8 +85,8 @@ impl Store {
                     summary: CheckpointSummary {
                         step,
                         tensors: cp.tensors.len(),
-                        raw_bytes: 0,
-                        stored_bytes: 0,
+                        raw_bytes: packed_raw,
+                        stored_bytes: packed_stored,
                         aged: None,
                     },
                     holds,

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use redb::ReadableTable;
 
 use crate::engine::{
-    all_members, decode_all, is_part_name, part_names, row_blobs, BlockCache, Fetcher, ReadTxn, View,
+    all_members, decode_all, is_part_name, part_names, row_blobs, BlockCache, Fetcher, ReadTxn,
+    View,
 };
 use crate::error::{Corruption, DbContext, Result, StoreError};
 use crate::record::Stored;
@@ -314,7 +315,13 @@ impl Store {
 
     /// Checks a packed tensor (ADR 0041): the member index lists it, and its bytes read from
     /// its pack part.
-    fn audit_packed(&self, r: &ReadTxn, name: &str, step: u64, report: &mut VerifyReport) -> Result<()> {
+    fn audit_packed(
+        &self,
+        r: &ReadTxn,
+        name: &str,
+        step: u64,
+        report: &mut VerifyReport,
+    ) -> Result<()> {
         if !r.is_member(name, step)? {
             report.issues.push(Issue::Checkpoint {
                 step,
@@ -400,7 +407,9 @@ impl Store {
             if !parts.contains(&(name.clone(), *step)) {
                 report.issues.push(Issue::Checkpoint {
                     step: *step,
-                    reason: format!("pack part {name:?} has a version there, but no checkpoint packs into it"),
+                    reason: format!(
+                        "pack part {name:?} has a version there, but no checkpoint packs into it"
+                    ),
                 });
             }
         }

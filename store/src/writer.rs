@@ -1010,7 +1010,13 @@ impl<'s> CheckpointWriter<'s> {
         contain(&store.path, "writing a checkpoint", || {
             self.check_new(name)?;
             if packs(tensor.bytes.len() as u64, tensor.shape.len()) {
-                check_shape(name, self.step, tensor.dtype, tensor.shape, tensor.bytes.len() as u64)?;
+                check_shape(
+                    name,
+                    self.step,
+                    tensor.dtype,
+                    tensor.shape,
+                    tensor.bytes.len() as u64,
+                )?;
                 self.check_free(&[name])?;
                 self.pack(name, tensor.dtype, tensor.shape, tensor.bytes)?;
             } else {
@@ -1104,7 +1110,10 @@ impl<'s> CheckpointWriter<'s> {
             Ok(None)
         })?;
         match taken {
-            Some(tensor) => Err(StoreError::Invalid(InvalidInput::StepExists { tensor, step })),
+            Some(tensor) => Err(StoreError::Invalid(InvalidInput::StepExists {
+                tensor,
+                step,
+            })),
             None => Ok(()),
         }
     }

@@ -22,10 +22,10 @@ fn a_format_1_store_is_refused_with_its_version() {
     match Store::open(&path) {
         Err(StoreError::Open(OpenError::UnsupportedFormat {
             found: 1,
-            supported: 2,
+            supported: 3,
             ..
         })) => {}
-        other => panic!("expected UnsupportedFormat 1 vs 2, got {other:?}"),
+        other => panic!("expected UnsupportedFormat 1 vs 3, got {other:?}"),
     }
     // Refused again: nothing was rewritten in a newer format.
     assert!(matches!(

@@ -46,7 +46,7 @@ pub(crate) use encode::{
     Reencoded, Task, VersionPlan,
 };
 pub(crate) use handle::Handle;
-pub(crate) use packs::{all_members, is_part_name, packs, part_names, FullPart, Packer};
+pub(crate) use packs::{all_members, is_part_name, packs, part_name, part_names, FullPart, Packer};
 pub(crate) use quantized::ResidualBytes;
 pub(crate) use read_into::read_blocks_into;
 pub(crate) use rebase::{delete_version, delete_versions, rebase_dependents};
@@ -54,8 +54,8 @@ pub(crate) use segments::address_of;
 #[cfg(feature = "remote")]
 pub(crate) use segments::{fetch_error, MAX_SEGMENT_BYTES};
 pub(crate) use tables::{
-    CHECKPOINTS, CHUNKS, FORMAT_KEY, MEMBERS, META, POLICIES, SEGMENTS, TAGS, TAILS, TIERS, TRIMMED_AT_KEY,
-    VERSIONS, WRITER_KEY,
+    CHECKPOINTS, CHUNKS, FORMAT_KEY, MEMBERS, META, POLICIES, SEGMENTS, TAGS, TAILS, TIERS,
+    TRIMMED_AT_KEY, VERSIONS, WRITER_KEY,
 };
 pub(crate) use tier_rows::{put_row, remove_rows, row_blobs, store_residual};
 pub(crate) use txn::{ReadTxn, TierChanges, VersionId, View, WriteTxn};

@@ -25,8 +25,8 @@ use super::txn::View;
 use super::versions::BytesTable;
 use crate::error::{Corruption, DbContext, Result, StoreError};
 use crate::record::{
-    decode_version_key, seal, unseal, CheckpointRecord, version_key, version_key_range, MemberRun, Packed,
-    RecordError, VersionRecord, PACK_MEMBER_MAX_BYTES, RUN_MAX_STEPS,
+    decode_version_key, seal, unseal, version_key, version_key_range, CheckpointRecord, MemberRun,
+    Packed, RecordError, VersionRecord, PACK_MEMBER_MAX_BYTES, RUN_MAX_STEPS,
 };
 
 /// Bytes a pack part fills before the next part of its dtype starts.
@@ -333,7 +333,11 @@ fn read_part<V: View + ?Sized>(
 ) -> Result<Arc<Vec<u8>>> {
     let pname = part_name(dtype, part);
     let rec = view.stored_version(&pname, step)?.ok_or_else(|| {
-        packed_error(member, step, format!("its pack part {part} of {dtype:?} is missing"))
+        packed_error(
+            member,
+            step,
+            format!("its pack part {part} of {dtype:?} is missing"),
+        )
     })?;
     let memo = view.part_memo();
     let key: PartKey = (pname.clone(), step, rec.content);

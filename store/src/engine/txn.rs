@@ -12,8 +12,8 @@ use super::packs::{self, PartMemo};
 use super::quantized;
 use super::segments::{self, fetch_error, FetchError, SegmentWriter};
 use super::tables::{
-    CHECKPOINTS, CHUNKS, FORMAT_KEY, MEMBERS, META, NEXT_BLOCK_ID_KEY, POLICIES, SEGMENTS, TAGS, TAILS, TIERS,
-    VERSIONS,
+    CHECKPOINTS, CHUNKS, FORMAT_KEY, MEMBERS, META, NEXT_BLOCK_ID_KEY, POLICIES, SEGMENTS, TAGS,
+    TAILS, TIERS, VERSIONS,
 };
 use super::versions;
 use crate::error::{Corruption, DbContext, Result, StoreError};

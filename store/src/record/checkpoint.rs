@@ -28,10 +28,7 @@ use std::collections::BTreeMap;
 
 use strata_codec::DType;
 
-use super::{put_string, Reader, RecordError, MAX_DIMS, MAX_NAME_BYTES};
-
-/// Largest tensor, in raw bytes, that a checkpoint packs (ADR 0041).
-pub(crate) const PACK_MEMBER_MAX_BYTES: u64 = 64 << 10;
+use super::{put_string, Reader, RecordError, MAX_DIMS, MAX_NAME_BYTES, PACK_MEMBER_MAX_BYTES};
 
 const RECORD_VERSION: u8 = 2;
 /// The record version with a kind per tensor (packed tensors).

@@ -14,15 +14,15 @@ mod segment;
 mod tier;
 mod version;
 
-pub(crate) use checkpoint::{CheckpointRecord, Packed, PACK_MEMBER_MAX_BYTES};
+pub(crate) use checkpoint::{CheckpointRecord, Packed};
 pub(crate) use format::{FormatRecord, OLDEST_STORE_FORMAT};
 pub(crate) use keys::{
     decode_version_key, piece_key, version_key, version_key_range, MAX_NAME_BYTES,
 };
 pub use manifest::{decode_manifest, ManifestError};
-pub(crate) use members::{MemberRun, RUN_MAX_STEPS};
 #[cfg(feature = "remote")]
 pub(crate) use manifest::{Kind, Manifest, MANIFEST_FORMAT};
+pub(crate) use members::{MemberRun, RUN_MAX_STEPS};
 pub(crate) use policy::Rule;
 pub(crate) use segment::SegmentInfo;
 pub(crate) use tier::{
@@ -32,6 +32,7 @@ pub(crate) use tier::{
 pub(crate) use version::BLOCK_RECORD_LEN;
 pub(crate) use version::{
     content_hash, BlockRecord, Form, VersionRecord, MAX_BLOCK_BYTES, MAX_DIMS,
+    PACK_MEMBER_MAX_BYTES,
 };
 
 use thiserror::Error;

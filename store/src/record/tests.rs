@@ -376,16 +376,25 @@ fn damaged_member_runs_are_errors() {
     assert!(MemberRun::decode(5, &[]).is_err());
     assert!(MemberRun::decode(5, &[2]).is_err());
     // A gap of zero, and a gap past u64::MAX.
-    assert!(matches!(MemberRun::decode(5, &[1, 0]), Err(RecordError::BadValue { .. })));
+    assert!(matches!(
+        MemberRun::decode(5, &[1, 0]),
+        Err(RecordError::BadValue { .. })
+    ));
     let mut b = vec![1u8];
     b.extend_from_slice(&[0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x01]);
     assert!(MemberRun::decode(5, &b).is_err());
     // More steps than a run holds.
     let mut long = vec![1u8];
     long.extend(std::iter::repeat_n(1u8, RUN_MAX_STEPS));
-    assert!(matches!(MemberRun::decode(5, &long), Err(RecordError::BadValue { .. })));
+    assert!(matches!(
+        MemberRun::decode(5, &long),
+        Err(RecordError::BadValue { .. })
+    ));
     long.pop();
-    assert_eq!(MemberRun::decode(5, &long).map(|r| r.steps.len()), Ok(RUN_MAX_STEPS));
+    assert_eq!(
+        MemberRun::decode(5, &long).map(|r| r.steps.len()),
+        Ok(RUN_MAX_STEPS)
+    );
 }
 
 #[test]
@@ -393,17 +402,29 @@ fn damaged_packed_entries_are_errors() {
     let mut c = CheckpointRecord::new(String::new(), vec!["a".into()]);
     c.packed.insert(
         "a".into(),
-        Packed { dtype: DType::F32, shape: vec![2, 3], elements: 6, part: 1, offset: 8 },
+        Packed {
+            dtype: DType::F32,
+            shape: vec![2, 3],
+            elements: 6,
+            part: 1,
+            offset: 8,
+        },
     );
     let bytes = c.encode();
     // version, metadata (u32 len), count, shared, suffix len, "a", then the kind byte.
     let kind = 1 + 4 + 4 + 1 + 1 + 1;
     let mut b = bytes.clone();
     b[kind] = 2;
-    assert!(matches!(CheckpointRecord::decode(&b), Err(RecordError::BadValue { .. })));
+    assert!(matches!(
+        CheckpointRecord::decode(&b),
+        Err(RecordError::BadValue { .. })
+    ));
     let mut b = bytes.clone();
     b[kind + 1] = 0xEE;
-    assert!(matches!(CheckpointRecord::decode(&b), Err(RecordError::BadValue { .. })));
+    assert!(matches!(
+        CheckpointRecord::decode(&b),
+        Err(RecordError::BadValue { .. })
+    ));
     let mut b = bytes;
     b[kind + 2] = 200;
     assert!(CheckpointRecord::decode(&b).is_err());

@@ -47,7 +47,6 @@
 
 use strata_codec::DType;
 
-use super::checkpoint::PACK_MEMBER_MAX_BYTES;
 use super::{Reader, RecordError};
 
 const RECORD_VERSION: u8 = 1;
@@ -61,6 +60,8 @@ const RECORD_VERSION_CONTENT: u8 = 4;
 /// other scalars. At most the bytes of a reference block's record, so an inline version never
 /// costs more than a version that repeats its predecessor (ADR 0029).
 pub(crate) const INLINE_MAX_BYTES: u64 = 32;
+/// Largest tensor, in raw bytes, that a checkpoint packs (ADR 0041).
+pub(crate) const PACK_MEMBER_MAX_BYTES: u64 = 64 << 10;
 /// Most dimensions a shape may have.
 pub(crate) const MAX_DIMS: usize = 32;
 /// Bytes of one encoded [`BlockRecord`].
