@@ -15,7 +15,7 @@ use strata_codec::DType;
 use super::buffers::POOL;
 use super::cache::{Block, BlockCache};
 use super::quantized;
-use super::txn::View;
+use super::view::View;
 use crate::error::{Corruption, Result, StoreError, TierFailure};
 use crate::record::{BlockRecord, Form, ResidualRef, TierRow, VersionRecord};
 use crate::tensor::Fidelity;

@@ -8,7 +8,8 @@
 //! |---|---|
 //! | `handle` | the redb database, writable or read-only ([`Handle`]) |
 //! | `tables` | the redb table definitions and meta keys |
-//! | `txn` | [`ReadTxn`], [`WriteTxn`] and the [`View`] both give the read path |
+//! | `txn` | [`ReadTxn`], [`WriteTxn`]: the tables of a transaction |
+//! | `view` | the [`View`] both give the read path |
 //! | `versions` | lookups of versions, checkpoints, tags and tier rows; the name check |
 //! | `packs` | small tensors packed per checkpoint: pack parts, the member index |
 //! | `segments` | segments stored once per content address, in page-filling pieces |
@@ -36,6 +37,7 @@ mod tables;
 mod tier_rows;
 mod txn;
 mod versions;
+mod view;
 mod writeback;
 
 pub(crate) use aging::{age_versions, AgeHow, AgeJob, AgeTally};
@@ -58,10 +60,11 @@ pub(crate) use tables::{
     TRIMMED_AT_KEY, VERSIONS, WRITER_KEY,
 };
 pub(crate) use tier_rows::{put_row, remove_rows, row_blobs, store_residual};
-pub(crate) use txn::{ReadTxn, TierChanges, VersionId, View, WriteTxn};
+pub(crate) use txn::{ReadTxn, TierChanges, VersionId, WriteTxn};
 pub(crate) use versions::{
     check_name, checkpoint_steps, tag_list, tensor_names, versions_between, BytesTable,
 };
+pub(crate) use view::View;
 pub(crate) use writeback::Writeback;
 
 /// Quantized blocks and residuals (the `quantized` module), for tiers and frame streams.

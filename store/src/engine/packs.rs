@@ -15,14 +15,13 @@
 
 use std::sync::Arc;
 
-use parking_lot::Mutex;
 use redb::Table;
 use strata_codec::DType;
 
 use super::blocks::{read_blocks, Fetcher, Span};
-use super::cache::BlockCache;
-use super::txn::View;
+use super::cache::{PartKey, MEMO_PARTS};
 use super::versions::BytesTable;
+use super::view::View;
 use crate::error::{Corruption, DbContext, Result, StoreError};
 use crate::record::{
     decode_version_key, seal, unseal, version_key, version_key_range, CheckpointRecord, MemberRun,
@@ -59,30 +58,6 @@ pub(crate) fn is_part_name(name: &str) -> bool {
 /// aging still reaches it (a packed tensor stays exact).
 pub(crate) fn packs(raw_bytes: u64, ndim: usize) -> bool {
     ndim <= 1 && (1..=PACK_MEMBER_MAX_BYTES).contains(&raw_bytes)
-}
-
-/// Decoded pack parts a transaction read, and the cache of their blocks (the part before is
-/// the base of the next): reading a checkpoint's packed tensors decodes each part once.
-pub(crate) struct PartMemo {
-    cache: BlockCache,
-    parts: Mutex<Vec<(PartKey, Arc<Vec<u8>>)>>,
-}
-
-/// A decoded part: its name, step and content hash (which a re-encoding keeps).
-type PartKey = (String, u64, Option<u64>);
-
-/// Parts a [`PartMemo`] keeps decoded.
-const MEMO_PARTS: usize = 8;
-/// Bytes of blocks a [`PartMemo`] caches.
-const MEMO_CACHE_BYTES: usize = 8 << 20;
-
-impl PartMemo {
-    pub(crate) fn new() -> Self {
-        PartMemo {
-            cache: BlockCache::new(MEMO_CACHE_BYTES),
-            parts: Mutex::new(Vec::new()),
-        }
-    }
 }
 
 fn run_error(name: &str, step: u64, source: RecordError) -> StoreError {

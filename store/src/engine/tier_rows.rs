@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use super::quantized::ResidualBytes;
 use super::segments::address_of;
-use super::txn::{View, WriteTxn};
+use super::txn::WriteTxn;
+use super::view::View;
 use crate::error::{DbContext, Result};
 use crate::record::{tier_key, version_key, Rebuild, ResidualRef, Stored, TierRow};
 
