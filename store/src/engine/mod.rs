@@ -48,7 +48,7 @@ pub(crate) use encode::{
     Reencoded, Task, VersionPlan,
 };
 pub(crate) use handle::Handle;
-pub(crate) use packs::{all_members, is_part_name, packs, part_name, part_names, FullPart, Packer};
+pub(crate) use packs::{all_members, packs, part_name, part_names, FullPart, Packer};
 pub(crate) use quantized::ResidualBytes;
 pub(crate) use read_into::read_blocks_into;
 pub(crate) use rebase::{delete_version, delete_versions, rebase_dependents};
@@ -62,7 +62,8 @@ pub(crate) use tables::{
 pub(crate) use tier_rows::{put_row, remove_rows, row_blobs, store_residual};
 pub(crate) use txn::{ReadTxn, TierChanges, VersionId, WriteTxn};
 pub(crate) use versions::{
-    check_name, checkpoint_steps, tag_list, tensor_names, versions_between, BytesTable,
+    check_name, checkpoint_steps, is_part_name, tag_list, tensor_names, versions_between,
+    BytesTable,
 };
 pub(crate) use view::View;
 pub(crate) use writeback::Writeback;

@@ -20,7 +20,7 @@ use strata_codec::DType;
 
 use super::blocks::{read_blocks, Fetcher, Span};
 use super::cache::{PartKey, MEMO_PARTS};
-use super::versions::BytesTable;
+use super::versions::{BytesTable, PACK_PREFIX};
 use super::view::View;
 use crate::error::{Corruption, DbContext, Result, StoreError};
 use crate::record::{
@@ -32,8 +32,6 @@ use crate::record::{
 pub(crate) const PART_BYTES: u64 = 1 << 20;
 /// Largest part: it fills to [`PART_BYTES`], and its last member may pass that.
 const PART_MAX_BYTES: u64 = PART_BYTES + PACK_MEMBER_MAX_BYTES;
-/// What every hidden pack part's name starts with; no tensor a caller writes may.
-pub(crate) const PACK_PREFIX: char = '\u{1}';
 
 /// The name of pack part `part` of `dtype`.
 pub(crate) fn part_name(dtype: DType, part: u32) -> String {
@@ -46,11 +44,6 @@ pub(crate) fn part_names(cp: &CheckpointRecord) -> Vec<String> {
         .into_iter()
         .filter_map(|(code, part)| DType::from_code(code).map(|d| part_name(d, part)))
         .collect()
-}
-
-/// Whether `name` is a hidden pack part (or reserved for one).
-pub(crate) fn is_part_name(name: &str) -> bool {
-    name.starts_with(PACK_PREFIX)
 }
 
 /// Whether a checkpoint packs a tensor of `raw_bytes` bytes and `ndim` dimensions: scalars,

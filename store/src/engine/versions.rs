@@ -6,8 +6,6 @@
 
 use redb::ReadableTable;
 
-use super::packs::is_part_name;
-
 use crate::error::{Corruption, DbContext, InvalidInput, Result, StoreError};
 use crate::record::{
     checkpoint_key, decode_version_key, split_tier_key, tier_key, version_key, version_key_range,
@@ -17,6 +15,14 @@ use crate::record::{
 /// A table keyed by byte strings with byte-string values (versions, tier rows).
 pub(crate) trait BytesTable: ReadableTable<&'static [u8], &'static [u8]> {}
 impl<T: ReadableTable<&'static [u8], &'static [u8]>> BytesTable for T {}
+
+/// What every hidden pack part's name starts with; no tensor a caller writes may.
+pub(crate) const PACK_PREFIX: char = '\u{1}';
+
+/// Whether `name` is a hidden pack part (or reserved for one).
+pub(crate) fn is_part_name(name: &str) -> bool {
+    name.starts_with(PACK_PREFIX)
+}
 
 /// Checks a tensor name, tag or pattern: not empty, at most [`MAX_NAME_BYTES`].
 pub(crate) fn check_name(name: &str) -> Result<()> {
