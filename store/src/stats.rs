@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use redb::{ReadableTable, ReadableTableMetadata};
 
-use crate::engine::{row_blobs, View, WriteTxn};
+use crate::engine::{checkpoint_steps, is_part_name, row_blobs, View, WriteTxn};
 use crate::error::{Corruption, DbContext, Result, StoreError};
 use crate::record::{decode_version_key, segment_key, Form, SegmentInfo, Stored, VersionRecord};
 use crate::store::{contain, Store};
@@ -87,6 +87,7 @@ pub(crate) fn stored_sizes_of(wt: &WriteTxn<'_>) -> Result<StoredSizes> {
         &wt.tiers,
         &wt.checkpoints,
         &wt.tags,
+        wt.members.as_ref(),
     )
 }
 
@@ -98,6 +99,7 @@ pub(crate) fn stored_sizes(
     tiers: &impl ReadableTable<&'static [u8], &'static [u8]>,
     checkpoints: &impl ReadableTable<u64, &'static [u8]>,
     tags: &impl ReadableTable<&'static [u8], u64>,
+    members: Option<&impl ReadableTable<&'static [u8], &'static [u8]>>,
 ) -> Result<StoredSizes> {
     let mut s = StoredSizes {
         segment_bytes: 0,
@@ -124,6 +126,12 @@ pub(crate) fn stored_sizes(
         let (k, _) = e.ctx("reading tags")?;
         s.metadata_bytes += k.value().len() as u64 + 8;
     }
+    if let Some(members) = members {
+        for e in members.iter().ctx("reading the member index")? {
+            let (k, v) = e.ctx("reading the member index")?;
+            s.metadata_bytes += (k.value().len() + v.value().len()) as u64;
+        }
+    }
     Ok(s)
 }
 
@@ -139,6 +147,10 @@ fn segment_len(key: u128, stored: &[u8]) -> Result<u64> {
         })
 }
 
+/// The name [`StoreStats::tensors`] gives the pack parts of every checkpoint: the bytes the
+/// packed small tensors store (ADR 0041), whose versions and raw bytes their own names count.
+pub const PACKED_NAME: &str = "(packed small tensors)";
+
 impl Store {
     /// Computes sizes by walking every record: no segment is decoded, and no page of segment
     /// bytes is read (redb's count of pages in use is [`Store::allocated_bytes`], which reads
@@ -152,7 +164,14 @@ impl Store {
             let StoredSizes {
                 segment_bytes,
                 metadata_bytes,
-            } = stored_sizes(&r.segments, &r.versions, &r.tiers, &r.checkpoints, &r.tags)?;
+            } = stored_sizes(
+                &r.segments,
+                &r.versions,
+                &r.tiers,
+                &r.checkpoints,
+                &r.tags,
+                r.members.as_ref(),
+            )?;
             let mut seg_len: HashMap<u128, u64> = HashMap::new();
             for e in r.segments.iter().ctx("reading the segment index")? {
                 let (k, v) = e.ctx("reading the segment index")?;
@@ -172,16 +191,24 @@ impl Store {
                     })
                 })?;
                 let record_bytes = (k.value().len() + v.value().len()) as u64;
-                raw_bytes += rec.raw_bytes();
-                versions += 1;
-                let t = per.entry(name.to_string()).or_insert_with(|| TensorStats {
-                    name: name.to_string(),
+                // A pack part (ADR 0041) holds the bytes of the versions its checkpoint
+                // packs, counted below: its own are stored bytes only, under one name.
+                let part = is_part_name(name);
+                if !part {
+                    raw_bytes += rec.raw_bytes();
+                    versions += 1;
+                }
+                let shown = if part { PACKED_NAME } else { name };
+                let t = per.entry(shown.to_string()).or_insert_with(|| TensorStats {
+                    name: shown.to_string(),
                     versions: 0,
                     raw_bytes: 0,
                     stored_bytes: 0,
                 });
-                t.versions += 1;
-                t.raw_bytes += rec.raw_bytes();
+                if !part {
+                    t.versions += 1;
+                    t.raw_bytes += rec.raw_bytes();
+                }
                 t.stored_bytes += record_bytes;
                 let rows = r.tier_rows_by_block(name, step, rec.blocks.len())?;
                 for (b, row) in rec.blocks.iter().zip(&rows) {
@@ -207,6 +234,23 @@ impl Store {
                     if let Some(len) = seg_len.remove(&b.address) {
                         t.stored_bytes += len;
                     }
+                }
+            }
+            for step in checkpoint_steps(&r.checkpoints)? {
+                let Some(cp) = r.checkpoint(step)? else {
+                    continue;
+                };
+                for (name, p) in &cp.packed {
+                    raw_bytes += p.len();
+                    versions += 1;
+                    let t = per.entry(name.clone()).or_insert_with(|| TensorStats {
+                        name: name.clone(),
+                        versions: 0,
+                        raw_bytes: 0,
+                        stored_bytes: 0,
+                    });
+                    t.versions += 1;
+                    t.raw_bytes += p.len();
                 }
             }
             let checkpoints = r.checkpoints.len().ctx("reading checkpoints")?;
