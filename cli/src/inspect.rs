@@ -24,7 +24,7 @@ pub(crate) fn encoding(blocks: &[BlockEncoding]) -> String {
     if let [b] = blocks {
         // A reference shares an earlier block's segment (its record is that block's).
         return match (b.base, b.reference) {
-            _ if b.inline => "inline (in the record)".into(),
+            _ if b.inline => "inline (exact, in its record or its checkpoint's pack)".into(),
             (_, true) => format!("reference (no new segment), depth {}", b.depth),
             (None, false) => "keyframe".into(),
             (Some(base), false) => format!("delta on {base}, depth {}", b.depth),

@@ -39,6 +39,7 @@ use crate::error::{Corruption, DbContext, InvalidInput, Result, StoreError};
 use crate::record::{
     content_hash, BlockRecord, CheckpointRecord, Form, Rebuild, ResidualRef, TierRow, VersionRecord,
 };
+use crate::roles::{role_of, Role};
 use crate::store::{contain, Store};
 use crate::tensor::TensorRef;
 use crate::tiers::runtime::{spec_of, tiering_reconstruct};
@@ -1009,7 +1010,7 @@ impl<'s> CheckpointWriter<'s> {
         let store = self.session.store;
         contain(&store.path, "writing a checkpoint", || {
             self.check_new(name)?;
-            if packs(tensor.bytes.len() as u64, tensor.shape.len()) {
+            if self.packs(name, tensor.dtype, tensor.shape, tensor.bytes.len() as u64) {
                 check_shape(
                     name,
                     self.step,
@@ -1052,7 +1053,7 @@ impl<'s> CheckpointWriter<'s> {
             let (small, large): (Vec<(&str, TensorRef<'_>)>, Vec<_>) = tensors
                 .iter()
                 .cloned()
-                .partition(|(_, t)| packs(t.bytes.len() as u64, t.shape.len()));
+                .partition(|(n, t)| self.packs(n, t.dtype, t.shape, t.bytes.len() as u64));
             let small_names: Vec<&str> = small.iter().map(|(n, _)| *n).collect();
             self.check_free(&small_names)?;
             for (name, t) in &small {
@@ -1079,7 +1080,7 @@ impl<'s> CheckpointWriter<'s> {
         let store = self.session.store;
         contain(&store.path, "writing a checkpoint", || {
             self.check_new(name)?;
-            if packs(len, shape.len()) {
+            if self.packs(name, dtype, shape, len) {
                 check_shape(name, self.step, dtype, shape, len)?;
                 self.check_free(&[name])?;
                 let mut bytes = vec![0u8; len as usize];
@@ -1092,6 +1093,18 @@ impl<'s> CheckpointWriter<'s> {
             self.claim(name);
             Ok(())
         })
+    }
+
+    /// Whether the checkpoint packs this tensor (ADR 0041): a small one of at most one
+    /// dimension that nothing would make lossy, neither its tier policy nor aging by its role
+    /// (an optimizer moment ages, ADR 0027). A packed tensor stays exact.
+    fn packs(&self, name: &str, dtype: DType, shape: &[u64], len: u64) -> bool {
+        packs(len, shape.len())
+            && !matches!(
+                role_of(&[], name, dtype, shape),
+                Role::FirstMoment | Role::SecondMoment
+            )
+            && !self.session.store.rules.read().resolve(name).is_lossy()
     }
 
     /// Refuses tensors that have a version at this step already (written outside a
