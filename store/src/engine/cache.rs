@@ -133,10 +133,33 @@ impl BlockCache {
     }
 
     /// Bytes held.
-
     #[cfg(test)]
     pub(crate) fn bytes(&self) -> usize {
         self.inner.lock().bytes
+    }
+}
+
+/// Decoded pack parts a transaction read, and the cache of their blocks (the part before is
+/// the base of the next): reading a checkpoint's packed tensors decodes each part once.
+pub(crate) struct PartMemo {
+    pub(super) cache: BlockCache,
+    pub(super) parts: Mutex<Vec<(PartKey, Arc<Vec<u8>>)>>,
+}
+
+/// A decoded part: its name, step and content hash (which a re-encoding keeps).
+pub(super) type PartKey = (String, u64, Option<u64>);
+
+/// Parts a [`PartMemo`] keeps decoded.
+pub(super) const MEMO_PARTS: usize = 8;
+/// Bytes of blocks a [`PartMemo`] caches.
+const MEMO_CACHE_BYTES: usize = 8 << 20;
+
+impl PartMemo {
+    pub(crate) fn new() -> Self {
+        PartMemo {
+            cache: BlockCache::new(MEMO_CACHE_BYTES),
+            parts: Mutex::new(Vec::new()),
+        }
     }
 }
 
@@ -173,29 +196,5 @@ mod tests {
         let off = BlockCache::new(0);
         off.insert(1, Arc::new(vec![1]));
         assert!(off.get(1).is_none());
-    }
-}
-
-/// Decoded pack parts a transaction read, and the cache of their blocks (the part before is
-/// the base of the next): reading a checkpoint's packed tensors decodes each part once.
-pub(crate) struct PartMemo {
-    pub(super) cache: BlockCache,
-    pub(super) parts: Mutex<Vec<(PartKey, Arc<Vec<u8>>)>>,
-}
-
-/// A decoded part: its name, step and content hash (which a re-encoding keeps).
-pub(super) type PartKey = (String, u64, Option<u64>);
-
-/// Parts a [`PartMemo`] keeps decoded.
-pub(super) const MEMO_PARTS: usize = 8;
-/// Bytes of blocks a [`PartMemo`] caches.
-const MEMO_CACHE_BYTES: usize = 8 << 20;
-
-impl PartMemo {
-    pub(crate) fn new() -> Self {
-        PartMemo {
-            cache: BlockCache::new(MEMO_CACHE_BYTES),
-            parts: Mutex::new(Vec::new()),
-        }
     }
 }
