@@ -16,7 +16,7 @@
 //!
 //! | byte | meaning |
 //! |---|---|
-//! | 0 | table: versions, checkpoints, segments, tiers, policies, tags, meta (`% 7`) |
+//! | 0 | table: versions, checkpoints, segments, tiers, policies, tags, meta, members (`% 8`) |
 //! | 1 | record: index among the table's records (`% count`) |
 //! | 2 | bits 0-1: replace the value with the rest, XOR the rest in at offset byte 3, insert the rest at byte 3, or cut at byte 3 and append the rest; bit 2: do not reseal; bit 3: change the key (the last key byte, or the step, XOR byte 3 + 1), resealed for the new key; bit 4: after the reads, the writes |
 //! | 3 | offset or length for the edit |
@@ -44,6 +44,7 @@ const CHECKPOINTS: TableDefinition<'static, u64, &[u8]> =
 const TAGS: TableDefinition<'static, &[u8], u64> = TableDefinition::new("strata.tags");
 const TIERS: TableDefinition<'static, &[u8], &[u8]> = TableDefinition::new("strata.tiers");
 const POLICIES: TableDefinition<'static, &[u8], &[u8]> = TableDefinition::new("strata.policies");
+const MEMBERS: TableDefinition<'static, &[u8], &[u8]> = TableDefinition::new("strata.members");
 
 const CHECKSUM_LEN: usize = 8;
 
@@ -96,6 +97,7 @@ fn check_sealing(path: &std::path::Path) {
     bytes_keyed(VERSIONS);
     bytes_keyed(TIERS);
     bytes_keyed(POLICIES);
+    bytes_keyed(MEMBERS);
     let t = r.open_table(SEGMENTS).expect("segments");
     for e in t.iter().expect("iter") {
         let (k, v) = e.expect("entry");
@@ -215,7 +217,7 @@ fn edit_store(path: &std::path::Path, data: &[u8]) {
         rest: &data[4..],
     };
     let index = data[1];
-    match data[0] % 7 {
+    match data[0] % 8 {
         0 => edit_bytes_keyed(&w, VERSIONS, index, &edit, true),
         1 => {
             let mut t = w.open_table(CHECKPOINTS).expect("checkpoints");
@@ -282,7 +284,8 @@ fn edit_store(path: &std::path::Path, data: &[u8]) {
                     .expect("insert");
             }
         }
-        _ => edit_bytes_keyed(&w, META, index, &edit, false),
+        6 => edit_bytes_keyed(&w, META, index, &edit, false),
+        _ => edit_bytes_keyed(&w, MEMBERS, index, &edit, true),
     }
     w.commit().expect("commit the edit");
 }

@@ -15,6 +15,7 @@ use crate::error::{InvalidInput, NotFound, Result, StoreError, TierFailure};
 use crate::record::{BlockRecord, Form, Packed, ResidualRef, VersionRecord, CHECKSUM_LEN};
 use crate::store::{contain, Store};
 use crate::tensor::{BlockEncoding, CheckpointInfo, Fidelity, Tensor, TensorSlice, VersionInfo};
+use crate::DType;
 
 /// Bytes reserved up front for a read; larger tensors grow as their blocks decode, so a
 /// damaged record cannot make the store reserve memory its data does not fill.
@@ -449,10 +450,23 @@ fn info_with_tiers(r: &ReadTxn, name: &str, step: u64, rec: &VersionRecord) -> R
 /// The bytes a packed tensor (ADR 0041) stores: its share of its pack part's stored bytes,
 /// by raw bytes, rounded down (so that a checkpoint's shares never sum past its parts).
 pub(crate) fn stored_share(view: &dyn View, step: u64, p: &Packed) -> Result<u64> {
-    let Some(rec) = view.stored_version(&part_name(p.dtype, p.part), step)? else {
-        return Ok(0);
-    };
-    let share =
-        u128::from(stored_bytes(&rec)) * u128::from(p.len()) / u128::from(rec.raw_bytes().max(1));
-    Ok(share as u64)
+    let part = part_sizes(view, step, p.dtype, p.part)?;
+    Ok(share_of(part, p))
+}
+
+/// The stored and raw bytes of pack part `part` of `dtype` at `step` (zeros if missing).
+pub(crate) fn part_sizes(
+    view: &dyn View,
+    step: u64,
+    dtype: DType,
+    part: u32,
+) -> Result<(u64, u64)> {
+    Ok(view
+        .stored_version(&part_name(dtype, part), step)?
+        .map_or((0, 0), |rec| (stored_bytes(&rec), rec.raw_bytes())))
+}
+
+/// [`stored_share`] given its part's [`part_sizes`].
+pub(crate) fn share_of((stored, raw): (u64, u64), p: &Packed) -> u64 {
+    (u128::from(stored) * u128::from(p.len()) / u128::from(raw.max(1))) as u64
 }

@@ -11,7 +11,7 @@ use rayon::prelude::*;
 use crate::engine::{checkpoint_steps, versions_between, BytesTable, View};
 use crate::error::Result;
 use crate::read::stored_bytes;
-use crate::read::stored_share;
+use crate::read::{part_sizes, share_of};
 use crate::record::version_key;
 use crate::store::{contain, Store};
 
@@ -67,8 +67,16 @@ impl Store {
                 // the checkpoint record, the bytes it stores are in the checkpoint's parts.
                 let packed_raw: u64 = cp.packed.values().map(|p| p.len()).sum();
                 let mut packed_stored = 0;
+                let mut parts = HashMap::new();
                 for p in cp.packed.values() {
-                    packed_stored += stored_share(&r, step, p)?;
+                    let key = (p.dtype.code(), p.part);
+                    let sizes = match parts.get(&key) {
+                        Some(&sizes) => sizes,
+                        None => *parts
+                            .entry(key)
+                            .or_insert(part_sizes(&r, step, p.dtype, p.part)?),
+                    };
+                    packed_stored += share_of(sizes, p);
                 }
                 for name in cp.tensors.iter().filter(|t| !cp.packed.contains_key(*t)) {
                     let next = ids.len();

@@ -144,6 +144,9 @@ impl BlockCache {
 pub(crate) struct PartMemo {
     pub(super) cache: BlockCache,
     pub(super) parts: Mutex<Vec<(PartKey, Arc<Vec<u8>>)>>,
+    /// The checkpoint record last read for a packed tensor, by step: a checkpoint's packed
+    /// tensors are read one after another.
+    pub(super) checkpoint: Mutex<Option<(u64, Arc<crate::record::CheckpointRecord>)>>,
 }
 
 /// A decoded part: its name, step and content hash (which a re-encoding keeps).
@@ -159,6 +162,7 @@ impl PartMemo {
         PartMemo {
             cache: BlockCache::new(MEMO_CACHE_BYTES),
             parts: Mutex::new(Vec::new()),
+            checkpoint: Mutex::new(None),
         }
     }
 }

@@ -254,9 +254,19 @@ pub(crate) fn member_version<V: View + ?Sized>(
     if !view.is_member(name, step)? {
         return Ok(None);
     }
-    let cp = view
-        .checkpoint(step)?
-        .ok_or_else(|| packed_error(name, step, "the checkpoint has no record".into()))?;
+    let memo = view.part_memo();
+    let held = memo.checkpoint.lock().clone();
+    let cp = match held {
+        Some((s, cp)) if s == step => cp,
+        _ => {
+            let cp =
+                Arc::new(view.checkpoint(step)?.ok_or_else(|| {
+                    packed_error(name, step, "the checkpoint has no record".into())
+                })?);
+            *memo.checkpoint.lock() = Some((step, cp.clone()));
+            cp
+        }
+    };
     let p = cp.packed.get(name).ok_or_else(|| {
         packed_error(
             name,

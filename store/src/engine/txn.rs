@@ -202,6 +202,7 @@ impl<'txn> WriteTxn<'txn> {
 
     /// Writes a checkpoint record.
     pub(crate) fn put_checkpoint(&mut self, step: u64, cp: &CheckpointRecord) -> Result<()> {
+        self.parts.checkpoint.lock().take();
         self.checkpoints
             .insert(
                 step,
@@ -247,6 +248,7 @@ impl<'txn> WriteTxn<'txn> {
 
     /// Removes the checkpoint at `step` and the tags naming it.
     pub(crate) fn remove_checkpoint(&mut self, step: u64) -> Result<()> {
+        self.parts.checkpoint.lock().take();
         self.checkpoints.remove(step).ctx("removing a checkpoint")?;
         self.tags
             .retain(|_, s| s != step)
