@@ -124,8 +124,8 @@ pub(crate) fn delete_versions(
 }
 
 /// Takes packed tensor `name` out of the record of the checkpoint at `step`, unless a
-/// checkpoint deletion removed that record first; the checkpoint's pack parts go with its
-/// last packed tensor. Returns the bytes of the segments the re-bases wrote.
+/// checkpoint deletion removed that record first; a pack part goes with the last tensor
+/// packed in it. Returns the bytes of the segments the re-bases wrote.
 fn unpack(
     wt: &mut WriteTxn<'_>,
     cache: &BlockCache,
@@ -136,14 +136,13 @@ fn unpack(
     let Some(mut cp) = wt.checkpoint(step)? else {
         return Ok(0);
     };
-    let parts = part_names(&cp);
+    let before = part_names(&cp);
     cp.packed.remove(name);
     wt.put_checkpoint(step, &cp)?;
+    let after = part_names(&cp);
     let mut written = 0;
-    if cp.packed.is_empty() {
-        for part in parts {
-            written += delete_versions(wt, cache, opts, &part, &[step])?;
-        }
+    for part in before.iter().filter(|p| !after.contains(p)) {
+        written += delete_versions(wt, cache, opts, part, &[step])?;
     }
     Ok(written)
 }
