@@ -29,7 +29,7 @@ use crate::record::{
 };
 
 /// Bytes a pack part fills before the next part of its dtype starts.
-pub(crate) const PART_BYTES: u64 = 1 << 20;
+pub(crate) const PART_BYTES: u64 = 64 << 10;
 /// Largest part: it fills to [`PART_BYTES`], and its last member may pass that.
 const PART_MAX_BYTES: u64 = PART_BYTES + PACK_MEMBER_MAX_BYTES;
 
