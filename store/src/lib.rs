@@ -69,7 +69,7 @@
 //!   quantized and Tier 0 blocks, [`Store::maintain`], [`Tensor::fidelity`] on every read,
 //!   residuals, Tier 0 rebuilds, frame streams ([`Store::append_frame`]).
 //!
-//! ## File format (store format 2)
+//! ## File format (store format 3)
 //!
 //! One redb file (redb 4 file format). Integers are little-endian unless marked BE. Keys
 //! are byte strings or fixed-width integers, never redb's `&str` or tuple types, whose
@@ -78,11 +78,12 @@
 //! read: redb does not checksum its pages, so a changed byte of metadata is an error, never
 //! wrong data or a wrong precision claim. Format 1 stores (no checksums, no tiers, codec
 //! segments of segment format 1) are refused with [`crate::OpenError::UnsupportedFormat`]: the
-//! format changed before any release (ADR 0007).
+//! format changed before any release (ADR 0007). Format 2 stores (no member index) are read
+//! and written; the first checkpoint that packs a tensor makes one format 3 (ADR 0041).
 //!
 //! | table | key | value |
 //! |---|---|---|
-//! | `strata.meta` | `b"format"` | `b"strata-store"`, u32 store format version (2) |
+//! | `strata.meta` | `b"format"` | `b"strata-store"`, u32 store format version (3) |
 //! | | `b"writer"` | version of the crate that created the file (text) |
 //! | | `b"next_segment_id"` | u64: the next local segment id |
 //! | | `b"trimmed_at_disk_bytes"` | u64 LE: bytes on disk when a trim last compacted the file (ADR 0036; absent: none yet) |
@@ -95,6 +96,7 @@
 //! | | `b"next_block_id"` (in `strata.meta`) | u64: the next tier block id |
 //! | `strata.tiers` | version key, u32 BE block index | tier row (`record/tier.rs`) |
 //! | `strata.policies` | name pattern (UTF-8 bytes) | policy rule (`tiers/policy.rs`) |
+//! | `strata.members` | version key of a name and a first step | steps at which the name is packed (`record/members.rs`, ADR 0041) |
 //!
 //! **Version record**: `u8 record version (1, 2 for an aged version, 3 for an inline one:
 //! dtype, shape and the raw bytes of a tensor of at most 32 bytes, ADR 0029; 4 for a lossless
@@ -115,7 +117,14 @@
 //! **Checkpoint record**: `u8 record version (2)`, `u32 length + metadata (UTF-8)`,
 //! `u32 tensor count`, per tensor `varint shared, varint suffix length, suffix`: the name is
 //! the first `shared` bytes of the name before it and the suffix (ADR 0034). Version 1,
-//! still read, stored each name as `u32 length + name (UTF-8)`.
+//! still read, stored each name as `u32 length + name (UTF-8)`. Version 3 (written when the
+//! checkpoint packs a tensor, ADR 0041) follows each name with `u8 kind`: 0, a version record
+//! of its own; 1, packed: `u8 dtype, u8 ndim, varint per dim, varint part, varint offset`, its
+//! bytes at that offset of the checkpoint's pack part of its dtype (hidden tensor
+//! `"\u{1}pack/<dtype>/<part>"` at the checkpoint's step).
+//!
+//! **Member run** (`strata.members`): `u8 version (1)`, then per step after the key's a
+//! `varint` gap (>= 1); at most 128 steps a run.
 //!
 //! **Segment pieces**: a segment is stored once per content address, under a local id from
 //! the `next_segment_id` counter. Its body goes to `strata.chunks` in pieces that each fill
