@@ -184,6 +184,7 @@ pub(crate) fn stats(store: &Path, json: bool) -> CliResult {
             "versions": s.versions,
             "checkpoints": s.checkpoints,
             "tier_bytes": s.tier_bytes,
+            "packed_bytes": s.packed_bytes,
             "tensors": tensors,
         });
         say!("{doc:#}");

@@ -835,6 +835,7 @@ impl PyStore {
         d.set_item("tensors", s.tensors.len())?;
         d.set_item("ratio", s.ratio())?;
         d.set_item("tier_bytes", s.tier_bytes)?;
+        d.set_item("packed_bytes", s.packed_bytes)?;
         Ok(d)
     }
 

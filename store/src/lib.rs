@@ -192,7 +192,7 @@ pub use safetensors_io::{
     metadata_to_text, shape_from_safetensors, shape_to_safetensors, ExportReport, ImportReport,
     SafeTensorsSummary, METADATA_KEY,
 };
-pub use stats::{StoreStats, TensorStats, PACKED_NAME};
+pub use stats::{StoreStats, TensorStats};
 pub use store::{raised_in_engine, Store};
 pub use strata_codec as codec;
 pub use strata_codec::convert::to_f64;

@@ -45,8 +45,12 @@ pub struct StoreStats {
     pub versions: u64,
     /// Checkpoints.
     pub checkpoints: u64,
-    /// Per tensor, sorted by name.
+    /// Per tensor, sorted by name. A tensor packed in checkpoints (ADR 0041) counts its
+    /// versions and raw bytes here; the bytes its packs store are in `packed_bytes`.
     pub tensors: Vec<TensorStats>,
+    /// Bytes the checkpoints' pack parts store (records and segments): the small tensors they
+    /// pack (ADR 0041).
+    pub packed_bytes: u64,
     /// Bytes of block segments (each version's own, references not counted) and of the
     /// residuals beside them, per tier name (`exact`, `hot8`, `warm7`, `warm5`, `cold3`,
     /// `absent`); tiers holding nothing are left out.
@@ -147,9 +151,9 @@ fn segment_len(key: u128, stored: &[u8]) -> Result<u64> {
         })
 }
 
-/// The name [`StoreStats::tensors`] gives the pack parts of every checkpoint: the bytes the
-/// packed small tensors store (ADR 0041), whose versions and raw bytes their own names count.
-pub const PACKED_NAME: &str = "(packed small tensors)";
+/// The entry the pack parts' bytes are gathered under while the tensors are walked, taken out
+/// into [`StoreStats::packed_bytes`] (a name no tensor may have: it starts with U+0001).
+const PACKED_NAME: &str = "\u{1}packed";
 
 impl Store {
     /// Computes sizes by walking every record: no segment is decoded, and no page of segment
@@ -253,6 +257,7 @@ impl Store {
                     t.raw_bytes += p.len();
                 }
             }
+            let packed_bytes = per.remove(PACKED_NAME).map_or(0, |t| t.stored_bytes);
             let checkpoints = r.checkpoints.len().ctx("reading checkpoints")?;
             let segments = r.segments.len().ctx("reading the segment index")?;
             drop(r);
@@ -269,6 +274,7 @@ impl Store {
                 versions,
                 checkpoints,
                 tensors: per.into_values().collect(),
+                packed_bytes,
                 tier_bytes,
             })
         })
