@@ -1189,11 +1189,8 @@ impl<'s> CheckpointWriter<'s> {
             for full in packer.finish() {
                 session.put_part(step, &full)?;
             }
-            let record = CheckpointRecord {
-                metadata,
-                tensors: names,
-                packed: packer.packed,
-            };
+            let mut record = CheckpointRecord::new(metadata, names);
+            record.packed = packer.packed;
             session.commit(step, |wt| {
                 if wt.checkpoint(step)?.is_some() {
                     return Err(StoreError::Invalid(InvalidInput::CheckpointExists { step }));
