@@ -335,13 +335,10 @@ impl Store {
             let Some(cp) = wt.checkpoint(step)? else {
                 continue;
             };
-            for name in cp.tensors {
-                // A packed tensor (ADR 0041) stays exact: its bytes are its pack part's.
-                if cp.packed.contains_key(&name) {
-                    tally.versions_exact += 1;
-                    continue;
-                }
-                by_tensor.entry(name).or_default().insert(step);
+            // A packed tensor (ADR 0041) stays exact: its bytes are its pack part's.
+            tally.versions_exact += cp.packed.len() as u64;
+            for name in cp.unpacked() {
+                by_tensor.entry(name.clone()).or_default().insert(step);
             }
         }
         let mut jobs = Vec::new();

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use strata_tiering::Tier;
 
 use crate::engine::{
-    checkpoint_steps, is_part_name, lossy, part_name, read_blocks, tag_list, tensor_names,
-    BlockCache, Fetcher, ReadTxn, Span, View,
+    checkpoint_steps, is_part_name, lossy, packed_at, part_name, read_blocks, tag_list,
+    tensor_names, BlockCache, Fetcher, ReadTxn, Span, View,
 };
 use crate::error::{InvalidInput, NotFound, Result, StoreError, TierFailure};
 use crate::record::{BlockRecord, Form, Packed, ResidualRef, VersionRecord, CHECKSUM_LEN};
@@ -436,11 +436,8 @@ fn info_with_tiers(r: &ReadTxn, name: &str, step: u64, rec: &VersionRecord) -> R
         .map(|row| row.as_ref().map_or(Tier::Exact, |row| row.tier))
         .collect();
     let mut info = version_info(step, rec, &tiers);
-    if rec.inline.is_some() && r.is_member(name, step)? {
-        if let Some(p) = r
-            .checkpoint(step)?
-            .and_then(|cp| cp.packed.get(name).cloned())
-        {
+    if rec.inline.is_some() {
+        if let Some(p) = packed_at(r, name, step)? {
             info.stored_bytes = stored_share(r, step, &p)?;
         }
     }

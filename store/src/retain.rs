@@ -133,8 +133,7 @@ fn checkpoint_stored_bytes(wt: &WriteTxn<'_>, step: u64) -> Result<u64> {
     };
     let mut sum = 0u64;
     // A packed tensor's bytes are in its checkpoint's pack parts (ADR 0041).
-    let own = cp.tensors.iter().filter(|t| !cp.packed.contains_key(*t));
-    for name in own.chain(&part_names(&cp)) {
+    for name in cp.unpacked().chain(&part_names(&cp)) {
         if let Some(rec) = wt.stored_version(name, step)? {
             sum = sum.saturating_add(stored_bytes(&rec));
         }

@@ -91,7 +91,7 @@ pub(crate) fn stored_sizes_of(wt: &WriteTxn<'_>) -> Result<StoredSizes> {
         &wt.tiers,
         &wt.checkpoints,
         &wt.tags,
-        wt.members.as_ref(),
+        Some(&wt.members),
     )
 }
 

@@ -4,14 +4,14 @@
 //! for 1000 checkpoints of 300 tensors; one pass reads each record once, the thread pool's
 //! threads each reading one run of names (0.145 -> 0.101 s median on 2 cores).
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 
 use rayon::prelude::*;
 
 use crate::engine::{checkpoint_steps, versions_between, BytesTable, View};
 use crate::error::Result;
-use crate::read::stored_bytes;
-use crate::read::{part_sizes, share_of};
+use crate::read::{part_sizes, share_of, stored_bytes};
 use crate::record::version_key;
 use crate::store::{contain, Store};
 
@@ -69,16 +69,13 @@ impl Store {
                 let mut packed_stored = 0;
                 let mut parts = HashMap::new();
                 for p in cp.packed.values() {
-                    let key = (p.dtype.code(), p.part);
-                    let sizes = match parts.get(&key) {
-                        Some(&sizes) => sizes,
-                        None => *parts
-                            .entry(key)
-                            .or_insert(part_sizes(&r, step, p.dtype, p.part)?),
+                    let sizes = match parts.entry((p.dtype.code(), p.part)) {
+                        Entry::Occupied(e) => *e.get(),
+                        Entry::Vacant(e) => *e.insert(part_sizes(&r, step, p.dtype, p.part)?),
                     };
                     packed_stored += share_of(sizes, p);
                 }
-                for name in cp.tensors.iter().filter(|t| !cp.packed.contains_key(*t)) {
+                for name in cp.unpacked() {
                     let next = ids.len();
                     let id = match ids.get(name.as_str()) {
                         Some(&id) => id,

@@ -1011,14 +1011,7 @@ impl<'s> CheckpointWriter<'s> {
         contain(&store.path, "writing a checkpoint", || {
             self.check_new(name)?;
             if self.packs(name, tensor.dtype, tensor.shape, tensor.bytes.len() as u64) {
-                check_shape(
-                    name,
-                    self.step,
-                    tensor.dtype,
-                    tensor.shape,
-                    tensor.bytes.len() as u64,
-                )?;
-                self.check_free(&[name])?;
+                self.check_packed(name, tensor.dtype, tensor.shape, tensor.bytes.len() as u64)?;
                 self.pack(name, tensor.dtype, tensor.shape, tensor.bytes)?;
             } else {
                 self.session.put(self.step, name, tensor)?;
@@ -1081,8 +1074,7 @@ impl<'s> CheckpointWriter<'s> {
         contain(&store.path, "writing a checkpoint", || {
             self.check_new(name)?;
             if self.packs(name, dtype, shape, len) {
-                check_shape(name, self.step, dtype, shape, len)?;
-                self.check_free(&[name])?;
+                self.check_packed(name, dtype, shape, len)?;
                 let mut bytes = vec![0u8; len as usize];
                 read(0, &mut bytes)?;
                 self.pack(name, dtype, shape, &bytes)?;
@@ -1129,6 +1121,13 @@ impl<'s> CheckpointWriter<'s> {
             })),
             None => Ok(()),
         }
+    }
+
+    /// The checks of one tensor to pack, before its bytes are read: its shape and length,
+    /// and that it has no version at this step.
+    fn check_packed(&mut self, name: &str, dtype: DType, shape: &[u64], len: u64) -> Result<()> {
+        check_shape(name, self.step, dtype, shape, len)?;
+        self.check_free(&[name])
     }
 
     /// Packs a small tensor whose shape was checked; writes its part once full.

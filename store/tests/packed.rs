@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{f32_bytes, noise, temp_store};
+use common::{f32_bytes, noise, temp_store, tensor_refs};
 use redb::{ReadableDatabase, TableDefinition};
 use strata_store::{DType, InvalidInput, RetainPolicy, Store, StoreError, TensorRef};
 
@@ -43,19 +43,7 @@ fn state(step: u64) -> Vec<(String, DType, Vec<u64>, Vec<u8>)> {
 
 fn save(store: &Store, step: u64) {
     let tensors = state(step);
-    let refs: Vec<(&str, TensorRef<'_>)> = tensors
-        .iter()
-        .map(|(n, d, s, b)| {
-            (
-                n.as_str(),
-                TensorRef {
-                    dtype: *d,
-                    shape: s,
-                    bytes: b,
-                },
-            )
-        })
-        .collect();
+    let refs = tensor_refs(&tensors);
     store.save_checkpoint(step, &refs, "{}").expect("save");
 }
 
@@ -192,19 +180,7 @@ fn a_put_beside_packed_versions_and_reserved_names() {
     // is visible.
     store.put("layer.bias", 40, &t).expect("put");
     let tensors = state(40);
-    let refs: Vec<(&str, TensorRef<'_>)> = tensors
-        .iter()
-        .map(|(n, d, s, b)| {
-            (
-                n.as_str(),
-                TensorRef {
-                    dtype: *d,
-                    shape: s,
-                    bytes: b,
-                },
-            )
-        })
-        .collect();
+    let refs = tensor_refs(&tensors);
     let err = store.save_checkpoint(40, &refs, "{}").unwrap_err();
     assert!(
         matches!(

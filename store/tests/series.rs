@@ -3,8 +3,8 @@
 
 mod common;
 
-use common::{all_series, temp_store, Ckpt, SeriesExt};
-use strata_store::{DeltaPolicy, Options, Store, TensorRef};
+use common::{all_series, temp_store, tensor_refs, Ckpt, SeriesExt};
+use strata_store::{DeltaPolicy, Options, Store};
 
 struct Measured {
     raw: u64,
@@ -23,20 +23,7 @@ fn import_and_check(series: &[Ckpt], policy: DeltaPolicy, max_chain: u8) -> Meas
     };
     let mut store = Store::open_with(&path, opts.clone()).expect("open");
     for c in series {
-        let refs: Vec<(&str, TensorRef<'_>)> = c
-            .tensors
-            .iter()
-            .map(|(n, d, s, b)| {
-                (
-                    n.as_str(),
-                    TensorRef {
-                        dtype: *d,
-                        shape: s,
-                        bytes: b,
-                    },
-                )
-            })
-            .collect();
+        let refs = tensor_refs(&c.tensors);
         store
             .save_checkpoint(c.step, &refs, &format!("{{\"step\": {}}}", c.step))
             .expect("save checkpoint");

@@ -48,7 +48,7 @@ pub(crate) use encode::{
     Reencoded, Task, VersionPlan,
 };
 pub(crate) use handle::Handle;
-pub(crate) use packs::{all_members, packs, part_name, part_names, FullPart, Packer};
+pub(crate) use packs::{all_members, packed_at, packs, part_name, part_names, FullPart, Packer};
 pub(crate) use quantized::ResidualBytes;
 pub(crate) use read_into::read_blocks_into;
 pub(crate) use rebase::{delete_version, delete_versions, rebase_dependents};

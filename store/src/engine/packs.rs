@@ -244,13 +244,14 @@ fn packed_error(name: &str, step: u64, reason: String) -> StoreError {
     })
 }
 
-/// The packed version `step` of `name`, as an inline version holding its bytes; `None` if
-/// the member index does not list it.
-pub(crate) fn member_version<V: View + ?Sized>(
+/// Where the packed version `step` of `name` is, from its checkpoint's record (kept in the
+/// view's memo: a checkpoint's packed tensors are read one after another); `None` if the
+/// member index does not list it.
+pub(crate) fn packed_at<V: View + ?Sized>(
     view: &V,
     name: &str,
     step: u64,
-) -> Result<Option<VersionRecord>> {
+) -> Result<Option<Packed>> {
     if !view.is_member(name, step)? {
         return Ok(None);
     }
@@ -274,6 +275,19 @@ pub(crate) fn member_version<V: View + ?Sized>(
             "the checkpoint record does not say where".into(),
         )
     })?;
+    Ok(Some(p.clone()))
+}
+
+/// The packed version `step` of `name`, as an inline version holding its bytes; `None` if
+/// the member index does not list it.
+pub(crate) fn member_version<V: View + ?Sized>(
+    view: &V,
+    name: &str,
+    step: u64,
+) -> Result<Option<VersionRecord>> {
+    let Some(p) = packed_at(view, name, step)? else {
+        return Ok(None);
+    };
     let part = read_part(view, name, step, p.dtype, p.part)?;
     let range = p
         .offset

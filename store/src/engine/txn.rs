@@ -63,6 +63,11 @@ impl ReadTxn {
             parts: PartMemo::new(),
         })
     }
+
+    /// The member index, if the store has one.
+    fn member_table(&self) -> Option<&ReadOnlyTable<&'static [u8], &'static [u8]>> {
+        self.members.as_ref()
+    }
 }
 
 /// The tables of a write transaction, and what the in-memory tier state must learn once it
@@ -77,8 +82,8 @@ pub(crate) struct WriteTxn<'txn> {
     pub(crate) tags: Table<'txn, &'static [u8], u64>,
     pub(crate) policies: Table<'txn, &'static [u8], &'static [u8]>,
     pub(crate) meta: Table<'txn, &'static [u8], &'static [u8]>,
-    /// The member index (ADR 0041); always `Some` (created when missing).
-    pub(crate) members: Option<Table<'txn, &'static [u8], &'static [u8]>>,
+    /// The member index (ADR 0041), created when missing.
+    pub(crate) members: Table<'txn, &'static [u8], &'static [u8]>,
     /// Pack parts decoded by this write.
     pub(crate) parts: PartMemo,
     /// Applied to the tier state after the commit.
@@ -110,7 +115,7 @@ impl<'txn> WriteTxn<'txn> {
             tags: txn.open_table(TAGS).ctx(op)?,
             policies: txn.open_table(POLICIES).ctx(op)?,
             meta: txn.open_table(META).ctx(op)?,
-            members: Some(txn.open_table(MEMBERS).ctx(op)?),
+            members: txn.open_table(MEMBERS).ctx(op)?,
             parts: PartMemo::new(),
             tier_changes: TierChanges::default(),
         })
@@ -232,18 +237,17 @@ impl<'txn> WriteTxn<'txn> {
 
     /// Lists `name` as packed in the checkpoint at `step` (ADR 0041).
     pub(crate) fn add_member(&mut self, name: &str, step: u64) -> Result<()> {
-        match self.members.as_mut() {
-            Some(t) => packs::add_member(t, name, step),
-            None => Err(no_member_table()),
-        }
+        packs::add_member(&mut self.members, name, step)
     }
 
     /// Takes `name` out of the member index at `step`; whether it was listed.
     pub(crate) fn remove_member(&mut self, name: &str, step: u64) -> Result<bool> {
-        match self.members.as_mut() {
-            Some(t) => packs::remove_member(t, name, step),
-            None => Err(no_member_table()),
-        }
+        packs::remove_member(&mut self.members, name, step)
+    }
+
+    /// The member index, as a read sees it.
+    fn member_table(&self) -> Option<&Table<'txn, &'static [u8], &'static [u8]>> {
+        Some(&self.members)
     }
 
     /// Removes the checkpoint at `step` and the tags naming it.
@@ -255,15 +259,6 @@ impl<'txn> WriteTxn<'txn> {
             .ctx("removing the tags of a checkpoint")?;
         Ok(())
     }
-}
-
-/// A write transaction opens (creating) the member index; a missing one is a bug.
-fn no_member_table() -> StoreError {
-    StoreError::Corrupt(Corruption::Packed {
-        tensor: String::new(),
-        step: 0,
-        reason: "the write transaction has no member index".into(),
-    })
 }
 
 /// Implements [`View`] for a transaction type by the lookups of [`versions`] and [`packs`]
@@ -291,19 +286,19 @@ macro_rules! view_over_tables {
                 versions::has_version_after(&self.versions, name, step)
             }
             fn is_member(&self, name: &str, step: u64) -> Result<bool> {
-                packs::is_member(self.members.as_ref(), name, step)
+                packs::is_member(self.member_table(), name, step)
             }
             fn member_at_or_before(&self, name: &str, step: u64) -> Result<Option<u64>> {
-                packs::member_at_or_before(self.members.as_ref(), name, step)
+                packs::member_at_or_before(self.member_table(), name, step)
             }
             fn member_steps(&self, name: &str) -> Result<Vec<u64>> {
-                packs::member_steps(self.members.as_ref(), name)
+                packs::member_steps(self.member_table(), name)
             }
             fn has_members(&self, name: &str) -> Result<bool> {
-                packs::has_members(self.members.as_ref(), name)
+                packs::has_members(self.member_table(), name)
             }
             fn has_member_after(&self, name: &str, step: u64) -> Result<bool> {
-                packs::has_member_after(self.members.as_ref(), name, step)
+                packs::has_member_after(self.member_table(), name, step)
             }
             fn member_version(&self, name: &str, step: u64) -> Result<Option<VersionRecord>> {
                 packs::member_version(self, name, step)

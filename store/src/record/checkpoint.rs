@@ -76,6 +76,13 @@ impl CheckpointRecord {
         }
     }
 
+    /// The tensors that have version records of their own (not packed), in order.
+    pub(crate) fn unpacked(&self) -> impl Iterator<Item = &String> + '_ {
+        self.tensors
+            .iter()
+            .filter(|t| !self.packed.contains_key(*t))
+    }
+
     /// The pack parts this checkpoint's packed tensors are in, as (dtype, part).
     pub(crate) fn parts(&self) -> std::collections::BTreeSet<(u8, u32)> {
         self.packed

@@ -13,7 +13,7 @@
 
 use std::path::{Path, PathBuf};
 
-use strata_store::DType;
+use strata_store::{DType, TensorRef};
 pub use strata_testkit::noise::{f32_bytes, noise};
 pub use strata_testkit::series::{all_series, series_root, Series};
 use strata_testkit::series::{load_checkpoint, load_checkpoints, step_files};
@@ -59,4 +59,22 @@ pub fn temp_store() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("test.strata");
     (dir, path)
+}
+
+/// Tensors as `(name, dtype, shape, bytes)` (a [`Ckpt`]'s), as the `(name, TensorRef)` pairs
+/// `save_checkpoint` takes.
+pub fn tensor_refs(tensors: &[(String, DType, Vec<u64>, Vec<u8>)]) -> Vec<(&str, TensorRef<'_>)> {
+    tensors
+        .iter()
+        .map(|(n, d, s, b)| {
+            (
+                n.as_str(),
+                TensorRef {
+                    dtype: *d,
+                    shape: s,
+                    bytes: b,
+                },
+            )
+        })
+        .collect()
 }
