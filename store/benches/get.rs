@@ -6,6 +6,11 @@
 //! iteration pays the whole chain. Steps 0..=80 with the default `max_chain` (6) give every
 //! depth from 1 to 6 (step 60 anchors on the keyframe: depth 2); `max_chain` 9 shows depths
 //! 7 to 9, the cost a longer bound would add (ADR 0006).
+//!
+//! `get_packed`: small tensors packed per checkpoint (ADR 0041), 60 checkpoints of 200 biases
+//! of 256 f32. `one_by_one` reads every tensor of one checkpoint by its own `get` (each its
+//! own transaction, as a caller walking names does); `fresh_handle` opens the store and reads
+//! one tensor, so its part's chain decodes from the file.
 
 use criterion::{BenchmarkId, Criterion, Throughput};
 use strata_store::{DType, Options, Store, TensorRef};
@@ -75,10 +80,73 @@ fn bench_get(c: &mut Criterion) {
     group.finish();
 }
 
+const PACKED_TENSORS: usize = 200;
+const PACKED_VALUES: usize = 256;
+const PACKED_STEPS: u64 = 60;
+
+fn bench_packed(c: &mut Criterion) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("packed.strata");
+    let names: Vec<String> = (0..PACKED_TENSORS)
+        .map(|i| format!("layer.{i}.bias"))
+        .collect();
+    {
+        let store = Store::open(&path).expect("open");
+        let mut values: Vec<Vec<f32>> = (0..PACKED_TENSORS)
+            .map(|i| (0..PACKED_VALUES).map(|j| (i * j) as f32 * 1e-3).collect())
+            .collect();
+        for step in 0..PACKED_STEPS {
+            for (i, v) in values.iter_mut().enumerate() {
+                v[(step as usize * 7 + i) % PACKED_VALUES] += 1e-4;
+            }
+            let bytes: Vec<Vec<u8>> = values
+                .iter()
+                .map(|v| v.iter().flat_map(|x| x.to_le_bytes()).collect())
+                .collect();
+            let shape = [PACKED_VALUES as u64];
+            let refs: Vec<(&str, TensorRef<'_>)> = names
+                .iter()
+                .zip(&bytes)
+                .map(|(n, b)| {
+                    let t = TensorRef {
+                        dtype: DType::F32,
+                        shape: &shape,
+                        bytes: b,
+                    };
+                    (n.as_str(), t)
+                })
+                .collect();
+            store.save_checkpoint(step, &refs, "{}").expect("save");
+        }
+    }
+    let step = PACKED_STEPS / 2;
+    let mut group = c.benchmark_group("get_packed");
+    group.sample_size(20);
+    let store = Store::open(&path).expect("open");
+    group.throughput(Throughput::Elements(PACKED_TENSORS as u64));
+    group.bench_function("one_by_one", |b| {
+        b.iter(|| {
+            for n in &names {
+                store.get(n, step).expect("get");
+            }
+        })
+    });
+    drop(store);
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("fresh_handle", |b| {
+        b.iter(|| {
+            let store = Store::open(&path).expect("open");
+            store.get(&names[PACKED_TENSORS / 2], step).expect("get")
+        })
+    });
+    group.finish();
+}
+
 // What `criterion_group!` and `criterion_main!` expand to, written out so that no
 // undocumented `pub fn` is generated.
 fn main() {
     let mut c = Criterion::default().configure_from_args();
     bench_get(&mut c);
+    bench_packed(&mut c);
     c.final_summary();
 }

@@ -301,7 +301,7 @@ impl Store {
                 let rolled_back = (|| {
                     let txn = self.db.begin_write(&self.path, op)?;
                     let pass = {
-                        let mut wt = WriteTxn::open(&txn)?;
+                        let mut wt = WriteTxn::open(&txn, self.parts.clone())?;
                         self.age_pass(&mut wt, policy, &targets)?
                     };
                     txn.abort().ctx(op)?;

@@ -118,7 +118,7 @@ impl Store {
         let _writer = self.writer.lock();
         let txn = self.db.begin_write(&self.path, op)?;
         let claimed = {
-            let mut wt = WriteTxn::open(&txn)?;
+            let mut wt = WriteTxn::open(&txn, self.parts.clone())?;
             let last = wt
                 .meta
                 .get(TRIMMED_AT_KEY)

@@ -12,8 +12,8 @@ use redb::{
 };
 
 use crate::engine::{
-    BlockCache, Handle, ReadTxn, WriteTxn, CHECKPOINTS, CHUNKS, FORMAT_KEY, MEMBERS, META,
-    POLICIES, SEGMENTS, TAGS, TAILS, TIERS, VERSIONS, WRITER_KEY,
+    part_cache, BlockCache, Handle, PartCache, ReadTxn, WriteTxn, CHECKPOINTS, CHUNKS, FORMAT_KEY,
+    MEMBERS, META, POLICIES, SEGMENTS, TAGS, TAILS, TIERS, VERSIONS, WRITER_KEY,
 };
 use crate::error::{Corruption, DbContext, OpenError, Result, StoreError};
 use crate::options::Options;
@@ -48,6 +48,8 @@ pub struct Store {
     pub(crate) db: Handle,
     pub(crate) opts: Options,
     pub(crate) cache: BlockCache,
+    /// Decoded pack parts, shared by this handle's transactions (ADR 0041).
+    pub(crate) parts: PartCache,
     /// Held from planning to commit, so a write's plan still holds when it is inserted.
     pub(crate) writer: Mutex<()>,
     /// The tier policy's state and read statistics (reads record here, not in the file).
@@ -225,6 +227,7 @@ impl Store {
         let runtime = Runtime::new(opts.tiering.config)?;
         let store = Store {
             cache: BlockCache::new(opts.cache_bytes),
+            parts: part_cache(),
             path,
             db,
             opts,
@@ -458,7 +461,13 @@ impl Store {
 
     /// Opens a read transaction and its tables.
     pub(crate) fn read(&self) -> Result<ReadTxn> {
-        ReadTxn::begin(&self.db).map_err(|e| e.on_file(&self.path))
+        ReadTxn::begin(&self.db, self.parts.clone()).map_err(|e| e.on_file(&self.path))
+    }
+
+    /// Opens a read transaction whose pack parts decode from the file, not from blocks
+    /// earlier transactions decoded (verify).
+    pub(crate) fn read_from_disk(&self) -> Result<ReadTxn> {
+        ReadTxn::begin(&self.db, part_cache()).map_err(|e| e.on_file(&self.path))
     }
 
     /// Runs `f` in a write transaction and commits if it succeeds (dropping it aborts); the
@@ -470,7 +479,7 @@ impl Store {
     fn write_txn<T>(&self, f: impl FnOnce(&mut WriteTxn<'_>) -> Result<T>) -> Result<T> {
         let txn = self.db.begin_write(&self.path, "a write")?;
         let (out, changes) = {
-            let mut tables = WriteTxn::open(&txn)?;
+            let mut tables = WriteTxn::open(&txn, self.parts.clone())?;
             let out = f(&mut tables)?;
             (out, std::mem::take(&mut tables.tier_changes))
         };

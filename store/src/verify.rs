@@ -116,7 +116,7 @@ impl Store {
     /// [`VerifyReport`].
     pub fn verify(&self) -> Result<VerifyReport> {
         contain(&self.path, "verifying", || {
-            let r = self.read()?;
+            let r = self.read_from_disk()?;
             let cache = BlockCache::new(self.opts.cache_bytes);
             let mut fetcher = Fetcher::new(&r, &cache);
             let mut report = VerifyReport::default();

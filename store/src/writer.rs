@@ -133,7 +133,8 @@ impl<'s> Session<'s> {
         if self.poisoned {
             return Err(poisoned());
         }
-        let mut tables = WriteTxn::open(txn).map_err(|e| e.on_file(&self.store.path))?;
+        let mut tables = WriteTxn::open(txn, self.store.parts.clone())
+            .map_err(|e| e.on_file(&self.store.path))?;
         let out = f(&mut tables).map_err(|e| e.on_file(&self.store.path));
         self.poisoned = out.is_err();
         let changes = std::mem::take(&mut tables.tier_changes);

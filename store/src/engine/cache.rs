@@ -4,6 +4,7 @@
 //! used (a delta's base is pinned by the hash in its header), so entries never go stale
 //! when versions are deleted, overwritten or re-based.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -11,6 +12,7 @@ use lru::LruCache;
 use parking_lot::Mutex;
 
 use super::buffers::POOL;
+use crate::record::CheckpointRecord;
 
 /// Decoded block bytes shared between the cache and readers.
 pub(crate) type Block = Arc<Vec<u8>>;
@@ -141,12 +143,16 @@ impl BlockCache {
 
 /// Decoded pack parts a transaction read, and the cache of their blocks (the part before is
 /// the base of the next): reading a checkpoint's packed tensors decodes each part once.
+///
+/// Under it lies the store's [`PartCache`], shared by its transactions: a `get` of one small
+/// tensor after another (each its own transaction) finds its part and its checkpoint's record
+/// decoded.
 pub(crate) struct PartMemo {
-    pub(super) cache: BlockCache,
+    pub(super) cache: PartCache,
     pub(super) parts: Mutex<Vec<(PartKey, Arc<Vec<u8>>)>>,
     /// The checkpoint record last read for a packed tensor, by step: a checkpoint's packed
     /// tensors are read one after another.
-    pub(super) checkpoint: Mutex<Option<(u64, Arc<crate::record::CheckpointRecord>)>>,
+    pub(super) checkpoint: Mutex<Option<(u64, Arc<CheckpointRecord>)>>,
 }
 
 /// A decoded part: its name, step and content hash (which a re-encoding keeps).
@@ -154,13 +160,81 @@ pub(super) type PartKey = (String, u64, Option<u64>);
 
 /// Parts a [`PartMemo`] keeps decoded.
 pub(super) const MEMO_PARTS: usize = 8;
-/// Bytes of blocks a [`PartMemo`] caches.
-const MEMO_CACHE_BYTES: usize = 8 << 20;
+/// Bytes of blocks a [`PartCache`] holds: 128 parts of 64 KiB with their chains.
+const PART_CACHE_BYTES: usize = 8 << 20;
+/// Checkpoint records a [`PartCache`] keeps decoded.
+const SHARED_RECORDS: usize = 4;
+
+/// What reads of packed tensors share across a store's transactions: the decoded blocks of
+/// pack parts and of the links of their chains, by content address (never stale, as
+/// [`BlockCache`]), and the last checkpoint records decoded, by their stored bytes (a record
+/// is reused only while the table holds the same bytes). Kept apart from the store's own
+/// cache, so that it exists when that cache is off (`cache_bytes` 0) and a large read does
+/// not evict it.
+#[derive(Debug)]
+pub(crate) struct SharedParts {
+    pub(super) blocks: BlockCache,
+    records: Mutex<VecDeque<SharedRecord>>,
+}
+
+/// A checkpoint record decoded from `bytes` at `step`.
+#[derive(Debug)]
+struct SharedRecord {
+    step: u64,
+    bytes: Box<[u8]>,
+    record: Arc<CheckpointRecord>,
+}
+
+/// A store's [`SharedParts`], held by each of its transactions.
+pub(crate) type PartCache = Arc<SharedParts>;
+
+/// A new [`PartCache`]: one per store, and a private one for a read that must see the disk
+/// (verify).
+pub(crate) fn part_cache() -> PartCache {
+    Arc::new(SharedParts {
+        blocks: BlockCache::new(PART_CACHE_BYTES),
+        records: Mutex::new(VecDeque::new()),
+    })
+}
+
+impl SharedParts {
+    /// The checkpoint record stored at `step` as `bytes`: the one decoded before from the
+    /// same bytes, or `decode`'s, kept for the next read.
+    pub(crate) fn record<E>(
+        &self,
+        step: u64,
+        bytes: &[u8],
+        decode: impl FnOnce() -> Result<CheckpointRecord, E>,
+    ) -> Result<Arc<CheckpointRecord>, E> {
+        let held = self
+            .records
+            .lock()
+            .iter()
+            .find(|r| r.step == step && *r.bytes == *bytes)
+            .map(|r| r.record.clone());
+        if let Some(record) = held {
+            return Ok(record);
+        }
+        let record = Arc::new(decode()?);
+        let mut records = self.records.lock();
+        records.retain(|r| r.step != step);
+        if records.len() == SHARED_RECORDS {
+            records.pop_front();
+        }
+        records.push_back(SharedRecord {
+            step,
+            bytes: bytes.into(),
+            record: record.clone(),
+        });
+        Ok(record)
+    }
+}
 
 impl PartMemo {
-    pub(crate) fn new() -> Self {
+    /// A memo over `cache`.
+    pub(crate) fn new(cache: PartCache) -> Self {
         PartMemo {
-            cache: BlockCache::new(MEMO_CACHE_BYTES),
+            cache,
             parts: Mutex::new(Vec::new()),
             checkpoint: Mutex::new(None),
         }
@@ -178,6 +252,39 @@ mod tests {
         assert!(!room.take(50), "only 40 left");
         assert!(room.take(40));
         assert!(!room.take(1));
+    }
+
+    #[test]
+    fn a_shared_record_is_decoded_once_per_stored_bytes() {
+        let shared = part_cache();
+        let decodes = std::cell::Cell::new(0);
+        let get = |step: u64, bytes: &[u8]| {
+            shared
+                .record(step, bytes, || {
+                    decodes.set(decodes.get() + 1);
+                    Ok::<_, ()>(CheckpointRecord::new(
+                        String::from_utf8(bytes.to_vec()).unwrap(),
+                        Vec::new(),
+                    ))
+                })
+                .unwrap()
+        };
+        let first = get(5, b"a");
+        assert!(Arc::ptr_eq(&first, &get(5, b"a")), "same bytes: reused");
+        assert_eq!(decodes.get(), 1);
+        assert_eq!(
+            get(5, b"b").metadata,
+            "b",
+            "the record changed: decoded again"
+        );
+        assert_eq!(get(6, b"b").metadata, "b", "another step: its own entry");
+        assert_eq!(decodes.get(), 3);
+        for step in 10..10 + SHARED_RECORDS as u64 {
+            get(step, b"c");
+        }
+        assert_eq!(decodes.get(), 3 + SHARED_RECORDS);
+        get(5, b"b");
+        assert_eq!(decodes.get(), 4 + SHARED_RECORDS, "evicted past the bound");
     }
 
     #[test]

@@ -42,7 +42,7 @@ mod writeback;
 
 pub(crate) use aging::{age_versions, AgeHow, AgeJob, AgeTally};
 pub(crate) use blocks::{decode_all, read_blocks, Fetcher, Job, Span};
-pub(crate) use cache::{Block, BlockCache, CacheRoom};
+pub(crate) use cache::{part_cache, Block, BlockCache, CacheRoom, PartCache};
 pub(crate) use encode::{
     check_shape, encode_tasks, plan_version, prepare_window, BlockBytes, BlockWork, Encoded,
     Reencoded, Task, VersionPlan,

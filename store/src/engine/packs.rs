@@ -260,10 +260,9 @@ pub(crate) fn packed_at<V: View + ?Sized>(
     let cp = match held {
         Some((s, cp)) if s == step => cp,
         _ => {
-            let cp =
-                Arc::new(view.checkpoint(step)?.ok_or_else(|| {
-                    packed_error(name, step, "the checkpoint has no record".into())
-                })?);
+            let cp = view
+                .shared_checkpoint(step)?
+                .ok_or_else(|| packed_error(name, step, "the checkpoint has no record".into()))?;
             *memo.checkpoint.lock() = Some((step, cp.clone()));
             cp
         }
@@ -346,10 +345,10 @@ fn read_part<V: View + ?Sized>(
     let mut out = Vec::with_capacity(rec.raw_bytes() as usize);
     let pname: Arc<str> = Arc::from(pname);
     let spans = [Span::whole(pname.clone(), step, &rec)];
-    let mut fetcher = Fetcher::new(view.as_dyn(), &memo.cache);
+    let mut fetcher = Fetcher::new(view.as_dyn(), &memo.cache.blocks);
     read_blocks(
         &mut fetcher,
-        &memo.cache,
+        &memo.cache.blocks,
         &spans,
         |_, _| {
             Err(packed_error(

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use redb::{ReadOnlyTable, ReadableTable, Table, WriteTransaction};
 use strata_tiering::BlockSpec;
 
-use super::cache::PartMemo;
+use super::cache::{PartCache, PartMemo};
 use super::handle::Handle;
 use super::packs;
 use super::segments::{self, fetch_error, FetchError, SegmentWriter};
@@ -42,8 +42,8 @@ pub(crate) struct ReadTxn {
 }
 
 impl ReadTxn {
-    /// Opens a read transaction and its tables.
-    pub(crate) fn begin(db: &Handle) -> Result<ReadTxn> {
+    /// Opens a read transaction and its tables; pack parts decode through `parts`.
+    pub(crate) fn begin(db: &Handle, parts: PartCache) -> Result<ReadTxn> {
         let op = "starting a read";
         let txn = db.begin_read().ctx(op)?;
         Ok(ReadTxn {
@@ -60,7 +60,7 @@ impl ReadTxn {
                 Err(redb::TableError::TableDoesNotExist(_)) => None,
                 Err(e) => return Err(StoreError::db(op)(e.into())),
             },
-            parts: PartMemo::new(),
+            parts: PartMemo::new(parts),
         })
     }
 
@@ -102,8 +102,8 @@ pub(crate) struct TierChanges {
 }
 
 impl<'txn> WriteTxn<'txn> {
-    /// Opens the tables of `txn`.
-    pub(crate) fn open(txn: &'txn WriteTransaction) -> Result<Self> {
+    /// Opens the tables of `txn`; pack parts decode through `parts`.
+    pub(crate) fn open(txn: &'txn WriteTransaction, parts: PartCache) -> Result<Self> {
         let op = "opening tables";
         Ok(WriteTxn {
             versions: txn.open_table(VERSIONS).ctx(op)?,
@@ -116,7 +116,7 @@ impl<'txn> WriteTxn<'txn> {
             policies: txn.open_table(POLICIES).ctx(op)?,
             meta: txn.open_table(META).ctx(op)?,
             members: txn.open_table(MEMBERS).ctx(op)?,
-            parts: PartMemo::new(),
+            parts: PartMemo::new(parts),
             tier_changes: TierChanges::default(),
         })
     }
@@ -317,6 +317,9 @@ macro_rules! view_over_tables {
             }
             fn checkpoint(&self, step: u64) -> Result<Option<CheckpointRecord>> {
                 versions::load_checkpoint(&self.checkpoints, step)
+            }
+            fn shared_checkpoint(&self, step: u64) -> Result<Option<Arc<CheckpointRecord>>> {
+                versions::load_checkpoint_shared(&self.checkpoints, step, &self.parts.cache)
             }
             fn segment_bytes(&self, address: u128) -> Result<Vec<u8>, FetchError> {
                 segments::fetch(&self.segments, &self.chunks, &self.tails, address)

@@ -4,7 +4,11 @@
 //!
 //! [`super::View`] is how the rest of the crate calls these.
 
+use std::sync::Arc;
+
 use redb::ReadableTable;
+
+use super::cache::SharedParts;
 
 use crate::error::{Corruption, DbContext, InvalidInput, Result, StoreError};
 use crate::record::{
@@ -229,6 +233,28 @@ pub(crate) fn load_checkpoint(
                 source,
             })
         })
+}
+
+/// The checkpoint record at `step` through `shared`: decoded only when no transaction before
+/// decoded the same stored bytes.
+pub(crate) fn load_checkpoint_shared(
+    checkpoints: &impl ReadableTable<u64, &'static [u8]>,
+    step: u64,
+    shared: &SharedParts,
+) -> Result<Option<Arc<CheckpointRecord>>> {
+    let Some(v) = checkpoints.get(step).ctx("reading a checkpoint")? else {
+        return Ok(None);
+    };
+    shared
+        .record(step, v.value(), || {
+            CheckpointRecord::from_stored(&checkpoint_key(step), v.value()).map_err(|source| {
+                StoreError::Corrupt(Corruption::Record {
+                    what: format!("checkpoint record of step {step}"),
+                    source,
+                })
+            })
+        })
+        .map(Some)
 }
 
 /// Steps of every checkpoint, ascending.

@@ -1,6 +1,8 @@
 //! The [`View`] through which the read path (block fetches, lookups) works on a read or a
 //! write transaction, so that a write can read what it is changing.
 
+use std::sync::Arc;
+
 use super::cache::PartMemo;
 use super::quantized;
 use super::segments::{fetch_error, FetchError};
@@ -45,6 +47,9 @@ pub(crate) trait View {
     fn tier_rows(&self, name: &str, step: u64) -> Result<Vec<(u32, TierRow)>>;
     /// The checkpoint record at `step`, if any.
     fn checkpoint(&self, step: u64) -> Result<Option<CheckpointRecord>>;
+    /// The checkpoint record at `step`, decoded once for every transaction of the store that
+    /// reads the same stored bytes (the store's part cache).
+    fn shared_checkpoint(&self, step: u64) -> Result<Option<Arc<CheckpointRecord>>>;
     /// The bytes stored at a content address, their hash checked.
     fn segment_bytes(&self, address: u128) -> Result<Vec<u8>, FetchError>;
 
