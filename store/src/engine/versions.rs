@@ -225,14 +225,17 @@ pub(crate) fn load_checkpoint(
     let Some(v) = checkpoints.get(step).ctx("reading a checkpoint")? else {
         return Ok(None);
     };
-    CheckpointRecord::from_stored(&checkpoint_key(step), v.value())
-        .map(Some)
-        .map_err(|source| {
-            StoreError::Corrupt(Corruption::Record {
-                what: format!("checkpoint record of step {step}"),
-                source,
-            })
+    decode_checkpoint(step, v.value()).map(Some)
+}
+
+/// The checkpoint record stored at `step` as `bytes`, its damage named.
+fn decode_checkpoint(step: u64, bytes: &[u8]) -> Result<CheckpointRecord> {
+    CheckpointRecord::from_stored(&checkpoint_key(step), bytes).map_err(|source| {
+        StoreError::Corrupt(Corruption::Record {
+            what: format!("checkpoint record of step {step}"),
+            source,
         })
+    })
 }
 
 /// The checkpoint record at `step` through `shared`: decoded only when no transaction before
@@ -246,14 +249,7 @@ pub(crate) fn load_checkpoint_shared(
         return Ok(None);
     };
     shared
-        .record(step, v.value(), || {
-            CheckpointRecord::from_stored(&checkpoint_key(step), v.value()).map_err(|source| {
-                StoreError::Corrupt(Corruption::Record {
-                    what: format!("checkpoint record of step {step}"),
-                    source,
-                })
-            })
-        })
+        .record(step, v.value(), || decode_checkpoint(step, v.value()))
         .map(Some)
 }
 
