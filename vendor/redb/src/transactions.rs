@@ -2358,13 +2358,22 @@ impl WriteTransaction {
             if relocation_map.contains_key(&path.page_number()) {
                 continue;
             }
-            let old_page = page_allocator.get_page(path.page_number(), PageHint::None)?;
+            // Strata's patch: only the page's type byte is read here (the page itself is read
+            // once, when relocate_tables copies it), and its size comes from its page number
+            let page_type = page_allocator
+                .resolver()
+                .get_page_type_byte(path.page_number(), PageHint::None)?;
+            let page_len: usize = path
+                .page_number()
+                .page_size_bytes(page_allocator.get_page_size().try_into().unwrap())
+                .try_into()
+                .unwrap();
             let mut new_page =
-                page_allocator.allocate_lowest(old_page.memory().len(), &PageTracker::ignore())?;
+                page_allocator.allocate_lowest(page_len, &PageTracker::ignore())?;
             let new_page_number = new_page.get_page_number();
             // We have to copy at least the page type into the new page.
             // Otherwise its cache priority will be calculated incorrectly
-            new_page.memory_mut()[0] = old_page.memory()[0];
+            new_page.memory_mut()[0] = page_type;
             drop(new_page);
             // We're able to move this to a lower page, so insert it and rewrite all its parents
             if new_page_number < path.page_number() {

@@ -28,13 +28,16 @@ pub(crate) enum PageType {
 
 impl PageType {
     pub(crate) fn from_page(page: &impl Page) -> Result<Self> {
-        let page_type = page.memory()[0];
+        Self::from_byte(page.memory()[0], page.get_page_number())
+    }
+
+    // Strata's patch: the type of a page whose first byte was read alone
+    pub(crate) fn from_byte(page_type: u8, page_number: PageNumber) -> Result<Self> {
         match page_type {
             LEAF => Ok(Self::Leaf),
             BRANCH => Ok(Self::Branch),
             _ => Err(StorageError::unreachable(&format!(
-                "Invalid page type byte {page_type} for page {:?}",
-                page.get_page_number()
+                "Invalid page type byte {page_type} for page {page_number:?}"
             ))),
         }
     }

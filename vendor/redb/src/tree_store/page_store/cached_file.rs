@@ -686,9 +686,16 @@ impl PagedCachedFile {
     // `Vec<u8>` that is then copied into an `Arc`. The buffer is zero-filled
     // because `StorageBackend::read` takes `&mut [u8]`.
     fn read_direct_into_arc(&self, offset: u64, len: usize) -> Result<Arc<[u8]>> {
-        // Strata's patch: a page of more than one page's bytes is sized by the order in a page
-        // pointer, which a damaged page can set to claim up to 4 GiB. Its buffer is allocated
-        // only once its range is known to lie inside the file
+        self.check_inside_file(offset, len)?;
+        let mut arc = zero_filled_arc(len);
+        self.file.read(offset, Arc::get_mut(&mut arc).unwrap())?;
+        Ok(arc)
+    }
+
+    // Strata's patch: a page of more than one page's bytes is sized by the order in a page
+    // pointer, which a damaged page can set to claim up to 4 GiB. Its buffer is allocated
+    // only once its range is known to lie inside the file
+    fn check_inside_file(&self, offset: u64, len: usize) -> Result {
         if len as u64 > self.page_size {
             let file_len = self.raw_file_len()?;
             if offset.saturating_add(len as u64) > file_len {
@@ -704,9 +711,35 @@ impl PagedCachedFile {
                 return Err(StorageError::Corrupted(message));
             }
         }
-        let mut arc = zero_filled_arc(len);
-        self.file.read(offset, Arc::get_mut(&mut arc).unwrap())?;
-        Ok(arc)
+        Ok(())
+    }
+
+    // Strata's patch: the first byte of a page (its type), for walks that need only the page
+    // numbers of leaves (compaction's search for the highest pages, the allocator's rebuild).
+    // Taken from the write buffer (as `hint` lets read() look there) or the read cache;
+    // else read alone from the file, with the same check of the page's extent that read()
+    // makes, and not cached. Reading whole leaves made a compaction read every page of the
+    // store once per pass, into freshly zeroed buffers.
+    pub(super) fn read_first_byte(&self, offset: u64, len: usize, hint: PageHint) -> Result<u8> {
+        debug_assert_eq!(0, offset % self.page_size);
+        if matches!(hint, PageHint::None) || self.committed_pages_buffered.load(Ordering::Acquire)
+        {
+            let lock = self.write_buffer_stripe(offset).lock().unwrap();
+            if let Some(cached) = lock.get(offset) {
+                return Ok(cached[0]);
+            }
+        }
+        let cache_slot: usize = (offset % Self::lock_stripes()).try_into().unwrap();
+        {
+            let read_lock = self.read_cache[cache_slot].read().unwrap();
+            if let Some(cached) = read_lock.get(offset) {
+                return Ok(cached[0]);
+            }
+        }
+        self.check_inside_file(offset, len)?;
+        let mut byte = [0u8; 1];
+        self.file.read(offset, &mut byte)?;
+        Ok(byte[0])
     }
 
     // Read with caching. Caller must not read overlapping ranges without first calling invalidate_cache().

@@ -116,6 +116,11 @@ impl PageResolver {
         self.mem.get_page(page_number, hint)
     }
 
+    // Strata's patch: a page's first byte, its type (see `PagedCachedFile::read_first_byte`)
+    pub(crate) fn get_page_type_byte(&self, page_number: PageNumber, hint: PageHint) -> Result<u8> {
+        self.mem.get_page_type_byte(page_number, hint)
+    }
+
     pub(crate) fn count_allocated_pages(&self) -> Result<u64> {
         self.mem.count_allocated_pages()
     }
@@ -2003,6 +2008,19 @@ impl TransactionalMemory {
             #[cfg(debug_assertions)]
             open_pages: self.read_page_ref_counts.clone(),
         })
+    }
+
+    // Strata's patch: a page's first byte, its type (see `PagedCachedFile::read_first_byte`)
+    pub(crate) fn get_page_type_byte(&self, page_number: PageNumber, hint: PageHint) -> Result<u8> {
+        Self::check_page_order(page_number)?;
+        let range = page_number.address_range(
+            self.page_size.into(),
+            self.region_size,
+            self.region_header_with_padding_size,
+            self.page_size,
+        );
+        let len: usize = (range.end - range.start).try_into().unwrap();
+        self.storage.read_first_byte(range.start, len, hint)
     }
 
     // NOTE: the caller must ensure that the read cache has been invalidated or stale reads my occur
