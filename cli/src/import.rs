@@ -203,8 +203,8 @@ pub(crate) fn import_files(
 /// disk (pages of versions the import replaced, or left by earlier deletes; ADR 0023), else
 /// trims the room redb reserves for growth if a writer's close would (`Store::trim`, ADRs 0028
 /// and 0036), here so that the sizes printed are the file's after the import. Whether it
-/// compacted. Both read every page of the file: redb's count of pages in use is taken only if
-/// the bytes on disk exceed the stored bytes, which those pages hold, by an eighth.
+/// compacted. redb's count of pages in use is taken only if the bytes on disk exceed the
+/// stored bytes, which those pages hold, by an eighth.
 fn compact_after_import(store: &mut Store, s: &StoreStats) -> strata_store::Result<bool> {
     if free_pages_worth_compacting(s.disk_bytes, s.stored_bytes) {
         let allocated = store.allocated_bytes()?;

@@ -157,8 +157,8 @@ const PACKED_NAME: &str = "\u{1}packed";
 
 impl Store {
     /// Computes sizes by walking every record: no segment is decoded, and no page of segment
-    /// bytes is read (redb's count of pages in use is [`Store::allocated_bytes`], which reads
-    /// them all).
+    /// bytes is read (redb's count of pages in use is [`Store::allocated_bytes`], which needs
+    /// the writer).
     ///
     /// # Errors
     /// Database and record errors.

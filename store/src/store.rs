@@ -538,8 +538,8 @@ impl Store {
 
     /// Bytes of the pages redb has allocated (the rest of the file is free space), or `None`
     /// on a read-only handle: redb reports page use to its writer only, in a write transaction
-    /// (aborted here). redb counts them by visiting every page of every table, so this reads
-    /// the whole file: [`Store::stats`] leaves it out (ADR 0036).
+    /// (aborted here). The count is its allocator's: no page is read (redb's own `stats` visits
+    /// every page of every table for it, and read the whole file until ADR 0039's patch 5).
     ///
     /// # Errors
     /// Database errors.
@@ -551,8 +551,7 @@ impl Store {
             let op = "reading database stats";
             let _writer = self.writer.lock();
             let txn = self.db.begin_write(&self.path, op)?;
-            let s = txn.stats().ctx(op)?;
-            let bytes = s.allocated_pages() * s.page_size() as u64;
+            let bytes = txn.allocated_bytes().ctx(op)?;
             txn.abort().ctx(op)?;
             Ok(Some(bytes))
         })
