@@ -714,6 +714,30 @@ impl PagedCachedFile {
         Ok(())
     }
 
+    // Strata's patch: a write transaction's page as read() returns it with `PageHint::None`,
+    // but not put in the read cache when it comes from the file. A commit reads each leaf it
+    // wrote out once more, for its checksum: caching those would fill the read cache (up to
+    // the whole cache, where the write buffer holds at most half) with pages nothing reads next
+    pub(super) fn read_uncached(&self, offset: u64, len: usize) -> Result<Arc<[u8]>> {
+        debug_assert_eq!(0, offset % self.page_size);
+        {
+            let lock = self.write_buffer_stripe(offset).lock().unwrap();
+            if let Some(cached) = lock.get(offset) {
+                debug_assert_eq!(cached.len(), len);
+                return Ok(cached.clone());
+            }
+        }
+        let cache_slot: usize = (offset % Self::lock_stripes()).try_into().unwrap();
+        {
+            let read_lock = self.read_cache[cache_slot].read().unwrap();
+            if let Some(cached) = read_lock.get(offset) {
+                debug_assert_eq!(cached.len(), len);
+                return Ok(cached.clone());
+            }
+        }
+        self.read_direct_into_arc(offset, len)
+    }
+
     // Strata's patch: the first byte of a page (its type), for walks that need only the page
     // numbers of leaves (compaction's search for the highest pages, the allocator's rebuild).
     // Taken from the write buffer (as `hint` lets read() look there) or the read cache;

@@ -292,6 +292,11 @@ impl PageAllocator {
         self.mem.get_page(page_number, hint)
     }
 
+    // Strata's patch: a page of this transaction read without entering the read cache
+    pub(crate) fn get_page_uncached(&self, page_number: PageNumber) -> Result<PageImpl> {
+        self.mem.get_page_uncached(page_number)
+    }
+
     pub(crate) fn get_page_mut<'a>(&self, page_number: PageNumber) -> Result<PageMut<'a>> {
         self.mem.get_page_mut(page_number)
     }
@@ -1987,6 +1992,41 @@ impl TransactionalMemory {
         );
         let len: usize = (range.end - range.start).try_into().unwrap();
         let mem = self.storage.read(range.start, len, hint)?;
+
+        // We must not retrieve an immutable reference to a page which already has a mutable ref to it
+        #[cfg(debug_assertions)]
+        {
+            let dirty_pages = self.open_dirty_pages.lock().unwrap();
+            debug_assert!(!dirty_pages.contains(&page_number), "{page_number:?}");
+            *(self
+                .read_page_ref_counts
+                .lock()
+                .unwrap()
+                .entry(page_number)
+                .or_default()) += 1;
+            drop(dirty_pages);
+        }
+
+        Ok(PageImpl {
+            mem,
+            page_number,
+            #[cfg(debug_assertions)]
+            open_pages: self.read_page_ref_counts.clone(),
+        })
+    }
+
+    // Strata's patch: a page read as get_page reads it, but not put in the read cache when it
+    // is read from the file (see `PagedCachedFile::read_uncached`)
+    pub(crate) fn get_page_uncached(&self, page_number: PageNumber) -> Result<PageImpl> {
+        Self::check_page_order(page_number)?;
+        let range = page_number.address_range(
+            self.page_size.into(),
+            self.region_size,
+            self.region_header_with_padding_size,
+            self.page_size,
+        );
+        let len: usize = (range.end - range.start).try_into().unwrap();
+        let mem = self.storage.read_uncached(range.start, len)?;
 
         // We must not retrieve an immutable reference to a page which already has a mutable ref to it
         #[cfg(debug_assertions)]
