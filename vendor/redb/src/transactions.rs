@@ -2651,10 +2651,6 @@ impl WriteTransaction {
             .map_or(0, |entry| entry.key().pagination_id + 1))
     }
 
-    /// Retrieves information about storage usage in the database
-    ///
-    /// Tables currently open in this transaction are reported as of the start of the
-    /// transaction; their modifications are reflected once the handle is dropped.
     /// Strata's patch: the bytes of the pages in use (the allocator's count, times the page
     /// size): what [`Self::stats`] reports as `allocated_pages`, without its walk of every
     /// page of every table.
@@ -2662,6 +2658,10 @@ impl WriteTransaction {
         Ok(self.mem.count_allocated_pages()? * (self.mem.get_page_size() as u64))
     }
 
+    /// Retrieves information about storage usage in the database
+    ///
+    /// Tables currently open in this transaction are reported as of the start of the
+    /// transaction; their modifications are reflected once the handle is dropped.
     pub fn stats(&self) -> Result<DatabaseStats> {
         let tables = self.tables.lock().unwrap();
         let table_tree = &tables.table_tree;

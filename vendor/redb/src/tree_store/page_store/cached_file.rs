@@ -720,50 +720,45 @@ impl PagedCachedFile {
     // the whole cache, where the write buffer holds at most half) with pages nothing reads next
     pub(super) fn read_uncached(&self, offset: u64, len: usize) -> Result<Arc<[u8]>> {
         debug_assert_eq!(0, offset % self.page_size);
-        {
-            let lock = self.write_buffer_stripe(offset).lock().unwrap();
-            if let Some(cached) = lock.get(offset) {
+        match self.buffered(offset, PageHint::None) {
+            Some(cached) => {
                 debug_assert_eq!(cached.len(), len);
-                return Ok(cached.clone());
+                Ok(cached)
             }
+            None => self.read_direct_into_arc(offset, len),
         }
-        let cache_slot: usize = (offset % Self::lock_stripes()).try_into().unwrap();
-        {
-            let read_lock = self.read_cache[cache_slot].read().unwrap();
-            if let Some(cached) = read_lock.get(offset) {
-                debug_assert_eq!(cached.len(), len);
-                return Ok(cached.clone());
-            }
-        }
-        self.read_direct_into_arc(offset, len)
     }
 
     // Strata's patch: the first byte of a page (its type), for walks that need only the page
     // numbers of leaves (compaction's search for the highest pages, the allocator's rebuild).
-    // Taken from the write buffer (as `hint` lets read() look there) or the read cache;
-    // else read alone from the file, with the same check of the page's extent that read()
-    // makes, and not cached. Reading whole leaves made a compaction read every page of the
-    // store once per pass, into freshly zeroed buffers.
+    // Taken from redb's buffers where the page is there; else read alone from the file, with
+    // the same check of the page's extent that read() makes, and not cached. Reading whole
+    // leaves made a compaction read every page of the store once per pass, into freshly zeroed
+    // buffers.
     pub(super) fn read_first_byte(&self, offset: u64, len: usize, hint: PageHint) -> Result<u8> {
         debug_assert_eq!(0, offset % self.page_size);
-        if matches!(hint, PageHint::None) || self.committed_pages_buffered.load(Ordering::Acquire)
-        {
-            let lock = self.write_buffer_stripe(offset).lock().unwrap();
-            if let Some(cached) = lock.get(offset) {
-                return Ok(cached[0]);
-            }
-        }
-        let cache_slot: usize = (offset % Self::lock_stripes()).try_into().unwrap();
-        {
-            let read_lock = self.read_cache[cache_slot].read().unwrap();
-            if let Some(cached) = read_lock.get(offset) {
-                return Ok(cached[0]);
-            }
+        if let Some(cached) = self.buffered(offset, hint) {
+            return Ok(cached[0]);
         }
         self.check_inside_file(offset, len)?;
         let mut byte = [0u8; 1];
         self.file.read(offset, &mut byte)?;
         Ok(byte[0])
+    }
+
+    // Strata's patch: the page at `offset` if the write buffer (where `hint` lets read() look)
+    // or the read cache holds it, without touching either
+    fn buffered(&self, offset: u64, hint: PageHint) -> Option<Arc<[u8]>> {
+        if matches!(hint, PageHint::None) || self.committed_pages_buffered.load(Ordering::Acquire)
+        {
+            let lock = self.write_buffer_stripe(offset).lock().unwrap();
+            if let Some(cached) = lock.get(offset) {
+                return Some(cached.clone());
+            }
+        }
+        let cache_slot: usize = (offset % Self::lock_stripes()).try_into().unwrap();
+        let read_lock = self.read_cache[cache_slot].read().unwrap();
+        read_lock.get(offset).cloned()
     }
 
     // Read with caching. Caller must not read overlapping ranges without first calling invalidate_cache().

@@ -1983,6 +1983,14 @@ impl TransactionalMemory {
     }
 
     pub(crate) fn get_page(&self, page_number: PageNumber, hint: PageHint) -> Result<PageImpl> {
+        let (offset, len) = self.page_extent(page_number)?;
+        let mem = self.storage.read(offset, len, hint)?;
+        Ok(self.page_from(page_number, mem))
+    }
+
+    // Strata's patch: a page's offset and length in the file (get_page's, split out for the
+    // two reads below)
+    fn page_extent(&self, page_number: PageNumber) -> Result<(u64, usize)> {
         Self::check_page_order(page_number)?;
         let range = page_number.address_range(
             self.page_size.into(),
@@ -1991,8 +1999,11 @@ impl TransactionalMemory {
             self.page_size,
         );
         let len: usize = (range.end - range.start).try_into().unwrap();
-        let mem = self.storage.read(range.start, len, hint)?;
+        Ok((range.start, len))
+    }
 
+    // Strata's patch: get_page's wrapping of the bytes it read, split out
+    fn page_from(&self, page_number: PageNumber, mem: Arc<[u8]>) -> PageImpl {
         // We must not retrieve an immutable reference to a page which already has a mutable ref to it
         #[cfg(debug_assertions)]
         {
@@ -2007,60 +2018,26 @@ impl TransactionalMemory {
             drop(dirty_pages);
         }
 
-        Ok(PageImpl {
+        PageImpl {
             mem,
             page_number,
             #[cfg(debug_assertions)]
             open_pages: self.read_page_ref_counts.clone(),
-        })
+        }
     }
 
     // Strata's patch: a page read as get_page reads it, but not put in the read cache when it
     // is read from the file (see `PagedCachedFile::read_uncached`)
     pub(crate) fn get_page_uncached(&self, page_number: PageNumber) -> Result<PageImpl> {
-        Self::check_page_order(page_number)?;
-        let range = page_number.address_range(
-            self.page_size.into(),
-            self.region_size,
-            self.region_header_with_padding_size,
-            self.page_size,
-        );
-        let len: usize = (range.end - range.start).try_into().unwrap();
-        let mem = self.storage.read_uncached(range.start, len)?;
-
-        // We must not retrieve an immutable reference to a page which already has a mutable ref to it
-        #[cfg(debug_assertions)]
-        {
-            let dirty_pages = self.open_dirty_pages.lock().unwrap();
-            debug_assert!(!dirty_pages.contains(&page_number), "{page_number:?}");
-            *(self
-                .read_page_ref_counts
-                .lock()
-                .unwrap()
-                .entry(page_number)
-                .or_default()) += 1;
-            drop(dirty_pages);
-        }
-
-        Ok(PageImpl {
-            mem,
-            page_number,
-            #[cfg(debug_assertions)]
-            open_pages: self.read_page_ref_counts.clone(),
-        })
+        let (offset, len) = self.page_extent(page_number)?;
+        let mem = self.storage.read_uncached(offset, len)?;
+        Ok(self.page_from(page_number, mem))
     }
 
     // Strata's patch: a page's first byte, its type (see `PagedCachedFile::read_first_byte`)
     pub(crate) fn get_page_type_byte(&self, page_number: PageNumber, hint: PageHint) -> Result<u8> {
-        Self::check_page_order(page_number)?;
-        let range = page_number.address_range(
-            self.page_size.into(),
-            self.region_size,
-            self.region_header_with_padding_size,
-            self.page_size,
-        );
-        let len: usize = (range.end - range.start).try_into().unwrap();
-        self.storage.read_first_byte(range.start, len, hint)
+        let (offset, len) = self.page_extent(page_number)?;
+        self.storage.read_first_byte(offset, len, hint)
     }
 
     // NOTE: the caller must ensure that the read cache has been invalidated or stale reads my occur
