@@ -1706,7 +1706,9 @@ fn many(ctx: &mut Ctx<'_>) -> Res<()> {
             "write_seconds_so_far": write_secs,
         }));
     }
-    remove(&path);
+    if !ctx.a.keep {
+        remove(&path);
+    }
 
     // The small-tensor cost: 300 checkpoints of the same model.
     let path = dir.join("small.strata");

@@ -78,9 +78,14 @@ impl CheckpointRecord {
 
     /// The tensors that have version records of their own (not packed), in order.
     pub(crate) fn unpacked(&self) -> impl Iterator<Item = &String> + '_ {
+        // Every packed name is one of `tensors`: as many packed as tensors means all are
+        // packed, and none is looked up (a lookup per name was most of `strata log`'s time
+        // on checkpoints of small tensors).
+        let all_packed = self.packed.len() == self.tensors.len();
+        let none_packed = self.packed.is_empty();
         self.tensors
             .iter()
-            .filter(|t| !self.packed.contains_key(*t))
+            .filter(move |t| !all_packed && (none_packed || !self.packed.contains_key(*t)))
     }
 
     /// The pack parts this checkpoint's packed tensors are in, as (dtype, part).
@@ -146,7 +151,9 @@ impl CheckpointRecord {
             });
         }
         let mut tensors: Vec<String> = Vec::with_capacity(count);
-        let mut packed = BTreeMap::new();
+        // Built at the end in one go: a map built from a run of names in order takes no
+        // comparisons beyond the sort's check, where an insert per name searched the map.
+        let mut packed = Vec::new();
         for _ in 0..count {
             let name = if version == WHOLE_NAMES {
                 r.string("tensor name")?.to_owned()
@@ -162,7 +169,8 @@ impl CheckpointRecord {
                     });
                 }
                 let suffix = r.take(suffix as usize, "tensor name")?;
-                let mut name = prev.as_bytes()[..shared as usize].to_vec();
+                let mut name = Vec::with_capacity(len as usize);
+                name.extend_from_slice(&prev.as_bytes()[..shared as usize]);
                 name.extend_from_slice(suffix);
                 String::from_utf8(name).map_err(|_| RecordError::Utf8 {
                     field: "tensor name",
@@ -172,7 +180,7 @@ impl CheckpointRecord {
                 match r.u8("tensor kind")? {
                     0 => {}
                     1 => {
-                        packed.insert(name.clone(), read_packed(&mut r)?);
+                        packed.push((name.clone(), read_packed(&mut r)?));
                     }
                     kind => {
                         return Err(RecordError::BadValue {
@@ -188,7 +196,8 @@ impl CheckpointRecord {
         Ok(CheckpointRecord {
             metadata,
             tensors,
-            packed,
+            // A name twice keeps its last entry, as inserting each in turn did.
+            packed: packed.into_iter().collect(),
         })
     }
 }
