@@ -219,10 +219,17 @@ impl Store {
 
     /// Wraps an open database: checks its format and loads the tier state. A writer takes
     /// the lowest free pages (ADR 0040), so that the room redb grows the file by stays at its
-    /// end, where a trim cuts it off without a compaction.
+    /// end, where a trim cuts it off without a compaction. redb caches single pages only
+    /// (ADR 0042): the larger ones hold segment chunks, decoded once and kept decoded in the
+    /// block cache.
     fn from_handle(path: PathBuf, mut db: Handle, opts: Options) -> Result<Store> {
-        if let Handle::Writer(db) = &mut db {
-            db.set_lowest_page_allocation(true);
+        match &mut db {
+            Handle::Writer(db) => {
+                db.set_lowest_page_allocation(true);
+                db.set_max_cached_page_size(CACHED_PAGE_BYTES);
+            }
+            Handle::Reader(db) => db.set_max_cached_page_size(CACHED_PAGE_BYTES),
+            Handle::Closed => {}
         }
         let runtime = Runtime::new(opts.tiering.config)?;
         let store = Store {
@@ -655,6 +662,10 @@ impl StorageBackend for SharedBackend {
         self.0.close()
     }
 }
+
+/// The largest page redb keeps in its cache: one page (redb's default size), which holds
+/// the trees' branches and small records. Segment chunks fill pages of 8 to 64 KiB.
+const CACHED_PAGE_BYTES: usize = 4096;
 
 /// redb's settings for this store: its cache, and the `SingleWriter` mode that lets read-only
 /// processes follow a writer.

@@ -699,6 +699,11 @@ impl ReadableDatabase for ReadOnlyDatabase {
 }
 
 impl ReadOnlyDatabase {
+    /// Strata's patch: the read side of [`Database::set_max_cached_page_size`].
+    pub fn set_max_cached_page_size(&self, bytes: usize) {
+        self.mem.set_max_cached_page(bytes);
+    }
+
     /// Opens an existing redb database.
     #[cfg(not(redb_no_std))]
     pub fn open(path: impl AsRef<Path>) -> Result<ReadOnlyDatabase, DatabaseError> {
@@ -1925,6 +1930,15 @@ impl Database {
             header_lock,
             self.allocation_policy,
         )
+    }
+
+    /// Strata's patch: pages of more than `bytes` bytes are read from the file each time they
+    /// are needed and dropped once a commit has written them, instead of taking room in the
+    /// cache ([`Builder::set_cache_size`]). For data read once and kept by the caller in a form
+    /// of its own (large values a caller decodes), which would only grow the process and evict
+    /// the small pages of the trees. By default every page may be cached.
+    pub fn set_max_cached_page_size(&self, bytes: usize) {
+        self.mem.set_max_cached_page(bytes);
     }
 
     /// Strata's patch: makes the write transactions begun from now on take the free pages with

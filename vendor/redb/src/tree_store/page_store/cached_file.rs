@@ -338,6 +338,9 @@ pub(super) struct PagedCachedFile {
     // no live read transaction can reference it.
     committed_pages_buffered: AtomicBool,
     max_cache_size: usize,
+    // Strata's patch: pages of more bytes than this are neither kept in the read cache nor moved
+    // into it when flushed (set_max_cached_page)
+    max_cached_page: AtomicUsize,
     // Rotates the starting stripe for read-cache eviction
     next_eviction_stripe: AtomicUsize,
     #[cfg(feature = "cache_metrics")]
@@ -379,6 +382,7 @@ impl PagedCachedFile {
             write_buffer_bytes: AtomicUsize::new(0),
             committed_pages_buffered: AtomicBool::new(false),
             max_cache_size,
+            max_cached_page: AtomicUsize::new(usize::MAX),
             next_eviction_stripe: AtomicUsize::new(0),
             #[cfg(feature = "cache_metrics")]
             reads_total: AtomicU64::default(),
@@ -545,6 +549,11 @@ impl PagedCachedFile {
             for (offset, buffer) in write_buffer.cache.iter_mut() {
                 let buffer = buffer.take().unwrap();
                 let len = buffer.len();
+                // Strata's patch: a page too large to cache is dropped once written
+                if !self.cacheable(len) {
+                    self.write_buffer_bytes.fetch_sub(len, Ordering::AcqRel);
+                    continue;
+                }
                 let cache_size = self.read_cache_bytes.fetch_add(len, Ordering::AcqRel);
 
                 if cache_size + len <= self.max_cache_size {
@@ -685,6 +694,18 @@ impl PagedCachedFile {
     // Like `read_direct`, but writes directly into an `Arc<[u8]>` instead of a
     // `Vec<u8>` that is then copied into an `Arc`. The buffer is zero-filled
     // because `StorageBackend::read` takes `&mut [u8]`.
+    // Strata's patch: pages of more than `bytes` bytes are read from the file each time and
+    // dropped once a commit has written them, instead of taking room in the read cache. Where
+    // large pages hold data read once each (values a caller decodes and keeps itself), caching
+    // them only grows the process and evicts the small pages of the trees, read again and again
+    pub(super) fn set_max_cached_page(&self, bytes: usize) {
+        self.max_cached_page.store(bytes, Ordering::Release);
+    }
+
+    fn cacheable(&self, len: usize) -> bool {
+        len <= self.max_cached_page.load(Ordering::Acquire)
+    }
+
     fn read_direct_into_arc(&self, offset: u64, len: usize) -> Result<Arc<[u8]>> {
         self.check_inside_file(offset, len)?;
         let mut arc = zero_filled_arc(len);
@@ -804,6 +825,10 @@ impl PagedCachedFile {
                 self.reads_hits.fetch_add(1, Ordering::Release);
                 debug_assert_eq!(cached.len(), len);
                 let result = cached.clone();
+                // Strata's patch: a page too large to cache stays where it is
+                if !self.cacheable(len) {
+                    return Ok(result);
+                }
                 // Copy the page into the read cache, so that further reads of it are served by
                 // the striped read locks rather than serializing on this stripe's mutex. Both
                 // caches then hold the same Arc and count it, which only makes the budget
@@ -826,6 +851,10 @@ impl PagedCachedFile {
         }
 
         let buffer = self.read_direct_into_arc(offset, len)?;
+        // Strata's patch: a page too large to cache takes no room from the pages that are
+        if !self.cacheable(len) {
+            return Ok(buffer);
+        }
 
         // Pages a non-durable commit left in the write buffer would otherwise hold up to half the
         // cache until the next durable commit. They can always be written out, so reclaim their
@@ -1578,6 +1607,39 @@ mod test {
             cached_file.read_cache_bytes.load(Ordering::Acquire),
             cached_file.write_buffer_bytes.load(Ordering::Acquire)
         );
+    }
+
+    // Strata's patch: pages over the limit are read from the file each time and dropped once
+    // written; pages within it are cached as before
+    #[test]
+    fn pages_over_the_cached_limit_are_not_cached() {
+        let (backend, _writes) = CountingBackend::new(2048);
+        let cached_file = PagedCachedFile::new(Box::new(backend), 128, 4096);
+        cached_file.set_max_cached_page(128);
+        let read_bytes = || cached_file.read_cache_bytes.load(Ordering::Acquire);
+
+        for (offset, len, fill) in [(0, 128, 1u8), (256, 256, 2), (512, 128, 3)] {
+            let mut page = cached_file.write(offset, len, true).unwrap();
+            page.mem_mut().fill(fill);
+        }
+        // A non-durable commit keeps its pages buffered: a clean read of the large one is not
+        // copied into the read cache
+        cached_file.write_barrier();
+        let large = cached_file.read(256, 256, PageHint::Clean).unwrap();
+        assert_eq!(&*large, [2; 256].as_slice());
+        assert_eq!(read_bytes(), 0);
+        // Written out: the two single pages move to the read cache, the large one is dropped
+        cached_file.flush().unwrap();
+        assert_eq!(cached_file.write_buffer_bytes.load(Ordering::Acquire), 0);
+        assert_eq!(read_bytes(), 256);
+        // Read from the file, and still not cached
+        let large = cached_file.read(256, 256, PageHint::Clean).unwrap();
+        assert_eq!(&*large, [2; 256].as_slice());
+        assert_eq!(read_bytes(), 256);
+        // A single page read from the file is
+        cached_file.invalidate_cache_all();
+        assert_eq!(&*cached_file.read(512, 128, PageHint::Clean).unwrap(), [3; 128].as_slice());
+        assert_eq!(read_bytes(), 128);
     }
 
     // A zero-size cache must stay empty, so that reads always reach the backend, even when

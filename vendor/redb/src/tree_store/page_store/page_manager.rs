@@ -1375,6 +1375,11 @@ impl TransactionalMemory {
         }
     }
 
+    // Strata's patch: see PagedCachedFile::set_max_cached_page
+    pub(crate) fn set_max_cached_page(&self, bytes: usize) {
+        self.storage.set_max_cached_page(bytes);
+    }
+
     pub(crate) fn clear_read_cache(&self) {
         self.storage.invalidate_cache_all();
     }
