@@ -35,7 +35,9 @@ pub struct Options {
     pub lossless: LosslessOptions,
     /// Bytes of redb's own page cache. Default 64 MiB; [`Options::for_reading`] (what
     /// [`crate::Store::open_read_only`] uses) 2 MiB. redb keeps at most half of it in dirty
-    /// pages of a write; the rest goes to the file before the commit.
+    /// pages of a write; the rest goes to the file before the commit. Only single pages are
+    /// cached (the trees); the larger ones, segment chunks, are read from the file each time
+    /// (ADR 0042).
     pub db_cache_bytes: usize,
     /// Raw bytes of tensor data a write encodes at once (ADR 0014): a checkpoint, an import or
     /// a single tensor larger than this is read, encoded and inserted a window at a time, so a
