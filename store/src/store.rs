@@ -13,7 +13,7 @@ use redb::{
 
 use crate::engine::{
     part_cache, BlockCache, Handle, PartCache, ReadTxn, WriteTxn, CHECKPOINTS, CHUNKS, FORMAT_KEY,
-    MEMBERS, META, POLICIES, SEGMENTS, TAGS, TAILS, TIERS, VERSIONS, WRITER_KEY,
+    MEMBERS, META, PAGE, POLICIES, SEGMENTS, TAGS, TAILS, TIERS, VERSIONS, WRITER_KEY,
 };
 use crate::error::{Corruption, DbContext, OpenError, Result, StoreError};
 use crate::options::Options;
@@ -663,9 +663,9 @@ impl StorageBackend for SharedBackend {
     }
 }
 
-/// The largest page redb keeps in its cache: one page (redb's default size), which holds
-/// the trees' branches and small records. Segment chunks fill pages of 8 to 64 KiB.
-const CACHED_PAGE_BYTES: usize = 4096;
+/// The largest page redb keeps in its cache: one page, which holds the trees' branches and
+/// small records. Segment chunks fill pages of 8 to 64 KiB.
+const CACHED_PAGE_BYTES: usize = PAGE;
 
 /// redb's settings for this store: its cache, and the `SingleWriter` mode that lets read-only
 /// processes follow a writer.

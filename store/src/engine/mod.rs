@@ -54,7 +54,7 @@ pub(crate) use read_into::read_blocks_into;
 pub(crate) use rebase::{delete_version, delete_versions, rebase_dependents};
 pub(crate) use segments::address_of;
 #[cfg(feature = "remote")]
-pub(crate) use segments::{fetch_error, MAX_SEGMENT_BYTES};
+pub(crate) use segments::{fetch_error, MAX_SEGMENT_BYTES, PAGE};
 pub(crate) use tables::{
     CHECKPOINTS, CHUNKS, FORMAT_KEY, MEMBERS, META, POLICIES, SEGMENTS, TAGS, TAILS, TIERS,
     TRIMMED_AT_KEY, VERSIONS, WRITER_KEY,

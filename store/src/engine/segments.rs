@@ -22,7 +22,7 @@ use crate::error::{Corruption, DbContext, Result, StoreError};
 use crate::record::{piece_key, segment_key, SegmentInfo, Stored};
 
 /// redb's page size (the default; redb does not let applications change it).
-const PAGE: usize = 4096;
+pub(crate) const PAGE: usize = 4096;
 /// Bytes a leaf spends on one entry besides its value: 4 bytes of page header, a 4-byte
 /// value end offset, the fixed 12-byte key.
 const LEAF_OVERHEAD: usize = 4 + 4 + 12;

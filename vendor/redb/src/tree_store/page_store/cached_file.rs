@@ -691,9 +691,6 @@ impl PagedCachedFile {
         Ok(buffer)
     }
 
-    // Like `read_direct`, but writes directly into an `Arc<[u8]>` instead of a
-    // `Vec<u8>` that is then copied into an `Arc`. The buffer is zero-filled
-    // because `StorageBackend::read` takes `&mut [u8]`.
     // Strata's patch: pages of more than `bytes` bytes are read from the file each time and
     // dropped once a commit has written them, instead of taking room in the read cache. Where
     // large pages hold data read once each (values a caller decodes and keeps itself), caching
@@ -706,6 +703,9 @@ impl PagedCachedFile {
         len <= self.max_cached_page.load(Ordering::Acquire)
     }
 
+    // Like `read_direct`, but writes directly into an `Arc<[u8]>` instead of a
+    // `Vec<u8>` that is then copied into an `Arc`. The buffer is zero-filled
+    // because `StorageBackend::read` takes `&mut [u8]`.
     fn read_direct_into_arc(&self, offset: u64, len: usize) -> Result<Arc<[u8]>> {
         self.check_inside_file(offset, len)?;
         let mut arc = zero_filled_arc(len);
@@ -1636,7 +1636,7 @@ mod test {
         let large = cached_file.read(256, 256, PageHint::Clean).unwrap();
         assert_eq!(&*large, [2; 256].as_slice());
         assert_eq!(read_bytes(), 256);
-        // A single page read from the file is
+        // A single page read from the file is cached
         cached_file.invalidate_cache_all();
         assert_eq!(&*cached_file.read(512, 128, PageHint::Clean).unwrap(), [3; 128].as_slice());
         assert_eq!(read_bytes(), 128);
