@@ -52,9 +52,9 @@ pub(crate) use packs::{all_members, packed_at, packs, part_name, part_names, Ful
 pub(crate) use quantized::ResidualBytes;
 pub(crate) use read_into::read_blocks_into;
 pub(crate) use rebase::{delete_version, delete_versions, rebase_dependents};
-pub(crate) use segments::address_of;
+pub(crate) use segments::{address_of, PAGE};
 #[cfg(feature = "remote")]
-pub(crate) use segments::{fetch_error, MAX_SEGMENT_BYTES, PAGE};
+pub(crate) use segments::{fetch_error, MAX_SEGMENT_BYTES};
 pub(crate) use tables::{
     CHECKPOINTS, CHUNKS, FORMAT_KEY, MEMBERS, META, POLICIES, SEGMENTS, TAGS, TAILS, TIERS,
     TRIMMED_AT_KEY, VERSIONS, WRITER_KEY,
