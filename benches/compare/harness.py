@@ -358,8 +358,8 @@ REASONS = {
                   "byte shuffle + zstd, a faster decoder than Strata's rANS; their files are several times "
                   "larger.",
     "memory": "Strata decodes the chain of versions below the one asked for and keeps decoded blocks in its "
-              "block cache (up to 256 MiB by default) and pages in redb's cache (64 MiB); a tool that decodes "
-              "one tensor at a time from a file holds less.",
+              "block cache (up to 256 MiB by default; redb caches single pages only, ADR 0042); a write holds "
+              "its encoders' buffers (about 10 MB on 2 threads) and a malloc arena per thread; a tool that codes one tensor at a time holds less.",
 }
 
 
