@@ -359,7 +359,8 @@ REASONS = {
                   "larger.",
     "memory": "Strata decodes the chain of versions below the one asked for and keeps decoded blocks in its "
               "block cache (up to 256 MiB by default; redb caches single pages only, ADR 0042); a write holds "
-              "its encoders' buffers (about 10 MB on 2 threads) and a malloc arena per thread; a tool that codes one tensor at a time holds less.",
+              "its encoders' buffers (about 10 MB on 2 threads) and a malloc arena per thread; a tool that "
+              "codes one tensor at a time holds less.",
 }
 
 
