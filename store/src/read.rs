@@ -448,7 +448,7 @@ fn info_with_tiers(r: &ReadTxn, name: &str, step: u64, rec: &VersionRecord) -> R
 /// by raw bytes, rounded down (so that a checkpoint's shares never sum past its parts).
 pub(crate) fn stored_share(view: &dyn View, step: u64, p: &Packed) -> Result<u64> {
     let part = part_sizes(view, step, p.dtype, p.part)?;
-    Ok(share_of(part, p))
+    Ok(share_of(part, p.len()))
 }
 
 /// The stored and raw bytes of pack part `part` of `dtype` at `step` (zeros if missing).
@@ -463,7 +463,7 @@ pub(crate) fn part_sizes(
         .map_or((0, 0), |rec| (stored_bytes(&rec), rec.raw_bytes())))
 }
 
-/// [`stored_share`] given its part's [`part_sizes`].
-pub(crate) fn share_of((stored, raw): (u64, u64), p: &Packed) -> u64 {
-    (u128::from(stored) * u128::from(p.len()) / u128::from(raw.max(1))) as u64
+/// [`stored_share`] of a packed tensor of `len` raw bytes, given its part's [`part_sizes`].
+pub(crate) fn share_of((stored, raw): (u64, u64), len: u64) -> u64 {
+    (u128::from(stored) * u128::from(len) / u128::from(raw.max(1))) as u64
 }

@@ -123,3 +123,48 @@ fn corrupt_segment_is_detected_and_named() {
     let store = Store::open(&path).expect("open");
     assert!(store.verify().expect("verify").is_ok());
 }
+
+/// A byte changed inside a checkpoint record: `checkpoint_summaries` (what `strata log`
+/// lists) and `checkpoint_info` report the record damaged and name its step; nothing
+/// panics and no summary of the damaged record is returned.
+#[test]
+fn corrupt_checkpoint_record_is_reported_with_its_step() {
+    let (_d, path) = temp_store();
+    {
+        let mut store = Store::open(&path).expect("open");
+        for step in 1..=3u64 {
+            // Small tensors: packed into the checkpoint record's parts (ADR 0041).
+            let bytes = f32_bytes(&noise(64, step));
+            let t = TensorRef {
+                dtype: DType::F32,
+                shape: &[64],
+                bytes: &bytes,
+            };
+            let meta = format!("{{\"marker\": \"CKPT-MARKER-{step}\"}}");
+            store
+                .save_checkpoint(step, &[("a.w", t), ("b.w", t)], &meta)
+                .expect("save");
+        }
+        store.compact().expect("compact");
+    }
+    let clean = std::fs::read(&path).expect("read");
+    let hits = find_all(&clean, b"CKPT-MARKER-2");
+    assert!(!hits.is_empty(), "no checkpoint record in the file");
+    let mut bad = clean.clone();
+    for at in hits {
+        bad[at + 5] ^= 0x01;
+    }
+    std::fs::write(&path, &bad).expect("write");
+    let store = Store::open(&path).expect("open");
+    match store.checkpoint_summaries() {
+        Err(e @ StoreError::Corrupt(Corruption::Record { .. })) => {
+            assert!(e.to_string().contains("step 2"), "{e}");
+        }
+        other => panic!("a damaged record summed: {other:?}"),
+    }
+    assert!(matches!(
+        store.checkpoint_info(2),
+        Err(StoreError::Corrupt(_))
+    ));
+    assert!(store.checkpoint_info(1).is_ok());
+}

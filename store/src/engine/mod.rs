@@ -62,8 +62,8 @@ pub(crate) use tables::{
 pub(crate) use tier_rows::{put_row, remove_rows, row_blobs, store_residual};
 pub(crate) use txn::{ReadTxn, TierChanges, VersionId, WriteTxn};
 pub(crate) use versions::{
-    check_name, checkpoint_steps, is_part_name, tag_list, tensor_names, versions_between,
-    BytesTable,
+    check_name, checkpoint_damage, checkpoint_steps, each_checkpoint_body, is_part_name, tag_list,
+    tensor_names, versions_between, BytesTable,
 };
 pub(crate) use view::View;
 pub(crate) use writeback::Writeback;

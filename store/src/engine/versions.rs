@@ -12,8 +12,9 @@ use super::cache::SharedParts;
 
 use crate::error::{Corruption, DbContext, InvalidInput, Result, StoreError};
 use crate::record::{
-    checkpoint_key, decode_version_key, split_tier_key, tier_key, version_key, version_key_range,
-    CheckpointRecord, RecordError, Stored, TierRow, VersionRecord, MAX_NAME_BYTES,
+    checkpoint_key, decode_version_key, split_tier_key, tier_key, unseal, version_key,
+    version_key_range, CheckpointRecord, RecordError, Stored, TierRow, VersionRecord,
+    MAX_NAME_BYTES,
 };
 
 /// A table keyed by byte strings with byte-string values (versions, tier rows).
@@ -230,12 +231,33 @@ pub(crate) fn load_checkpoint(
 
 /// The checkpoint record stored at `step` as `bytes`, its damage named.
 fn decode_checkpoint(step: u64, bytes: &[u8]) -> Result<CheckpointRecord> {
-    CheckpointRecord::from_stored(&checkpoint_key(step), bytes).map_err(|source| {
-        StoreError::Corrupt(Corruption::Record {
-            what: format!("checkpoint record of step {step}"),
-            source,
-        })
+    CheckpointRecord::from_stored(&checkpoint_key(step), bytes)
+        .map_err(|source| checkpoint_damage(step, source))
+}
+
+/// The error for damage `source` in the checkpoint record of `step`.
+pub(crate) fn checkpoint_damage(step: u64, source: RecordError) -> StoreError {
+    StoreError::Corrupt(Corruption::Record {
+        what: format!("checkpoint record of step {step}"),
+        source,
     })
+}
+
+/// Calls `each` with every checkpoint's step and its record's body (checksum checked, not
+/// decoded), in step order: one pass over the table, where [`checkpoint_steps`] and a
+/// lookup per step search it again for each.
+pub(crate) fn each_checkpoint_body(
+    checkpoints: &impl ReadableTable<u64, &'static [u8]>,
+    mut each: impl FnMut(u64, &[u8]) -> Result<()>,
+) -> Result<()> {
+    for e in checkpoints.iter().ctx("listing checkpoints")? {
+        let (k, v) = e.ctx("reading a checkpoint")?;
+        let step = k.value();
+        let body = unseal(&checkpoint_key(step), v.value())
+            .map_err(|source| checkpoint_damage(step, source))?;
+        each(step, body)?;
+    }
+    Ok(())
 }
 
 /// The checkpoint record at `step` through `shared`: decoded only when no transaction before

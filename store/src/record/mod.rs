@@ -14,7 +14,7 @@ mod segment;
 mod tier;
 mod version;
 
-pub(crate) use checkpoint::{CheckpointRecord, Packed};
+pub(crate) use checkpoint::{CheckpointRecord, Packed, Walk};
 pub(crate) use format::{FormatRecord, OLDEST_STORE_FORMAT};
 pub(crate) use keys::{
     decode_version_key, piece_key, version_key, version_key_range, MAX_NAME_BYTES,

@@ -360,6 +360,21 @@ proptest! {
         for cut in 0..bytes.len() {
             prop_assert!(CheckpointRecord::decode(&bytes[..cut]).is_err());
         }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        prop_assert_eq!(CheckpointRecord::decode(&longer), Err(RecordError::Trailing { extra: 1 }));
+        // The walk the summaries use sees the same tensors, in order.
+        let mut walk = Walk::new(&bytes).unwrap();
+        prop_assert_eq!(walk.count(), names.len());
+        let mut seen = Vec::new();
+        while let Some((name, at)) = walk.next().unwrap() {
+            seen.push((name.to_owned(), at.map(|p| (p.dtype, p.shape.to_vec(), p.len(), p.part, p.offset))));
+        }
+        let expected: Vec<_> = names
+            .iter()
+            .map(|n| (n.clone(), decoded.packed.get(n).map(|p| (p.dtype, p.shape.clone(), p.len(), p.part, p.offset))))
+            .collect();
+        prop_assert_eq!(seen, expected);
     }
 
     #[test]
