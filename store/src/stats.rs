@@ -4,9 +4,13 @@ use std::collections::{BTreeMap, HashMap};
 
 use redb::{ReadableTable, ReadableTableMetadata};
 
-use crate::engine::{checkpoint_steps, is_part_name, row_blobs, View, WriteTxn};
+use crate::engine::{
+    checkpoint_damage, each_checkpoint_body, is_part_name, row_blobs, View, WriteTxn,
+};
 use crate::error::{Corruption, DbContext, Result, StoreError};
-use crate::record::{decode_version_key, segment_key, Form, SegmentInfo, Stored, VersionRecord};
+use crate::record::{
+    decode_version_key, segment_key, Form, SegmentInfo, Stored, VersionRecord, Walk,
+};
 use crate::store::{contain, Store};
 use strata_tiering::Tier;
 
@@ -240,23 +244,29 @@ impl Store {
                     }
                 }
             }
-            for step in checkpoint_steps(&r.checkpoints)? {
-                let Some(cp) = r.checkpoint(step)? else {
-                    continue;
-                };
-                for (name, p) in &cp.packed {
+            // Packed tensors (ADR 0041) are counted from the checkpoint records, walked without
+            // a name allocated per tensor (the names are allocated once, in `per`).
+            each_checkpoint_body(&r.checkpoints, |step, body| {
+                let damage = |source| checkpoint_damage(step, source);
+                let mut walk = Walk::new(body).map_err(damage)?;
+                while let Some((name, packed)) = walk.next().map_err(damage)? {
+                    let Some(p) = packed else { continue };
                     raw_bytes += p.len();
                     versions += 1;
-                    let t = per.entry(name.clone()).or_insert_with(|| TensorStats {
-                        name: name.clone(),
-                        versions: 0,
-                        raw_bytes: 0,
-                        stored_bytes: 0,
-                    });
+                    let t = match per.get_mut(name) {
+                        Some(t) => t,
+                        None => per.entry(name.to_owned()).or_insert_with(|| TensorStats {
+                            name: name.to_owned(),
+                            versions: 0,
+                            raw_bytes: 0,
+                            stored_bytes: 0,
+                        }),
+                    };
                     t.versions += 1;
                     t.raw_bytes += p.len();
                 }
-            }
+                Ok(())
+            })?;
             let packed_bytes = per.remove(PACKED_NAME).map_or(0, |t| t.stored_bytes);
             let checkpoints = r.checkpoints.len().ctx("reading checkpoints")?;
             let segments = r.segments.len().ctx("reading the segment index")?;
