@@ -283,23 +283,15 @@ impl<'a> Walk<'a> {
         } else {
             None
         };
-        let packed = packed.map(|(dtype, elements, part, offset)| PackedAt {
-            dtype,
-            shape: &self.shape,
-            elements,
-            part,
-            offset,
-        });
         Ok(Some((name, packed)))
     }
 }
 
-/// Reads where a packed tensor is (after its kind byte): its dtype, elements, part and
-/// offset, its shape into `shape`.
-fn read_packed(
+/// Reads where a packed tensor is (after its kind byte), its shape into `shape`.
+fn read_packed<'s>(
     r: &mut Reader<'_>,
-    shape: &mut Vec<u64>,
-) -> Result<(DType, u64, u32, u64), RecordError> {
+    shape: &'s mut Vec<u64>,
+) -> Result<PackedAt<'s>, RecordError> {
     let code = r.u8("packed dtype")?;
     let dtype = DType::from_code(code).ok_or(RecordError::BadValue {
         field: "packed dtype",
@@ -332,7 +324,13 @@ fn read_packed(
         value: part,
     })?;
     let offset = varint(r, "pack offset")?;
-    Ok((dtype, elements, part, offset))
+    Ok(PackedAt {
+        dtype,
+        shape,
+        elements,
+        part,
+        offset,
+    })
 }
 
 /// The bytes `a` and `b` start with in common, ending on a character boundary of both.
