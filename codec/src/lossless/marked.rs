@@ -194,26 +194,33 @@ pub(super) fn put_exceptions(
     out: &mut Vec<u8>,
 ) -> Option<()> {
     let mut list = Vec::new();
-    // Eight elements at a time: most words have no non-zero byte.
-    let full = plane.len() / 8 * 8;
-    let mut check = |i: usize| -> Option<()> {
-        if plane[i] != 0 && mark(sign, mantissa, i) == 0 {
-            if list.len() == max {
-                return None;
-            }
-            list.push((i, plane[i]));
+    let mut add = |i: usize| -> Option<()> {
+        if list.len() == max {
+            return None;
         }
+        list.push((i, plane[i]));
         Some(())
     };
-    for (c, at) in plane[..full].chunks_exact(8).zip((0..full).step_by(8)) {
-        if c.iter().any(|&b| b != 0) {
-            for i in at..at + 8 {
-                check(i)?;
-            }
+    // Eight elements a word: most words are zero; the others' exceptions are the bits of
+    // their non-zero bytes without a mark, visited in order.
+    let (words, rest) = plane.as_chunks::<8>();
+    for (k, w) in words.iter().enumerate() {
+        let p = u64::from_le_bytes(*w);
+        if p == 0 {
+            continue;
+        }
+        let at = 8 * k;
+        let mut exceptions = nonzero_bytes(p) & !marks8(sign, mantissa, at);
+        while exceptions != 0 {
+            add(at + exceptions.trailing_zeros() as usize / 8)?;
+            exceptions &= exceptions - 1;
         }
     }
-    for i in full..plane.len() {
-        check(i)?;
+    let full = plane.len() - rest.len();
+    for (i, &b) in rest.iter().enumerate() {
+        if b != 0 && mark(sign, mantissa, full + i) == 0 {
+            add(full + i)?;
+        }
     }
     put_varint(out, list.len() as u64);
     let mut records = ListWriter::default();
@@ -221,6 +228,15 @@ pub(super) fn put_exceptions(
         records.push(out, i, s);
     }
     Some(())
+}
+
+/// Bit 0 of byte `i` set where byte `i` of `p` is not zero, every other bit clear.
+#[inline(always)]
+fn nonzero_bytes(p: u64) -> u64 {
+    const LOW7: u64 = 0x7F7F_7F7F_7F7F_7F7F;
+    // A byte's top bit of `(b & 0x7F) + 0x7F` is set when its low 7 bits are not all zero
+    // (the sum is at most 0xFE: no carry into the next byte); or-ed with `b`, when b != 0.
+    ((((p & LOW7) + LOW7) | p) >> 7) & ONES
 }
 
 /// The parsed head of a method-5 body.
@@ -330,7 +346,69 @@ mod tests {
         }
     }
 
+    #[test]
+    fn nonzero_bytes_marks_each_non_zero_byte() {
+        for at in 0..8 {
+            for b in 0..=255u64 {
+                let p = b << (8 * at) | 0x01 << (8 * ((at + 3) % 8));
+                let want = u64::from(b != 0) << (8 * at) | 0x01 << (8 * ((at + 3) % 8));
+                assert_eq!(nonzero_bytes(p), want, "byte {at} = {b:#x}");
+            }
+        }
+        assert_eq!(nonzero_bytes(0), 0);
+        assert_eq!(nonzero_bytes(u64::MAX), ONES);
+    }
+
+    /// [`put_exceptions`] one element at a time.
+    fn exceptions_by_element(
+        sign: &Plane<'_>,
+        mantissa: &Plane<'_>,
+        plane: &[u8],
+        max: usize,
+    ) -> Option<Vec<u8>> {
+        let list: Vec<(usize, u8)> = (0..plane.len())
+            .filter(|&i| plane[i] != 0 && mark(sign, mantissa, i) == 0)
+            .map(|i| (i, plane[i]))
+            .collect();
+        if list.len() > max {
+            return None;
+        }
+        let mut out = Vec::new();
+        put_varint(&mut out, list.len() as u64);
+        let mut records = ListWriter::default();
+        for (i, b) in list {
+            records.push(&mut out, i, b);
+        }
+        Some(out)
+    }
+
     proptest! {
+        #[test]
+        fn exceptions_are_the_unmarked_non_zero_bytes(
+            planes in proptest::collection::vec(
+                (
+                    any::<u8>().prop_map(|b| b & 0x81),
+                    any::<u8>().prop_map(|b| b & 0x81),
+                    prop_oneof![8 => Just(0u8), 1 => any::<u8>()],
+                ),
+                0..300,
+            ),
+            constant in proptest::option::of(any::<u8>()),
+            max in 0usize..12,
+        ) {
+            let s: Vec<u8> = planes.iter().map(|p| p.0).collect();
+            let t: Vec<u8> = planes.iter().map(|p| p.1).collect();
+            let plane: Vec<u8> = planes.iter().map(|p| p.2).collect();
+            let sign = match constant {
+                Some(c) => Plane::Constant(c & 0x81),
+                None => Plane::Bytes(&s),
+            };
+            let mantissa = Plane::Bytes(&t);
+            let mut out = Vec::new();
+            let got = put_exceptions(&sign, &mantissa, &plane, max, &mut out).map(|()| out);
+            prop_assert_eq!(got, exceptions_by_element(&sign, &mantissa, &plane, max));
+        }
+
         #[test]
         fn marked_lists_every_marked_element(
             planes in proptest::collection::vec(
