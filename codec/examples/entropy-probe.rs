@@ -6,32 +6,37 @@
 //! cargo run --release -p strata-codec --example entropy-probe -- [--reps N] [--max-len BITS] SET...
 //! ```
 //!
-//! A SET is `key-bf16:FILE.safetensors` (every float tensor cast to bf16, cut into 1 MiB
-//! blocks, each a keyframe) or `delta:DIR` (the bf16 tensors of the `step_N.safetensors` of
-//! DIR, each block an XOR delta against the same block of the step before, as a store's
-//! chain deltas are).
+//! A SET is `key-bf16:FILE.safetensors` (F32 tensors cast to bf16, every bf16 block a
+//! keyframe), `key:FILE` (the file's bf16 tensors only) or `delta:DIR` (the bf16 tensors of the
+//! `step_N.safetensors` of DIR, each block an XOR delta against the same block of the step
+//! before, as a store's chain deltas are). Blocks are cut as `plane-bench` cuts them
+//! (`common/sets.rs`): 1 MiB, tensors in name order.
 //!
 //! - **rANS** (the codec): [`lossless::encode`] with the default options; the figure is the
 //!   bytes of the plane the probe recodes (the 10-bit head of a keyframe, the low byte of a
 //!   delta) as the encoder stored it, and the time of [`lossless::decode`] of whole blocks.
-//! - **Huffman**: canonical codes limited to `--max-len` bits (default 12, at most 12), one
+//! - **Huffman**: canonical codes limited to `--max-len` bits (10 to 12, default 12), one
 //!   table per context, 8 streams interleaved, decoded 4 symbols per refill of a 64-bit
-//!   window from a table of u16 entries (2^12 per context). Keyframes: the head coded, the 6 tail bits stored a byte each, and decoding
-//!   joins them into bf16 words (the whole block, as the codec's decode does). Deltas: the
-//!   low byte plane with 16 contexts from the base word's exponent (the probe's own buckets:
-//!   the most common exponent and the 12 below it and 3 above), decoded alone. Its bytes
-//!   include its tables (gamma-coded gaps between present symbols and 4 bits per length).
+//!   window from a table of u16 entries (2^12 per context). Keyframes: the head coded, the 6
+//!   tail bits stored a byte each, and decoding joins them into bf16 words (the whole block,
+//!   as the codec's decode does). Deltas: the low byte plane with 16 contexts from the base
+//!   word's exponent (the probe's own buckets: the most common exponent and the 12 below it
+//!   and 3 above), decoded alone. Its bytes include its tables (gamma-coded gaps between
+//!   present symbols and 4 bits per length).
 //!
 //! Every Huffman decode is compared with its input. Timings are the fastest of `--reps`
 //! (default 9) passes over the whole set.
 
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 use std::error::Error;
 use std::time::Instant;
 
-use safetensors::{Dtype, SafeTensors};
 use strata_codec::lossless::{self, LosslessOptions};
 use strata_codec::DType;
+
+#[path = "common/sets.rs"]
+mod sets;
+use sets::{set_blocks, Block};
 
 type BoxError = Box<dyn Error>;
 
@@ -271,87 +276,22 @@ fn decode<const CTX: bool>(coded: &Coded, ctx: &[u8], out: &mut [u16]) {
     }
 }
 
-/// One block: its bf16 words, the base's for a delta.
-struct Block {
-    words: Vec<u16>,
-    base: Option<Vec<u16>>,
+/// The little-endian u16 words of `bytes`.
+fn words(bytes: &[u8]) -> Vec<u16> {
+    bytes
+        .chunks_exact(2)
+        .map(|c| u16::from_le_bytes([c[0], c[1]]))
+        .collect()
 }
 
-fn bf16_words(dtype: Dtype, data: &[u8]) -> Option<Vec<u16>> {
-    match dtype {
-        Dtype::BF16 => Some(
-            data.chunks_exact(2)
-                .map(|c| u16::from_le_bytes([c[0], c[1]]))
-                .collect(),
-        ),
-        Dtype::F32 => Some(
-            data.chunks_exact(4)
-                .map(|c| {
-                    half::bf16::from_f32(f32::from_le_bytes([c[0], c[1], c[2], c[3]])).to_bits()
-                })
-                .collect(),
-        ),
-        _ => None,
-    }
-}
-
-fn tensors(path: &std::path::Path, cast: bool) -> Result<HashMap<String, Vec<u16>>, BoxError> {
-    let bytes = std::fs::read(path)?;
-    let st = SafeTensors::deserialize(&bytes)?;
-    let mut out = HashMap::new();
-    for (name, v) in st.tensors() {
-        if v.dtype() == Dtype::BF16 || cast {
-            if let Some(w) = bf16_words(v.dtype(), v.data()) {
-                out.insert(name, w);
-            }
-        }
-    }
-    Ok(out)
-}
-
-fn blocks_of(set: &str) -> Result<Vec<Block>, BoxError> {
-    let mut blocks = Vec::new();
-    if let Some(file) = set.strip_prefix("key-bf16:") {
-        let mut t: Vec<_> = tensors(file.as_ref(), true)?.into_iter().collect();
-        t.sort();
-        for (_, words) in t {
-            blocks.extend(words.chunks(BLOCK).map(|w| Block {
-                words: w.to_vec(),
-                base: None,
-            }));
-        }
-    } else if let Some(dir) = set.strip_prefix("delta:") {
-        let mut files: Vec<_> = std::fs::read_dir(dir)?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
-            .collect();
-        files.sort();
-        let mut before: Option<HashMap<String, Vec<u16>>> = None;
-        for f in files {
-            let now = tensors(&f, false)?;
-            if let Some(prev) = &before {
-                let mut names: Vec<_> = now.keys().collect();
-                names.sort();
-                for name in names {
-                    let (Some(base), cur) = (prev.get(name), &now[name]) else {
-                        continue;
-                    };
-                    if base.len() != cur.len() {
-                        continue;
-                    }
-                    for (w, b) in cur.chunks(BLOCK).zip(base.chunks(BLOCK)) {
-                        blocks.push(Block {
-                            words: w.to_vec(),
-                            base: Some(b.to_vec()),
-                        });
-                    }
-                }
-            }
-            before = Some(now);
-        }
-    } else {
-        return Err(format!("{set}: expected key-bf16:FILE or delta:DIR").into());
-    }
+/// The bf16 blocks the probe codes of a set: every one of a keyframe set, the deltas of a
+/// delta set (a tensor without a base in the step before is left out).
+fn bf16_blocks(set: &str) -> Result<Vec<Block>, BoxError> {
+    let delta = set.starts_with("delta:");
+    let blocks: Vec<Block> = set_blocks(set)?
+        .into_iter()
+        .filter(|b| b.dtype == DType::BF16 && (b.base.is_some() || !delta))
+        .collect();
     if blocks.is_empty() {
         return Err(format!("{set}: no bf16 blocks").into());
     }
@@ -371,28 +311,25 @@ fn exponent_contexts(base: &[u16]) -> Vec<u8> {
         .collect()
 }
 
-/// What the probe codes of a block: (symbols, contexts, alphabet).
-fn plane(b: &Block) -> (Vec<u16>, Vec<u8>, usize) {
-    match &b.base {
+/// What the probe codes of a block of `words` (and `base`, a delta's): (symbols, contexts,
+/// alphabet).
+fn plane(words: &[u16], base: Option<&[u8]>) -> (Vec<u16>, Vec<u8>, usize) {
+    match base.map(self::words) {
         None => (
-            b.words.iter().map(|w| w.rotate_left(1) >> 6).collect(),
-            vec![0; b.words.len()],
+            words.iter().map(|w| w.rotate_left(1) >> 6).collect(),
+            vec![0; words.len()],
             1 << 10,
         ),
         Some(base) => (
-            b.words
+            words
                 .iter()
-                .zip(base)
+                .zip(&base)
                 .map(|(w, b)| (w ^ b).rotate_left(1) & 0xFF)
                 .collect(),
-            exponent_contexts(base),
+            exponent_contexts(&base),
             1 << 8,
         ),
     }
-}
-
-fn bytes_of(words: &[u16]) -> Vec<u8> {
-    words.iter().flat_map(|w| w.to_le_bytes()).collect()
 }
 
 fn fastest(reps: usize, mut f: impl FnMut() -> Result<(), BoxError>) -> Result<f64, BoxError> {
@@ -406,48 +343,47 @@ fn fastest(reps: usize, mut f: impl FnMut() -> Result<(), BoxError>) -> Result<f
 }
 
 fn probe(set: &str, reps: usize, max_len: u32) -> Result<(), BoxError> {
-    let blocks = blocks_of(set)?;
-    let symbols: usize = blocks.iter().map(|b| b.words.len()).sum();
+    let blocks = bf16_blocks(set)?;
+    let symbols: usize = blocks.iter().map(|b| b.data.len() / 2).sum();
     let opts = LosslessOptions::default();
     // The codec: payloads, and the bytes of the probed plane (plane 0: the head of a
     // keyframe, the low byte of a delta).
     let mut payloads = Vec::with_capacity(blocks.len());
     let (mut rans_plane, mut codec_bytes) = (0usize, 0usize);
     for b in &blocks {
-        let data = bytes_of(&b.words);
-        let base = b.base.as_deref().map(bytes_of);
         let mut out = Vec::new();
-        let stats = lossless::encode(DType::BF16, &data, base.as_deref(), &opts, &mut out)?;
+        let stats = lossless::encode(DType::BF16, &b.data, b.base.as_deref(), &opts, &mut out)?;
         rans_plane += stats.planes.first().map_or(0, |p| p.1);
         codec_bytes += out.len();
-        payloads.push((out, base, data.len()));
+        payloads.push(out);
     }
     let mut out = vec![0u8; 2 * BLOCK];
     let codec_s = fastest(reps, || {
-        for (p, base, len) in &payloads {
-            lossless::decode(DType::BF16, p, base.as_deref(), &mut out[..*len])?;
-            std::hint::black_box(&out);
+        for (p, b) in payloads.iter().zip(&blocks) {
+            let out = &mut out[..b.data.len()];
+            lossless::decode(DType::BF16, p, b.base.as_deref(), out)?;
+            std::hint::black_box(out);
         }
         Ok(())
     })?;
     // Huffman on the same plane.
-    let planes: Vec<_> = blocks.iter().map(plane).collect();
+    let block_words: Vec<Vec<u16>> = blocks.iter().map(|b| words(&b.data)).collect();
+    let planes: Vec<_> = block_words
+        .iter()
+        .zip(&blocks)
+        .map(|(w, b)| plane(w, b.base.as_deref()))
+        .collect();
     let coded: Vec<Coded> = planes
         .iter()
         .map(|(s, c, a)| encode(s, c, *a, max_len))
         .collect();
     let huffman_plane: usize = coded.iter().map(|c| c.bytes).sum();
-    let tails: Vec<Vec<u8>> = blocks
+    let tails: Vec<Vec<u8>> = block_words
         .iter()
-        .map(|b| {
-            b.words
-                .iter()
-                .map(|w| (w.rotate_left(1) & 0x3F) as u8)
-                .collect()
-        })
+        .map(|w| w.iter().map(|w| (w.rotate_left(1) & 0x3F) as u8).collect())
         .collect();
     let mut sym = vec![0u16; BLOCK];
-    let mut words = vec![0u16; BLOCK];
+    let mut joined = vec![0u16; BLOCK];
     let huffman_s = fastest(reps, || {
         for (i, ((_, ctx, _), c)) in planes.iter().zip(&coded).enumerate() {
             let n = ctx.len();
@@ -455,10 +391,10 @@ fn probe(set: &str, reps: usize, max_len: u32) -> Result<(), BoxError> {
                 decode::<true>(c, ctx, &mut sym[..n]);
             } else {
                 decode::<false>(c, ctx, &mut sym[..n]);
-                for ((w, &h), &t) in words.iter_mut().zip(&sym[..n]).zip(&tails[i]) {
+                for ((w, &h), &t) in joined.iter_mut().zip(&sym[..n]).zip(&tails[i]) {
                     *w = (h << 6 | u16::from(t)).rotate_right(1);
                 }
-                std::hint::black_box(&words);
+                std::hint::black_box(&joined);
             }
         }
         Ok(())
@@ -501,8 +437,9 @@ fn main() -> Result<(), BoxError> {
             reps = args.next().ok_or("--reps N")?.parse()?;
         } else if a == "--max-len" {
             max_len = args.next().ok_or("--max-len BITS")?.parse()?;
-            if !(9..=MAX_LEN).contains(&max_len) {
-                return Err(format!("--max-len: 9 to {MAX_LEN}").into());
+            // Every one of a head's 2^10 symbols may be present: shorter limits cannot code them.
+            if !(10..=MAX_LEN).contains(&max_len) {
+                return Err(format!("--max-len: 10 to {MAX_LEN}").into());
             }
         } else {
             sets.push(a);

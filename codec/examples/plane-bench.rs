@@ -27,99 +27,14 @@ use std::collections::BTreeMap;
 use std::error::Error;
 use std::time::Instant;
 
-use safetensors::{Dtype, SafeTensors};
 use strata_codec::lossless::{self, LosslessOptions};
 use strata_codec::segment::{self, Segment};
-use strata_codec::DType;
+
+#[path = "common/sets.rs"]
+mod sets;
+use sets::{set_blocks, Block};
 
 type BoxError = Box<dyn Error>;
-
-const BLOCK: usize = 1 << 20;
-
-struct Block {
-    dtype: DType,
-    data: Vec<u8>,
-    base: Option<Vec<u8>>,
-}
-
-fn dtype_of(d: Dtype) -> Option<DType> {
-    Some(match d {
-        Dtype::F32 => DType::F32,
-        Dtype::BF16 => DType::BF16,
-        Dtype::F16 => DType::F16,
-        Dtype::F64 => DType::F64,
-        _ => DType::U8,
-    })
-}
-
-fn load(path: &str, to_bf16: bool) -> Result<BTreeMap<String, (DType, Vec<u8>)>, BoxError> {
-    let bytes = std::fs::read(path)?;
-    let st = SafeTensors::deserialize(&bytes)?;
-    let mut out = BTreeMap::new();
-    for (name, v) in st.tensors() {
-        let mut dtype = dtype_of(v.dtype()).unwrap_or(DType::U8);
-        let mut data = v.data().to_vec();
-        if to_bf16 && dtype == DType::F32 {
-            data = data
-                .chunks_exact(4)
-                .flat_map(|c| {
-                    let x = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-                    half::bf16::from_f32(x).to_bits().to_le_bytes()
-                })
-                .collect();
-            dtype = DType::BF16;
-        }
-        out.insert(name, (dtype, data));
-    }
-    Ok(out)
-}
-
-fn cut(dtype: DType, data: &[u8], base: Option<&[u8]>, blocks: &mut Vec<Block>) {
-    let step = BLOCK / dtype.size() * dtype.size();
-    for (i, c) in data.chunks(step).enumerate() {
-        blocks.push(Block {
-            dtype,
-            data: c.to_vec(),
-            base: base.map(|b| b[i * step..i * step + c.len()].to_vec()),
-        });
-    }
-}
-
-fn set_blocks(spec: &str) -> Result<Vec<Block>, BoxError> {
-    let (kind, path) = spec.split_once(':').ok_or("SET is kind:path")?;
-    let mut blocks = Vec::new();
-    match kind {
-        "key" | "key-bf16" => {
-            for (_, (dtype, data)) in load(path, kind == "key-bf16")? {
-                cut(dtype, &data, None, &mut blocks);
-            }
-        }
-        "delta" => {
-            let mut files: Vec<_> = std::fs::read_dir(path)?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.extension().is_some_and(|e| e == "safetensors"))
-                .collect();
-            files.sort();
-            let mut prev: Option<BTreeMap<String, (DType, Vec<u8>)>> = None;
-            for f in files {
-                let cur = load(f.to_str().ok_or("path")?, false)?;
-                if let Some(p) = &prev {
-                    for (name, (dtype, data)) in &cur {
-                        match p.get(name) {
-                            Some((_, b)) if b.len() == data.len() => {
-                                cut(*dtype, data, Some(b), &mut blocks)
-                            }
-                            _ => cut(*dtype, data, None, &mut blocks),
-                        }
-                    }
-                }
-                prev = Some(cur);
-            }
-        }
-        _ => return Err(format!("unknown set kind {kind}").into()),
-    }
-    Ok(blocks)
-}
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
