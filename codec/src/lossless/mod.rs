@@ -974,7 +974,14 @@ fn decode_planes(
     let scratch_planes = (first_byte_plane..w)
         .filter(|&k| !(entries[k].0 == 2 || entries[k].0 == 0 && cut.bits(k, w) == 8))
         .count();
-    let head_words = if cut == Cut::Head && entries[0].0 != 2 {
+    // A 2-byte float's rANS-coded head decodes straight into `out`, joined with its tail
+    // as it goes, when `out` can be taken as words; otherwise into scratch, joined after.
+    let head_in_out = cut == Cut::Head
+        && w == 2
+        && matches!(entries[0].0, 3 | 4)
+        && entries[1].0 != 2
+        && out.as_ptr().align_offset(align_of::<u16>()) == 0;
+    let head_words = if cut == Cut::Head && entries[0].0 != 2 && !head_in_out {
         m
     } else {
         0
@@ -1030,6 +1037,21 @@ fn decode_planes(
             base.unwrap_or_default(),
             out,
         ),
+        Cut::Head if head_in_out => {
+            let Plane::Bytes(tail) = planes[1] else {
+                unreachable!("a tail plane that is not constant decodes to bytes")
+            };
+            // SAFETY: `u16` has no invalid bit patterns, so any 2 bytes may be viewed as
+            // one, and `align_to_mut` returns an aligned middle slice; `out` is aligned
+            // (checked above) and `2 * m` bytes long, so the middle is all of it.
+            let (before, words, _) = unsafe { out.align_to_mut::<u16>() };
+            debug_assert!(before.is_empty() && words.len() == m);
+            let joined = dec.head_joined(entries[0].0, bodies[0], tail, words)?;
+            planes::join_head2_in_place(&mut words[joined..], &tail[joined..]);
+            if let Some(b) = base {
+                planes::xor_in_place(out, b);
+            }
+        }
         Cut::Head => {
             let (method, body) = (entries[0].0, bodies[0]);
             let head = if method == 2 {
@@ -1166,15 +1188,7 @@ impl PlaneDecoder<'_> {
             },
             _ => {
                 // Method 4; the table check guarantees a base of a float.
-                let count = rans::stream_contexts(&body[1..], plane, rans::MAX_CONTEXTS)?;
-                let lo = body[0];
-                let map = match self.map.take() {
-                    Some(m) if m.0 == lo && m.1 == count => m,
-                    _ => {
-                        let exps = self.exps.unwrap_or_default();
-                        (lo, count, rans::ContextMap::bucketized(exps, lo, count))
-                    }
-                };
+                let map = self.take_map(body, plane)?;
                 let ctx = rans::Contexts::Given(&map.2);
                 let r = self.rans(&body[1..], plane, ctx, bits, dst);
                 self.map = Some(map);
@@ -1182,6 +1196,48 @@ impl PlaneDecoder<'_> {
             }
         }
         Ok(())
+    }
+
+    /// The base-context map of a method 4 plane (`body` starts with its `lo` byte): the
+    /// last one if it has the same `lo` and context count, else a new one. The caller puts
+    /// it back in `self.map` when done.
+    fn take_map(
+        &mut self,
+        body: &[u8],
+        plane: usize,
+    ) -> Result<(u8, usize, rans::ContextMap), LosslessError> {
+        let count = rans::stream_contexts(&body[1..], plane, rans::MAX_CONTEXTS)?;
+        let lo = body[0];
+        Ok(match self.map.take() {
+            Some(m) if m.0 == lo && m.1 == count => m,
+            _ => {
+                let exps = self.exps.unwrap_or_default();
+                (lo, count, rans::ContextMap::bucketized(exps, lo, count))
+            }
+        })
+    }
+
+    /// Decodes a 2-byte float's head plane (method 3 or 4; the table entry was checked)
+    /// into the block's words `dst`, joined with the tail plane `tail` as far as the
+    /// kernel goes: returns the count of leading words joined (see
+    /// [`rans::decode_joined`]).
+    fn head_joined(
+        &mut self,
+        method: u8,
+        body: &[u8],
+        tail: &[u8],
+        dst: &mut [u16],
+    ) -> Result<usize, LosslessError> {
+        let whole = self.m == self.n;
+        if method == 3 {
+            let ctx = rans::Contexts::Order0;
+            return rans::decode_joined(body, 0, ctx, dst, tail, self.table, whole);
+        }
+        let map = self.take_map(body, 0)?;
+        let ctx = rans::Contexts::Given(&map.2);
+        let r = rans::decode_joined(&body[1..], 0, ctx, dst, tail, self.table, whole);
+        self.map = Some(map);
+        r
     }
 }
 

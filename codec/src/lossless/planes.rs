@@ -224,7 +224,7 @@ fn join4(simd: Simd, p: [&[u8]; 4], base: Option<&[u8]>, rotate: bool, out: &mut
     }
 }
 
-fn xor_in_place(out: &mut [u8], base: &[u8]) {
+pub(crate) fn xor_in_place(out: &mut [u8], base: &[u8]) {
     for (o, &b) in out.iter_mut().zip(base) {
         *o ^= b;
     }
@@ -461,6 +461,16 @@ pub(crate) fn join_head<const W: usize>(
     join_head_words_with(Simd::detect(), h, &p, out);
     if let Some(b) = base {
         xor_in_place(out, b);
+    }
+}
+
+/// Joins 2-byte words in place: each of `words` holds a head symbol on entry and, on
+/// return, its word built with the tail plane's byte of the same element (`tail`), in
+/// little-endian byte order, as [`join_head`] writes it.
+pub(crate) fn join_head2_in_place(words: &mut [u16], tail: &[u8]) {
+    for (w, &t) in words.iter_mut().zip(tail) {
+        // `to_le`: stored as it is, the word's bytes are in little-endian order.
+        *w = (*w << TAIL_BITS | u16::from(t)).rotate_right(1).to_le();
     }
 }
 

@@ -1018,10 +1018,44 @@ pub(crate) fn decode<S: Symbol>(
     table: &mut Vec<u32>,
     whole: bool,
 ) -> Result<(), LosslessError> {
-    decode_with(Kernel::detect(), src, plane, ctx, bits, out, table, whole)
+    decode_with(
+        Kernel::detect(),
+        src,
+        plane,
+        ctx,
+        bits,
+        out,
+        None,
+        table,
+        whole,
+    )
+    .map(|_| ())
 }
 
-/// [`decode`] with the kernel given.
+/// [`decode`] of a 2-byte float's head plane (10-bit symbols) into the block's own words,
+/// joined with its tail plane `tail` (`tail.len() >= out.len()`) where the AVX2 kernel
+/// decodes: returns `j`, the count of leading elements of `out` that hold joined words
+/// (`planes::join_head`'s, in little-endian byte order); `out[j..]` holds head symbols,
+/// which [`planes::join_head2_in_place`] joins. `j` is 0 on CPUs without AVX2.
+///
+/// # Errors
+/// As [`decode`].
+pub(crate) fn decode_joined(
+    src: &[u8],
+    plane: usize,
+    ctx: Contexts<'_>,
+    out: &mut [u16],
+    tail: &[u8],
+    table: &mut Vec<u32>,
+    whole: bool,
+) -> Result<usize, LosslessError> {
+    let bits = super::planes::HEAD_BITS;
+    let kernel = Kernel::detect();
+    decode_with(kernel, src, plane, ctx, bits, out, Some(tail), table, whole)
+}
+
+/// [`decode`] with the kernel given, joining the head with `join_tail` where the AVX2 kernel
+/// decodes ([`decode_joined`]); returns the count of leading elements joined.
 #[allow(clippy::too_many_arguments)]
 fn decode_with<S: Symbol>(
     kernel: Kernel,
@@ -1030,9 +1064,10 @@ fn decode_with<S: Symbol>(
     ctx: Contexts<'_>,
     bits: u32,
     out: &mut [S],
+    join_tail: Option<&[u8]>,
     table: &mut Vec<u32>,
     whole: bool,
-) -> Result<(), LosslessError> {
+) -> Result<usize, LosslessError> {
     let bad = |reason: &'static str| LosslessError::Rans { plane, reason };
     let n_ctx = stream_contexts(src, plane, MAX_CONTEXTS)?;
     // One decode table of PROB_SCALE slots per context, one after the other. The buffer
@@ -1091,10 +1126,13 @@ fn decode_with<S: Symbol>(
     let full = out.len() / lanes * lanes;
     let (head, tail) = out.split_at_mut(full);
     let r = &mut readers[..streams];
-    match layout {
-        Layout::Narrow => decode_steps::<S, 1, 4>(table, ctx, 0, head, &mut x, r),
-        Layout::Wide => decode_wide(kernel, table, ctx, head, &mut x, r),
-    }
+    let joined = match layout {
+        Layout::Narrow => {
+            decode_steps::<S, 1, 4>(table, ctx, 0, head, &mut x, r);
+            0
+        }
+        Layout::Wide => decode_wide(kernel, table, ctx, join_tail, head, &mut x, r),
+    };
     let per = lanes / streams;
     for (lane, o) in tail.iter_mut().enumerate() {
         let t = &table[ctx.at(full + lane) << PROB_BITS..];
@@ -1104,7 +1142,7 @@ fn decode_with<S: Symbol>(
         return Err(bad("word stream length does not match the data"));
     }
     if !whole {
-        return Ok(());
+        return Ok(joined);
     }
     if readers.iter().any(|r| r.words_left() != 0) {
         return Err(bad("word stream length does not match the data"));
@@ -1112,7 +1150,7 @@ fn decode_with<S: Symbol>(
     if x.iter().any(|&s| s != RANS_L) {
         return Err(bad("final state mismatch"));
     }
-    Ok(())
+    Ok(joined)
 }
 
 /// Checks that every element's context exists and has a table, so decoding never meets a
@@ -1206,21 +1244,28 @@ fn decode_steps<S: Symbol, const G: usize, const K: usize>(
 }
 
 /// The wide layout's full steps: with AVX2, in batches that no stream can run dry in;
-/// scalar code for the rest.
+/// scalar code for the rest. Returns the count of leading elements the AVX2 kernel joined
+/// with `tail` (0 without one).
 fn decode_wide<S: Symbol>(
     kernel: Kernel,
     table: &[u32],
     ctx: Contexts<'_>,
+    tail: Option<&[u8]>,
     out: &mut [S],
     x: &mut [u32; MAX_LANES],
     readers: &mut [Reader<'_>],
-) {
+) -> usize {
     let done = match kernel {
         #[cfg(target_arch = "x86_64")]
-        Kernel::Avx2 => decode_avx2(table, ctx, out, x, readers),
+        Kernel::Avx2 => decode_avx2(table, ctx, tail, out, x, readers),
         Kernel::Scalar => 0,
     };
     decode_steps::<S, 4, 8>(table, ctx, done, &mut out[done * 32..], x, readers);
+    if tail.is_some() {
+        done * 32
+    } else {
+        0
+    }
 }
 
 /// Runs the AVX2 kernel over the full steps; returns the steps done (all, unless a
@@ -1229,6 +1274,7 @@ fn decode_wide<S: Symbol>(
 fn decode_avx2<S: Symbol>(
     table: &[u32],
     ctx: Contexts<'_>,
+    tail: Option<&[u8]>,
     out: &mut [S],
     x: &mut [u32; MAX_LANES],
     readers: &mut [Reader<'_>],
@@ -1236,9 +1282,10 @@ fn decode_avx2<S: Symbol>(
     let n_ctx = table.len() >> PROB_BITS;
     let full = out.len() / 32 * 32;
     let c = ctx.head(full);
+    let tail = tail.map(|t| &t[..full]);
     // SAFETY: `Kernel::Avx2` is only chosen when the CPU has AVX2 and POPCNT, the
     // requirements of the call.
-    unsafe { avx2::decode_steps(table, n_ctx, c, &mut out[..full], x, readers) }
+    unsafe { avx2::decode_steps(table, n_ctx, c, tail, &mut out[..full], x, readers) }
 }
 
 /// Reads one context's table (see [`table_len`]) into its decode table `t`; `false` for

@@ -466,6 +466,48 @@ fn fine_tune_exponent_planes_are_marked_and_smaller() {
     }
 }
 
+/// 2-byte float heads coded with rANS decode straight into the block's words when the
+/// output is 2-byte aligned, into scratch when it is not: the same bytes either way, for
+/// keyframes and deltas, whole and in prefixes.
+#[test]
+fn rans_heads_decode_into_aligned_and_unaligned_outputs() {
+    let (data, base) = fine_tune_step(50_000, 3, 0.01, 1, false);
+    for dtype in [DType::BF16, DType::F16] {
+        let of = |v: &[f32]| -> Vec<u8> {
+            match dtype {
+                DType::BF16 => bf16_of(v),
+                _ => v
+                    .iter()
+                    .flat_map(|&x| half::f16::from_f32(x).to_bits().to_le_bytes())
+                    .collect(),
+            }
+        };
+        let (data, base) = (of(&data), of(&base));
+        for b in [None, Some(&base[..])] {
+            let mut payload = Vec::new();
+            let opts = LosslessOptions::default();
+            let stats = encode_cut(dtype, &data, b, &opts, Cut::Head, &mut payload).unwrap();
+            let head = stats.planes[0].0;
+            assert!(
+                matches!(head, PlaneMethod::Rans | PlaneMethod::RansBaseContext),
+                "{dtype}: {stats:?}"
+            );
+            let mut buf = vec![0xEEu8; data.len() + 1];
+            for offset in [0, 1] {
+                for m in [data.len() / 2 - 1, data.len() / 2] {
+                    let out = &mut buf[offset..offset + 2 * m];
+                    let base = b.map(|b| &b[..2 * m]);
+                    decode_prefix(dtype, &payload, base, data.len(), out).unwrap();
+                    assert!(
+                        out == &data[..2 * m],
+                        "{dtype} at offset {offset}, {m} elements"
+                    );
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn many_exceptions_fall_back_to_the_regular_coding() {
     // Large moves everywhere: exponents change without marks.

@@ -60,21 +60,28 @@ const fn emit_table() -> [[u8; 16]; 256] {
 /// are clamped (the caller has refused them already; the clamp keeps every table load
 /// inside the table whatever the input).
 ///
+/// With `tail` (10-bit symbols only), each decoded symbol `h` is stored joined with the
+/// tail plane's byte `t` of the same element, as a 2-byte float's word: `(h << TAIL_BITS |
+/// t).rotate_right(1)`
+/// (`planes::join_head`'s 2-byte word), so that the head never makes a pass of its own.
+///
 /// # Panics
-/// If `readers` are not 4, the tables are shorter than `n_ctx` say, or `ctx` is shorter
-/// than `out`: the caller guarantees all of these.
+/// If `readers` are not 4, the tables are shorter than `n_ctx` say, `ctx` or `tail` is
+/// shorter than `out`, or `tail` comes with 8-bit symbols: the caller guarantees all of
+/// these.
 #[target_feature(enable = "avx2,popcnt")]
 pub(super) fn decode_steps<S: Symbol>(
     table: &[u32],
     n_ctx: usize,
     ctx: Option<&[u8]>,
+    tail: Option<&[u8]>,
     out: &mut [S],
     x: &mut [u32; MAX_LANES],
     readers: &mut [Reader<'_>],
 ) -> usize {
     match S::BITS {
-        8 => decode_kernel::<S, 8, 20>(table, n_ctx, ctx, out, x, readers),
-        _ => decode_kernel::<S, 10, 21>(table, n_ctx, ctx, out, x, readers),
+        8 => decode_kernel::<S, 8, 20>(table, n_ctx, ctx, tail, out, x, readers),
+        _ => decode_kernel::<S, 10, 21>(table, n_ctx, ctx, tail, out, x, readers),
     }
 }
 
@@ -85,6 +92,7 @@ fn decode_kernel<S: Symbol, const FB: i32, const OB: i32>(
     table: &[u32],
     n_ctx: usize,
     ctx: Option<&[u8]>,
+    tail: Option<&[u8]>,
     out: &mut [S],
     x: &mut [u32; MAX_LANES],
     readers: &mut [Reader<'_>],
@@ -95,6 +103,7 @@ fn decode_kernel<S: Symbol, const FB: i32, const OB: i32>(
     assert!((1..=super::MAX_CONTEXTS).contains(&n_ctx) && table.len() >= n_ctx << PROB_BITS);
     assert!(readers.len() == 4);
     assert!(ctx.is_none_or(|c| c.len() >= 32 * steps));
+    assert!(tail.is_none_or(|t| S::BITS == 10 && t.len() >= 32 * steps));
     let low = _mm256_set1_epi32(MASK as i32);
     let sym_mask = _mm256_set1_epi32((1 << S::BITS) - 1);
     let freq_mask = _mm256_set1_epi32((1 << S::FREQ_BITS) - 1);
@@ -205,8 +214,15 @@ fn decode_kernel<S: Symbol, const FB: i32, const OB: i32>(
             // 32t..32t + 32 are inside `out`.
             unsafe { _mm256_storeu_si256(dst.add(32 * t).cast(), b) };
         } else {
-            let ab = _mm256_permute4x64_epi64::<0b11_01_10_00>(ab);
-            let cd = _mm256_permute4x64_epi64::<0b11_01_10_00>(cd);
+            let mut ab = _mm256_permute4x64_epi64::<0b11_01_10_00>(ab);
+            let mut cd = _mm256_permute4x64_epi64::<0b11_01_10_00>(cd);
+            if let Some(tl) = tail {
+                // SAFETY: `tl.len() >= 32 * steps` (asserted) and t < steps, so the 32
+                // bytes at 32t are inside `tl`.
+                let tv = unsafe { _mm256_loadu_si256(tl.as_ptr().add(32 * t).cast()) };
+                ab = join_words(ab, _mm256_cvtepu8_epi16(_mm256_castsi256_si128(tv)));
+                cd = join_words(cd, _mm256_cvtepu8_epi16(_mm256_extracti128_si256::<1>(tv)));
+            }
             // SAFETY: t < steps = out.len() / 32 and symbols are 2 bytes (asserted), so
             // bytes 64t..64t + 64 are inside `out`.
             unsafe {
@@ -224,6 +240,16 @@ fn decode_kernel<S: Symbol, const FB: i32, const OB: i32>(
         r.overrun |= p > e;
     }
     done
+}
+
+/// 16 bf16 words from 16 head symbols `h` and their tail bytes `t` (16-bit lanes):
+/// `(h << TAIL_BITS | t).rotate_right(1)`, as `planes::join_head` builds them.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn join_words(h: __m256i, t: __m256i) -> __m256i {
+    const TAIL: i32 = crate::lossless::planes::TAIL_BITS as i32;
+    let w = _mm256_or_si256(_mm256_slli_epi16::<TAIL>(h), t);
+    _mm256_or_si256(_mm256_srli_epi16::<1>(w), _mm256_slli_epi16::<15>(w))
 }
 
 /// Encodes the `plane.len() / 32` full steps of `plane` in reverse (step `t`'s contexts

@@ -34,7 +34,18 @@ fn round_trip_with<S: Symbol>(
     }
     for k in kernels() {
         let mut back = vec![S::from_index(5); plane.len()];
-        decode_with(k, &first, 0, ctx, S::BITS, &mut back, &mut Vec::new(), true).expect("decode");
+        decode_with(
+            k,
+            &first,
+            0,
+            ctx,
+            S::BITS,
+            &mut back,
+            None,
+            &mut Vec::new(),
+            true,
+        )
+        .expect("decode");
         assert!(back == plane, "{k:?} decodes differently");
     }
     first
@@ -245,7 +256,17 @@ fn wide_streams_fail_when_corrupt() {
     w.finish();
     for k in kernels() {
         let dec = |src: &[u8], back: &mut [u8]| {
-            decode_with(k, src, 0, Contexts::Order0, 8, back, &mut Vec::new(), true)
+            decode_with(
+                k,
+                src,
+                0,
+                Contexts::Order0,
+                8,
+                back,
+                None,
+                &mut Vec::new(),
+                true,
+            )
         };
         assert!(dec(&enc[..enc.len() - 2], &mut back).is_err());
         let mut long = enc.clone();
@@ -520,5 +541,46 @@ fn sparse_normalization_matches_the_dense_one_at_the_edges() {
         (dense, 2048),
     ] {
         assert_eq!(normalize(&hist, max), normalize_dense_reference(&hist, max));
+    }
+}
+
+proptest! {
+    /// A 2-byte float's head decoded into its block's words (`decode_joined`): with every
+    /// kernel, the words joined in the kernel followed by `join_head2_in_place` over the
+    /// rest are the bytes `planes::join_head` writes from the plain decode; the AVX2 kernel
+    /// joins every full step.
+    #[test]
+    fn joined_head_decode_matches_join_after(
+        seed in any::<u64>(),
+        extra in 0usize..100,
+        n_ctx in 1usize..=4,
+        wide in any::<bool>(),
+    ) {
+        use crate::lossless::planes::{join_head, join_head2_in_place, Head, Plane};
+        let n = if wide { WIDE_MIN + extra } else { 40 + extra };
+        let r = noise(n, seed);
+        // Skewed 10-bit symbols, as exponents are, and 6-bit tails.
+        let plane: Vec<u16> = r.iter().map(|&v| (v >> 22) as u16 & ((v & 3) as u16 * 0x155)).collect();
+        let tail: Vec<u8> = r.iter().map(|&v| (v >> 3) as u8 & 0x3F).collect();
+        let ctx: Vec<u8> = r.iter().map(|&v| (v.rotate_left(11) % n_ctx as u32) as u8).collect();
+        let map = ContextMap::new(ctx.clone());
+        let ctx = if n_ctx == 1 { Contexts::Order0 } else { Contexts::Given(&map) };
+        let hists = if n_ctx == 1 { vec![histogram(&plane)] } else { histograms(&plane, &map.ctx, n_ctx) };
+        let m = model::<u16>(&hists);
+        let mut src = Vec::new();
+        encode_with(Kernel::detect(), Layout::for_len(n), &plane, ctx, &m, &mut src);
+        let mut want = vec![0u8; 2 * n];
+        join_head::<2>(Head::Words(&plane), &[Plane::Bytes(&tail)], None, &mut want);
+        for k in kernels() {
+            let mut words = vec![0u16; n];
+            let joined = decode_with(k, &src, 0, ctx, 10, &mut words, Some(&tail), &mut Vec::new(), true)
+                .expect("decode");
+            let full = if wide && k != Kernel::Scalar { n / 32 * 32 } else { 0 };
+            prop_assert_eq!(joined, full, "{:?}", k);
+            join_head2_in_place(&mut words[joined..], &tail[joined..]);
+            // The words' bytes as they lie in memory.
+            let got: Vec<u8> = words.iter().flat_map(|w| w.to_le().to_le_bytes()).collect();
+            prop_assert!(got == want, "{:?} joins differently", k);
+        }
     }
 }
