@@ -190,14 +190,16 @@ impl Layout {
     }
 }
 
-/// Which code runs the wide layout's steps. Both give the same bytes.
+/// Which code runs the wide layout's steps. All give the same bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kernel {
     /// Portable scalar code (wasm32, CPUs without AVX2).
     Scalar,
-    /// AVX2 (and POPCNT), 8 lanes per register.
+    /// AVX2 (and POPCNT), 8 lanes per register. With `gather`, the decoder reads its
+    /// table entries with `_mm256_i32gather_epi32`, else with eight scalar loads (the
+    /// encoder always gathers).
     #[cfg(target_arch = "x86_64")]
-    Avx2,
+    Avx2 { gather: bool },
 }
 
 impl Kernel {
@@ -207,10 +209,70 @@ impl Kernel {
         if std::arch::is_x86_feature_detected!("avx2")
             && std::arch::is_x86_feature_detected!("popcnt")
         {
-            return Kernel::Avx2;
+            return Kernel::Avx2 {
+                gather: gather_pays(),
+            };
         }
         Kernel::Scalar
     }
+}
+
+/// Whether the AVX2 decoder reads its table faster by gathers than by scalar loads on this
+/// CPU, timed once per process (ADR 0004's addendum: scalar loads decode about 10 % faster on
+/// AMD's Zen 1 and Zen 4, gathers 5-15 % faster on a recent Intel Xeon; both write the same
+/// symbols). The trial decodes a plane of 10-bit symbols skewed as exponents are, 2^15 of
+/// them, seven times each way, and keeps the faster minimum: about a millisecond.
+#[cfg(target_arch = "x86_64")]
+fn gather_pays() -> bool {
+    static PAYS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *PAYS.get_or_init(|| {
+        let mut rng = crate::testing::SplitMix64::new(0x5EED);
+        let plane: Vec<u16> = (0..1 << 15)
+            .map(|_| {
+                let r = rng.next_u64();
+                // About 4.5 bits per symbol, as bf16 heads code.
+                (0x1F0 + (r as u16 & 0x3F) * u16::from(r >> 8 & 7 == 0) + (r >> 16 & 7) as u16)
+                    & 0x3FF
+            })
+            .collect();
+        let Some(model) = Model::new::<u16>(&[histogram(&plane)]) else {
+            return false;
+        };
+        let mut src = Vec::new();
+        let loads = Kernel::Avx2 { gather: false };
+        encode_with(
+            loads,
+            Layout::Wide,
+            &plane,
+            Contexts::Order0,
+            &model,
+            &mut src,
+        );
+        let (mut out, mut table) = (vec![0u16; plane.len()], Vec::new());
+        let mut best = [f64::INFINITY; 2];
+        for _ in 0..7 {
+            for (gather, best) in [false, true].into_iter().zip(&mut best) {
+                let k = Kernel::Avx2 { gather };
+                let t = std::time::Instant::now();
+                let r = decode_with(
+                    k,
+                    &src,
+                    0,
+                    Contexts::Order0,
+                    10,
+                    &mut out,
+                    None,
+                    &mut table,
+                    true,
+                );
+                *best = best.min(t.elapsed().as_secs_f64());
+                if r.is_err() || out != plane {
+                    return false;
+                }
+            }
+        }
+        best[1] < best[0]
+    })
 }
 
 /// The context of each element of a plane, and the largest context it can hold.
@@ -896,7 +958,7 @@ impl Encoding {
             Layout::Narrow => encode_steps::<S, 1, 4>(tables, plane, ctx, steps, x, &mut st),
             Layout::Wide => match self.kernel {
                 #[cfg(target_arch = "x86_64")]
-                Kernel::Avx2 => {
+                Kernel::Avx2 { .. } => {
                     let (plane, ctx) = (&plane[..full], ctx.head(full));
                     let n_ctx = tables.sym.len() >> S::BITS;
                     // SAFETY: `Kernel::Avx2` is only chosen when the CPU has AVX2 and
@@ -1257,7 +1319,7 @@ fn decode_wide<S: Symbol>(
 ) -> usize {
     let done = match kernel {
         #[cfg(target_arch = "x86_64")]
-        Kernel::Avx2 => decode_avx2(table, ctx, tail, out, x, readers),
+        Kernel::Avx2 { gather } => decode_avx2(table, ctx, tail, gather, out, x, readers),
         Kernel::Scalar => 0,
     };
     decode_steps::<S, 4, 8>(table, ctx, done, &mut out[done * 32..], x, readers);
@@ -1275,6 +1337,7 @@ fn decode_avx2<S: Symbol>(
     table: &[u32],
     ctx: Contexts<'_>,
     tail: Option<&[u8]>,
+    gather: bool,
     out: &mut [S],
     x: &mut [u32; MAX_LANES],
     readers: &mut [Reader<'_>],
@@ -1285,7 +1348,14 @@ fn decode_avx2<S: Symbol>(
     let tail = tail.map(|t| &t[..full]);
     // SAFETY: `Kernel::Avx2` is only chosen when the CPU has AVX2 and POPCNT, the
     // requirements of the call.
-    unsafe { avx2::decode_steps(table, n_ctx, c, tail, &mut out[..full], x, readers) }
+    unsafe {
+        let out = &mut out[..full];
+        if gather {
+            avx2::decode_steps::<S, true>(table, n_ctx, c, tail, out, x, readers)
+        } else {
+            avx2::decode_steps::<S, false>(table, n_ctx, c, tail, out, x, readers)
+        }
+    }
 }
 
 /// Reads one context's table (see [`table_len`]) into its decode table `t`; `false` for

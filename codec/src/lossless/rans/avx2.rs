@@ -69,8 +69,11 @@ const fn emit_table() -> [[u8; 16]; 256] {
 /// If `readers` are not 4, the tables are shorter than `n_ctx` say, `ctx` or `tail` is
 /// shorter than `out`, or `tail` comes with 8-bit symbols: the caller guarantees all of
 /// these.
+///
+/// With `GATHER`, table entries are read by `_mm256_i32gather_epi32`, else by eight scalar
+/// loads: the same symbols, at a speed that depends on the CPU (`super::gather_pays`).
 #[target_feature(enable = "avx2,popcnt")]
-pub(super) fn decode_steps<S: Symbol>(
+pub(super) fn decode_steps<S: Symbol, const GATHER: bool>(
     table: &[u32],
     n_ctx: usize,
     ctx: Option<&[u8]>,
@@ -80,15 +83,15 @@ pub(super) fn decode_steps<S: Symbol>(
     readers: &mut [Reader<'_>],
 ) -> usize {
     match S::BITS {
-        8 => decode_kernel::<S, 8, 20>(table, n_ctx, ctx, tail, out, x, readers),
-        _ => decode_kernel::<S, 10, 21>(table, n_ctx, ctx, tail, out, x, readers),
+        8 => decode_kernel::<S, 8, 20, GATHER>(table, n_ctx, ctx, tail, out, x, readers),
+        _ => decode_kernel::<S, 10, 21, GATHER>(table, n_ctx, ctx, tail, out, x, readers),
     }
 }
 
 /// [`decode_steps`] with the entry's field positions as constants: the frequency at bit
 /// `FB` (= `S::BITS`), the offset at bit `OB` (= `S::BITS + S::FREQ_BITS`).
 #[target_feature(enable = "avx2,popcnt")]
-fn decode_kernel<S: Symbol, const FB: i32, const OB: i32>(
+fn decode_kernel<S: Symbol, const FB: i32, const OB: i32, const GATHER: bool>(
     table: &[u32],
     n_ctx: usize,
     ctx: Option<&[u8]>,
@@ -141,24 +144,29 @@ fn decode_kernel<S: Symbol, const FB: i32, const OB: i32>(
             let cv = _mm256_min_epu32(_mm256_cvtepu8_epi32(cv), top);
             idx = _mm256_or_si256(idx, _mm256_slli_epi32::<12>(cv));
         }
-        // The eight entries by eight scalar loads, not `_mm256_i32gather_epi32`: decoding
-        // is 10 % faster this way on the AMD EPYC (Zen 1) we measure on, whose gather is
-        // microcoded (ADR 0004). The encoder keeps its gather: loads measured slower there.
-        // SAFETY: every index is `(x & MASK) | ctx << 12` with `ctx <= n_ctx - 1`, so
-        // below `n_ctx << PROB_BITS <= table.len()` (asserted); `ix` holds the 8 indices.
-        let e = unsafe {
-            let mut ix = [0i32; 8];
-            _mm256_storeu_si256(ix.as_mut_ptr().cast(), idx);
-            _mm256_setr_epi32(
-                *table.add(ix[0] as usize),
-                *table.add(ix[1] as usize),
-                *table.add(ix[2] as usize),
-                *table.add(ix[3] as usize),
-                *table.add(ix[4] as usize),
-                *table.add(ix[5] as usize),
-                *table.add(ix[6] as usize),
-                *table.add(ix[7] as usize),
-            )
+        // Every index is `(x & MASK) | ctx << 12` with `ctx <= n_ctx - 1`, so below
+        // `n_ctx << PROB_BITS <= table.len()` (asserted).
+        let e = if GATHER {
+            // SAFETY: the 8 indices of `idx` are inside `table` (above), 4-byte entries.
+            unsafe { _mm256_i32gather_epi32::<4>(table, idx) }
+        } else {
+            // Eight scalar loads, not a gather: decoding is about 10 % faster this way on
+            // AMD's Zen 1 and Zen 4, whose gather is microcoded (ADR 0004).
+            // SAFETY: `ix` holds the 8 indices, each inside `table` (above).
+            unsafe {
+                let mut ix = [0i32; 8];
+                _mm256_storeu_si256(ix.as_mut_ptr().cast(), idx);
+                _mm256_setr_epi32(
+                    *table.add(ix[0] as usize),
+                    *table.add(ix[1] as usize),
+                    *table.add(ix[2] as usize),
+                    *table.add(ix[3] as usize),
+                    *table.add(ix[4] as usize),
+                    *table.add(ix[5] as usize),
+                    *table.add(ix[6] as usize),
+                    *table.add(ix[7] as usize),
+                )
+            }
         };
         let f = _mm256_and_si256(_mm256_srli_epi32::<FB>(e), freq_mask);
         let f = _mm256_add_epi32(f, one);
