@@ -974,14 +974,7 @@ fn decode_planes(
     let scratch_planes = (first_byte_plane..w)
         .filter(|&k| !(entries[k].0 == 2 || entries[k].0 == 0 && cut.bits(k, w) == 8))
         .count();
-    // A 2-byte float's rANS-coded head decodes straight into `out`, joined with its tail
-    // as it goes, when `out` can be taken as words; otherwise into scratch, joined after.
-    let head_in_out = cut == Cut::Head
-        && w == 2
-        && matches!(entries[0].0, 3 | 4)
-        && entries[1].0 != 2
-        && out.as_ptr().align_offset(align_of::<u16>()) == 0;
-    let head_words = if cut == Cut::Head && entries[0].0 != 2 && !head_in_out {
+    let head_words = if cut == Cut::Head && entries[0].0 != 2 {
         m
     } else {
         0
@@ -1037,19 +1030,17 @@ fn decode_planes(
             base.unwrap_or_default(),
             out,
         ),
-        Cut::Head if head_in_out => {
-            let Plane::Bytes(tail) = planes[1] else {
-                unreachable!("a tail plane that is not constant decodes to bytes")
-            };
-            // SAFETY: `u16` has no invalid bit patterns, so any 2 bytes may be viewed as
-            // one, and `align_to_mut` returns an aligned middle slice; `out` is aligned
-            // (checked above) and `2 * m` bytes long, so the middle is all of it.
-            let (before, words, _) = unsafe { out.align_to_mut::<u16>() };
-            debug_assert!(before.is_empty() && words.len() == m);
-            let joined = dec.head_joined(entries[0].0, bodies[0], tail, words)?;
-            planes::join_head2_in_place(&mut words[joined..], &tail[joined..]);
-            if let Some(b) = base {
-                planes::xor_in_place(out, b);
+        Cut::Head if matches!(entries[0].0, 3 | 4) => {
+            // The rANS kernel writes whole words into `out` as it decodes the head, so the
+            // head symbols make no pass of their own; the steps it leaves are joined after.
+            let rest = &planes[1..w];
+            let filled = planes::constant_fills(rest, m);
+            let p = planes::plane_slices(rest, &filled);
+            let into = rans::JoinInto { rest: &p, out };
+            let joined = dec.head_joined(entries[0].0, bodies[0], words, into)?;
+            match w {
+                2 => planes::join_head_from::<2>(joined, words, &p, base, out),
+                _ => planes::join_head_from::<4>(joined, words, &p, base, out),
             }
         }
         Cut::Head => {
@@ -1217,25 +1208,24 @@ impl PlaneDecoder<'_> {
         })
     }
 
-    /// Decodes a 2-byte float's head plane (method 3 or 4; the table entry was checked)
-    /// into the block's words `dst`, joined with the tail plane `tail` as far as the
-    /// kernel goes: returns the count of leading words joined (see
-    /// [`rans::decode_joined`]).
+    /// Decodes a float's head plane (method 3 or 4; the table entry was checked) into
+    /// `dst`, the kernel writing whole words into `into` as far as it goes: returns the
+    /// count of leading elements written as words (see [`rans::decode_joined`]).
     fn head_joined(
         &mut self,
         method: u8,
         body: &[u8],
-        tail: &[u8],
         dst: &mut [u16],
+        into: rans::JoinInto<'_>,
     ) -> Result<usize, LosslessError> {
         let whole = self.m == self.n;
         if method == 3 {
             let ctx = rans::Contexts::Order0;
-            return rans::decode_joined(body, 0, ctx, dst, tail, self.table, whole);
+            return rans::decode_joined(body, 0, ctx, dst, into, self.table, whole);
         }
         let map = self.take_map(body, 0)?;
         let ctx = rans::Contexts::Given(&map.2);
-        let r = rans::decode_joined(&body[1..], 0, ctx, dst, tail, self.table, whole);
+        let r = rans::decode_joined(&body[1..], 0, ctx, dst, into, self.table, whole);
         self.map = Some(map);
         r
     }

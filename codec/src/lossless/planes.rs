@@ -224,7 +224,7 @@ fn join4(simd: Simd, p: [&[u8]; 4], base: Option<&[u8]>, rotate: bool, out: &mut
     }
 }
 
-pub(crate) fn xor_in_place(out: &mut [u8], base: &[u8]) {
+fn xor_in_place(out: &mut [u8], base: &[u8]) {
     for (o, &b) in out.iter_mut().zip(base) {
         *o ^= b;
     }
@@ -464,13 +464,24 @@ pub(crate) fn join_head<const W: usize>(
     }
 }
 
-/// Joins 2-byte words in place: each of `words` holds a head symbol on entry and, on
-/// return, its word built with the tail plane's byte of the same element (`tail`), in
-/// little-endian byte order, as [`join_head`] writes it.
-pub(crate) fn join_head2_in_place(words: &mut [u16], tail: &[u8]) {
-    for (w, &t) in words.iter_mut().zip(tail) {
-        // `to_le`: stored as it is, the word's bytes are in little-endian order.
-        *w = (*w << TAIL_BITS | u16::from(t)).rotate_right(1).to_le();
+/// The end of a head decoded by `rans::decode_joined`: joins the words of elements
+/// `joined..` (the kernel wrote the first `joined`) from the head symbols `h` and the other
+/// planes `p` (as slices, see [`plane_slices`]), then XORs `base` in.
+pub(crate) fn join_head_from<const W: usize>(
+    joined: usize,
+    h: &[u16],
+    p: &[&[u8]],
+    base: Option<&[u8]>,
+    out: &mut [u8],
+) {
+    let mut rest = [&[][..]; 3];
+    for (r, s) in rest.iter_mut().zip(p) {
+        *r = &s[joined..];
+    }
+    let rest = &rest[..p.len()];
+    join_head_words_with(Simd::detect(), &h[joined..], rest, &mut out[joined * W..]);
+    if let Some(b) = base {
+        xor_in_place(out, b);
     }
 }
 
@@ -631,7 +642,7 @@ fn unpack6_with(simd: Simd, src: &[u8], out: &mut [u8]) -> usize {
 }
 
 /// For each constant plane, its `n` bytes (empty for the others).
-fn constant_fills(planes: &[Plane<'_>], n: usize) -> Vec<Vec<u8>> {
+pub(crate) fn constant_fills(planes: &[Plane<'_>], n: usize) -> Vec<Vec<u8>> {
     planes
         .iter()
         .map(|p| match p {
@@ -642,7 +653,7 @@ fn constant_fills(planes: &[Plane<'_>], n: usize) -> Vec<Vec<u8>> {
 }
 
 /// Every plane as a slice: its bytes, or its fill from [`constant_fills`].
-fn plane_slices<'a>(planes: &'a [Plane<'a>], filled: &'a [Vec<u8>]) -> Vec<&'a [u8]> {
+pub(crate) fn plane_slices<'a>(planes: &'a [Plane<'a>], filled: &'a [Vec<u8>]) -> Vec<&'a [u8]> {
     planes
         .iter()
         .zip(filled)

@@ -1094,11 +1094,24 @@ pub(crate) fn decode<S: Symbol>(
     .map(|_| ())
 }
 
-/// [`decode`] of a 2-byte float's head plane (10-bit symbols) into the block's own words,
-/// joined with its tail plane `tail` (`tail.len() >= out.len()`) where the AVX2 kernel
-/// decodes: returns `j`, the count of leading elements of `out` that hold joined words
-/// (`planes::join_head`'s, in little-endian byte order); `out[j..]` holds head symbols,
-/// which [`planes::join_head2_in_place`] joins. `j` is 0 on CPUs without AVX2.
+/// A float's other planes and its words, which the AVX2 kernel writes instead of head
+/// symbols ([`decode_joined`]).
+#[derive(Debug)]
+// Only the AVX2 kernel reads it: elsewhere every word is joined after the decode.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(crate) struct JoinInto<'a> {
+    /// The `W - 1` planes after the head (1 for 2-byte floats, 3 for f32), each at least as
+    /// long as the head.
+    pub(crate) rest: &'a [&'a [u8]],
+    /// The words: `W` bytes per element of the head.
+    pub(crate) out: &'a mut [u8],
+}
+
+/// [`decode`] of a float's head plane (10-bit symbols) that writes, where the AVX2 kernel
+/// decodes, each element's whole word into `into.out` (as `planes::join_head` builds it, in
+/// little-endian order) instead of its head symbol into `out`. Returns `j`, the count of
+/// leading elements written as words: `out[j..]` holds head symbols, which
+/// `planes::join_head_from` joins. `j` is 0 on CPUs without AVX2.
 ///
 /// # Errors
 /// As [`decode`].
@@ -1107,17 +1120,17 @@ pub(crate) fn decode_joined(
     plane: usize,
     ctx: Contexts<'_>,
     out: &mut [u16],
-    tail: &[u8],
+    into: JoinInto<'_>,
     table: &mut Vec<u32>,
     whole: bool,
 ) -> Result<usize, LosslessError> {
     let bits = super::planes::HEAD_BITS;
     let kernel = Kernel::detect();
-    decode_with(kernel, src, plane, ctx, bits, out, Some(tail), table, whole)
+    decode_with(kernel, src, plane, ctx, bits, out, Some(into), table, whole)
 }
 
-/// [`decode`] with the kernel given, joining the head with `join_tail` where the AVX2 kernel
-/// decodes ([`decode_joined`]); returns the count of leading elements joined.
+/// [`decode`] with the kernel given, writing words into `join` where the AVX2 kernel
+/// decodes ([`decode_joined`]); returns the count of leading elements written so.
 #[allow(clippy::too_many_arguments)]
 fn decode_with<S: Symbol>(
     kernel: Kernel,
@@ -1126,7 +1139,7 @@ fn decode_with<S: Symbol>(
     ctx: Contexts<'_>,
     bits: u32,
     out: &mut [S],
-    join_tail: Option<&[u8]>,
+    join: Option<JoinInto<'_>>,
     table: &mut Vec<u32>,
     whole: bool,
 ) -> Result<usize, LosslessError> {
@@ -1193,7 +1206,7 @@ fn decode_with<S: Symbol>(
             decode_steps::<S, 1, 4>(table, ctx, 0, head, &mut x, r);
             0
         }
-        Layout::Wide => decode_wide(kernel, table, ctx, join_tail, head, &mut x, r),
+        Layout::Wide => decode_wide(kernel, table, ctx, join, head, &mut x, r),
     };
     let per = lanes / streams;
     for (lane, o) in tail.iter_mut().enumerate() {
@@ -1306,24 +1319,25 @@ fn decode_steps<S: Symbol, const G: usize, const K: usize>(
 }
 
 /// The wide layout's full steps: with AVX2, in batches that no stream can run dry in;
-/// scalar code for the rest. Returns the count of leading elements the AVX2 kernel joined
-/// with `tail` (0 without one).
+/// scalar code for the rest. Returns the count of leading elements the AVX2 kernel wrote
+/// as words into `join` (0 without one).
 fn decode_wide<S: Symbol>(
     kernel: Kernel,
     table: &[u32],
     ctx: Contexts<'_>,
-    tail: Option<&[u8]>,
+    join: Option<JoinInto<'_>>,
     out: &mut [S],
     x: &mut [u32; MAX_LANES],
     readers: &mut [Reader<'_>],
 ) -> usize {
+    let joining = join.is_some();
     let done = match kernel {
         #[cfg(target_arch = "x86_64")]
-        Kernel::Avx2 { gather } => decode_avx2(table, ctx, tail, gather, out, x, readers),
+        Kernel::Avx2 { gather } => decode_avx2(table, ctx, join, gather, out, x, readers),
         Kernel::Scalar => 0,
     };
     decode_steps::<S, 4, 8>(table, ctx, done, &mut out[done * 32..], x, readers);
-    if tail.is_some() {
+    if joining {
         done * 32
     } else {
         0
@@ -1336,7 +1350,7 @@ fn decode_wide<S: Symbol>(
 fn decode_avx2<S: Symbol>(
     table: &[u32],
     ctx: Contexts<'_>,
-    tail: Option<&[u8]>,
+    join: Option<JoinInto<'_>>,
     gather: bool,
     out: &mut [S],
     x: &mut [u32; MAX_LANES],
@@ -1345,15 +1359,14 @@ fn decode_avx2<S: Symbol>(
     let n_ctx = table.len() >> PROB_BITS;
     let full = out.len() / 32 * 32;
     let c = ctx.head(full);
-    let tail = tail.map(|t| &t[..full]);
     // SAFETY: `Kernel::Avx2` is only chosen when the CPU has AVX2 and POPCNT, the
     // requirements of the call.
     unsafe {
         let out = &mut out[..full];
         if gather {
-            avx2::decode_steps::<S, true>(table, n_ctx, c, tail, out, x, readers)
+            avx2::decode_steps::<S, true>(table, n_ctx, c, join, out, x, readers)
         } else {
-            avx2::decode_steps::<S, false>(table, n_ctx, c, tail, out, x, readers)
+            avx2::decode_steps::<S, false>(table, n_ctx, c, join, out, x, readers)
         }
     }
 }

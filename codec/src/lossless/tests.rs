@@ -466,22 +466,24 @@ fn fine_tune_exponent_planes_are_marked_and_smaller() {
     }
 }
 
-/// 2-byte float heads coded with rANS decode straight into the block's words when the
-/// output is 2-byte aligned, into scratch when it is not: the same bytes either way, for
-/// keyframes and deltas, whole and in prefixes.
+/// Float heads coded with rANS decode into the words as they go (the rANS kernel writes
+/// them): the bytes are those of the plain decode at any output offset, for bf16, f16 and
+/// f32 keyframes and deltas, whole and in prefixes.
 #[test]
-fn rans_heads_decode_into_aligned_and_unaligned_outputs() {
+fn rans_heads_decode_into_words_at_any_offset() {
     let (data, base) = fine_tune_step(50_000, 3, 0.01, 1, false);
-    for dtype in [DType::BF16, DType::F16] {
+    for dtype in [DType::BF16, DType::F16, DType::F32] {
         let of = |v: &[f32]| -> Vec<u8> {
             match dtype {
                 DType::BF16 => bf16_of(v),
+                DType::F32 => f32_of(v),
                 _ => v
                     .iter()
                     .flat_map(|&x| half::f16::from_f32(x).to_bits().to_le_bytes())
                     .collect(),
             }
         };
+        let size = dtype.size();
         let (data, base) = (of(&data), of(&base));
         for b in [None, Some(&base[..])] {
             let mut payload = Vec::new();
@@ -492,14 +494,15 @@ fn rans_heads_decode_into_aligned_and_unaligned_outputs() {
                 matches!(head, PlaneMethod::Rans | PlaneMethod::RansBaseContext),
                 "{dtype}: {stats:?}"
             );
-            let mut buf = vec![0xEEu8; data.len() + 1];
-            for offset in [0, 1] {
-                for m in [data.len() / 2 - 1, data.len() / 2] {
-                    let out = &mut buf[offset..offset + 2 * m];
-                    let base = b.map(|b| &b[..2 * m]);
+            let mut buf = vec![0xEEu8; data.len() + 3];
+            for offset in [0, 1, 3] {
+                let n = data.len() / size;
+                for m in [n - 1, n] {
+                    let out = &mut buf[offset..offset + size * m];
+                    let base = b.map(|b| &b[..size * m]);
                     decode_prefix(dtype, &payload, base, data.len(), out).unwrap();
                     assert!(
-                        out == &data[..2 * m],
+                        out == &data[..size * m],
                         "{dtype} at offset {offset}, {m} elements"
                     );
                 }

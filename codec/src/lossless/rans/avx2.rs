@@ -4,7 +4,10 @@
 
 use std::arch::x86_64::*;
 
-use super::{EncTables, Reader, Streams, Symbol, MASK, MAX_LANES, PROB_BITS, PROB_SCALE, RANS_L};
+use super::{
+    EncTables, JoinInto, Reader, Streams, Symbol, MASK, MAX_LANES, PROB_BITS, PROB_SCALE, RANS_L,
+};
+use crate::lossless::planes::{HEAD_BITS, TAIL_BITS};
 
 /// For each refill mask (bit `k`: lane `k` needs a word), the word each lane takes from the
 /// 8 at the stream's position: lane `k` takes word `popcount(mask & ((1 << k) - 1))`.
@@ -60,15 +63,15 @@ const fn emit_table() -> [[u8; 16]; 256] {
 /// are clamped (the caller has refused them already; the clamp keeps every table load
 /// inside the table whatever the input).
 ///
-/// With `tail` (10-bit symbols only), each decoded symbol `h` is stored joined with the
-/// tail plane's byte `t` of the same element, as a 2-byte float's word: `(h << TAIL_BITS |
-/// t).rotate_right(1)`
-/// (`planes::join_head`'s 2-byte word), so that the head never makes a pass of its own.
+/// With `join` (10-bit symbols only), each step writes its 32 elements' whole words into
+/// `join.out` (`planes::join_head`'s words, built from the head symbol and the same
+/// element's bytes of `join.rest`) instead of their head symbols into `out`, so that the
+/// head makes no pass of its own.
 ///
 /// # Panics
-/// If `readers` are not 4, the tables are shorter than `n_ctx` say, `ctx` or `tail` is
-/// shorter than `out`, or `tail` comes with 8-bit symbols: the caller guarantees all of
-/// these.
+/// If `readers` are not 4, the tables are shorter than `n_ctx` say, `ctx` is shorter than
+/// `out`, or `join` comes with 8-bit symbols, with other than 1 or 3 planes, or with planes
+/// or words shorter than `out`: the caller guarantees all of these.
 ///
 /// With `GATHER`, table entries are read by `_mm256_i32gather_epi32`, else by eight scalar
 /// loads: the same symbols, at a speed that depends on the CPU (`super::gather_pays`).
@@ -77,14 +80,14 @@ pub(super) fn decode_steps<S: Symbol, const GATHER: bool>(
     table: &[u32],
     n_ctx: usize,
     ctx: Option<&[u8]>,
-    tail: Option<&[u8]>,
+    join: Option<JoinInto<'_>>,
     out: &mut [S],
     x: &mut [u32; MAX_LANES],
     readers: &mut [Reader<'_>],
 ) -> usize {
     match S::BITS {
-        8 => decode_kernel::<S, 8, 20, GATHER>(table, n_ctx, ctx, tail, out, x, readers),
-        _ => decode_kernel::<S, 10, 21, GATHER>(table, n_ctx, ctx, tail, out, x, readers),
+        8 => decode_kernel::<S, 8, 20, GATHER>(table, n_ctx, ctx, join, out, x, readers),
+        _ => decode_kernel::<S, 10, 21, GATHER>(table, n_ctx, ctx, join, out, x, readers),
     }
 }
 
@@ -95,7 +98,7 @@ fn decode_kernel<S: Symbol, const FB: i32, const OB: i32, const GATHER: bool>(
     table: &[u32],
     n_ctx: usize,
     ctx: Option<&[u8]>,
-    tail: Option<&[u8]>,
+    join: Option<JoinInto<'_>>,
     out: &mut [S],
     x: &mut [u32; MAX_LANES],
     readers: &mut [Reader<'_>],
@@ -106,7 +109,21 @@ fn decode_kernel<S: Symbol, const FB: i32, const OB: i32, const GATHER: bool>(
     assert!((1..=super::MAX_CONTEXTS).contains(&n_ctx) && table.len() >= n_ctx << PROB_BITS);
     assert!(readers.len() == 4);
     assert!(ctx.is_none_or(|c| c.len() >= 32 * steps));
-    assert!(tail.is_none_or(|t| S::BITS == 10 && t.len() >= 32 * steps));
+    // The joined words' planes (1 or 3 of them) and bytes.
+    let (rest, into, width) = match join {
+        Some(j) => {
+            let width = j.rest.len() + 1;
+            assert!(S::BITS == 10 && (width == 2 || width == 4));
+            assert!(j.rest.iter().all(|p| p.len() >= 32 * steps));
+            assert!(j.out.len() >= width * 32 * steps);
+            let mut rest = [std::ptr::null::<u8>(); 3];
+            for (r, p) in rest.iter_mut().zip(j.rest) {
+                *r = p.as_ptr();
+            }
+            (rest, j.out.as_mut_ptr(), width)
+        }
+        None => ([std::ptr::null(); 3], std::ptr::null_mut(), 0),
+    };
     let low = _mm256_set1_epi32(MASK as i32);
     let sym_mask = _mm256_set1_epi32((1 << S::BITS) - 1);
     let freq_mask = _mm256_set1_epi32((1 << S::FREQ_BITS) - 1);
@@ -212,6 +229,12 @@ fn decode_kernel<S: Symbol, const FB: i32, const OB: i32, const GATHER: bool>(
         let (y2, s2) = lanes(x2, 2, t, &mut pos);
         let (y3, s3) = lanes(x3, 3, t, &mut pos);
         [x0, x1, x2, x3] = [y0, y1, y2, y3];
+        if width == 4 {
+            // SAFETY: the three planes hold at least 32 * steps bytes and `into` 128 *
+            // steps (asserted), and t < steps.
+            unsafe { store_words4([s0, s1, s2, s3], rest, into, t) };
+            continue;
+        }
         // Packing to 16 bits gives [a0-3 b0-3 a4-7 b4-7] in 64-bit units; to bytes then
         // [a0-3 b0-3 c0-3 d0-3 a4-7 b4-7 c4-7 d4-7] in 32-bit units.
         let ab = _mm256_packus_epi32(s0, s1);
@@ -221,22 +244,29 @@ fn decode_kernel<S: Symbol, const FB: i32, const OB: i32, const GATHER: bool>(
             // SAFETY: t < steps = out.len() / 32 and symbols are bytes, so bytes
             // 32t..32t + 32 are inside `out`.
             unsafe { _mm256_storeu_si256(dst.add(32 * t).cast(), b) };
-        } else {
-            let mut ab = _mm256_permute4x64_epi64::<0b11_01_10_00>(ab);
-            let mut cd = _mm256_permute4x64_epi64::<0b11_01_10_00>(cd);
-            if let Some(tl) = tail {
-                // SAFETY: `tl.len() >= 32 * steps` (asserted) and t < steps, so the 32
-                // bytes at 32t are inside `tl`.
-                let tv = unsafe { _mm256_loadu_si256(tl.as_ptr().add(32 * t).cast()) };
-                ab = join_words(ab, _mm256_cvtepu8_epi16(_mm256_castsi256_si128(tv)));
-                cd = join_words(cd, _mm256_cvtepu8_epi16(_mm256_extracti128_si256::<1>(tv)));
-            }
-            // SAFETY: t < steps = out.len() / 32 and symbols are 2 bytes (asserted), so
-            // bytes 64t..64t + 64 are inside `out`.
+            continue;
+        }
+        // Elements 32t..32t + 16 and 32t + 16..32t + 32, as 16-bit lanes.
+        let ab = _mm256_permute4x64_epi64::<0b11_01_10_00>(ab);
+        let cd = _mm256_permute4x64_epi64::<0b11_01_10_00>(cd);
+        if width == 2 {
+            // SAFETY: the plane holds at least 32 * steps bytes and `into` 64 * steps
+            // (asserted), and t < steps: bytes 32t..32t + 32 of the one, 64t..64t + 64 of
+            // the other.
             unsafe {
-                _mm256_storeu_si256(dst.add(64 * t).cast(), ab);
-                _mm256_storeu_si256(dst.add(64 * t + 32).cast(), cd);
+                let tv = _mm256_loadu_si256(rest[0].add(32 * t).cast());
+                let lo = join_words2(ab, _mm256_cvtepu8_epi16(_mm256_castsi256_si128(tv)));
+                let hi = join_words2(cd, _mm256_cvtepu8_epi16(_mm256_extracti128_si256::<1>(tv)));
+                _mm256_storeu_si256(into.add(64 * t).cast(), lo);
+                _mm256_storeu_si256(into.add(64 * t + 32).cast(), hi);
             }
+            continue;
+        }
+        // SAFETY: t < steps = out.len() / 32 and symbols are 2 bytes (asserted), so
+        // bytes 64t..64t + 64 are inside `out`.
+        unsafe {
+            _mm256_storeu_si256(dst.add(64 * t).cast(), ab);
+            _mm256_storeu_si256(dst.add(64 * t + 32).cast(), cd);
         }
     }
     for (g, v) in [x0, x1, x2, x3].into_iter().enumerate() {
@@ -250,14 +280,47 @@ fn decode_kernel<S: Symbol, const FB: i32, const OB: i32, const GATHER: bool>(
     done
 }
 
-/// 16 bf16 words from 16 head symbols `h` and their tail bytes `t` (16-bit lanes):
-/// `(h << TAIL_BITS | t).rotate_right(1)`, as `planes::join_head` builds them.
+/// 16 words of a 2-byte float from 16 head symbols `h` and their tail bytes `t` (16-bit
+/// lanes): `(h << TAIL_BITS | t).rotate_right(1)`, as `planes::join_head` builds them.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn join_words(h: __m256i, t: __m256i) -> __m256i {
-    const TAIL: i32 = crate::lossless::planes::TAIL_BITS as i32;
+fn join_words2(h: __m256i, t: __m256i) -> __m256i {
+    const TAIL: i32 = TAIL_BITS as i32;
     let w = _mm256_or_si256(_mm256_slli_epi16::<TAIL>(h), t);
     _mm256_or_si256(_mm256_srli_epi16::<1>(w), _mm256_slli_epi16::<15>(w))
+}
+
+/// Writes step `t`'s 32 f32 words from the head symbols of its four lane groups `s` (32-bit
+/// lanes, elements 32t + 8g..32t + 8g + 8) and the same elements' bytes of the three other
+/// planes `rest`: `(h << 22 | a << 14 | b << 6 | c).rotate_right(1)`, as
+/// `planes::join_head` builds them, at bytes 128t..128t + 128 of `words`.
+///
+/// # Safety
+/// Bytes 32t..32t + 32 of each plane of `rest` and 128t..128t + 128 of `words` must be
+/// inside their allocations.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn store_words4(s: [__m256i; 4], rest: [*const u8; 3], words: *mut u8, t: usize) {
+    const A: i32 = (32 - HEAD_BITS) as i32;
+    const B: i32 = A - 8;
+    const TAIL: i32 = TAIL_BITS as i32;
+    for (g, h) in s.into_iter().enumerate() {
+        let at = 32 * t + 8 * g;
+        // SAFETY: bytes at..at + 8 of each plane and 4at..4at + 32 of `words` are inside
+        // the ranges the caller vouches for.
+        unsafe {
+            let byte = |p: *const u8| _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(at).cast()));
+            let w = _mm256_or_si256(
+                _mm256_or_si256(
+                    _mm256_slli_epi32::<A>(h),
+                    _mm256_slli_epi32::<B>(byte(rest[0])),
+                ),
+                _mm256_or_si256(_mm256_slli_epi32::<TAIL>(byte(rest[1])), byte(rest[2])),
+            );
+            let w = _mm256_or_si256(_mm256_srli_epi32::<1>(w), _mm256_slli_epi32::<31>(w));
+            _mm256_storeu_si256(words.add(4 * at).cast(), w);
+        }
+    }
 }
 
 /// Encodes the `plane.len() / 32` full steps of `plane` in reverse (step `t`'s contexts

@@ -547,23 +547,28 @@ fn sparse_normalization_matches_the_dense_one_at_the_edges() {
 }
 
 proptest! {
-    /// A 2-byte float's head decoded into its block's words (`decode_joined`): with every
-    /// kernel, the words joined in the kernel followed by `join_head2_in_place` over the
-    /// rest are the bytes `planes::join_head` writes from the plain decode; the AVX2 kernel
-    /// joins every full step.
+    /// A float's head decoded into its words (`decode_joined`), 2- and 4-byte words: with
+    /// every kernel, the words the kernel wrote followed by `join_head_from` over the rest
+    /// are the bytes `planes::join_head` writes from the plain decode, and AVX2 writes every
+    /// full step.
     #[test]
     fn joined_head_decode_matches_join_after(
         seed in any::<u64>(),
         extra in 0usize..100,
         n_ctx in 1usize..=4,
         wide in any::<bool>(),
+        four in any::<bool>(),
+        offset in 0usize..4,
     ) {
-        use crate::lossless::planes::{join_head, join_head2_in_place, Head, Plane};
+        use crate::lossless::planes::{join_head, join_head_from, Head, Plane};
         let n = if wide { WIDE_MIN + extra } else { 40 + extra };
         let r = noise(n, seed);
-        // Skewed 10-bit symbols, as exponents are, and 6-bit tails.
+        // Skewed 10-bit symbols, as exponents are; other planes of any bytes, a 6-bit tail.
         let plane: Vec<u16> = r.iter().map(|&v| (v >> 22) as u16 & ((v & 3) as u16 * 0x155)).collect();
-        let tail: Vec<u8> = r.iter().map(|&v| (v >> 3) as u8 & 0x3F).collect();
+        let byte = |shift: u32, mask: u32| -> Vec<u8> { r.iter().map(|&v| (v >> shift & mask) as u8).collect() };
+        let rest_planes = if four { vec![byte(2, 0xFF), byte(10, 0xFF), byte(18, 0x3F)] } else { vec![byte(3, 0x3F)] };
+        let rest: Vec<&[u8]> = rest_planes.iter().map(Vec::as_slice).collect();
+        let width = rest.len() + 1;
         let ctx: Vec<u8> = r.iter().map(|&v| (v.rotate_left(11) % n_ctx as u32) as u8).collect();
         let map = ContextMap::new(ctx.clone());
         let ctx = if n_ctx == 1 { Contexts::Order0 } else { Contexts::Given(&map) };
@@ -571,18 +576,27 @@ proptest! {
         let m = model::<u16>(&hists);
         let mut src = Vec::new();
         encode_with(Kernel::detect(), Layout::for_len(n), &plane, ctx, &m, &mut src);
-        let mut want = vec![0u8; 2 * n];
-        join_head::<2>(Head::Words(&plane), &[Plane::Bytes(&tail)], None, &mut want);
+        let mut want = vec![0u8; width * n];
+        let bytes: Vec<Plane<'_>> = rest.iter().map(|p| Plane::Bytes(p)).collect();
+        match width {
+            2 => join_head::<2>(Head::Words(&plane), &bytes, None, &mut want),
+            _ => join_head::<4>(Head::Words(&plane), &bytes, None, &mut want),
+        }
         for k in kernels() {
-            let mut words = vec![0u16; n];
-            let joined = decode_with(k, &src, 0, ctx, 10, &mut words, Some(&tail), &mut Vec::new(), true)
+            let mut symbols = vec![0u16; n];
+            // Words at any byte offset: the kernel stores unaligned.
+            let mut buf = vec![0xEEu8; width * n + offset];
+            let out = &mut buf[offset..];
+            let into = JoinInto { rest: &rest, out: &mut *out };
+            let joined = decode_with(k, &src, 0, ctx, 10, &mut symbols, Some(into), &mut Vec::new(), true)
                 .expect("decode");
             let full = if wide && k != Kernel::Scalar { n / 32 * 32 } else { 0 };
             prop_assert_eq!(joined, full, "{:?}", k);
-            join_head2_in_place(&mut words[joined..], &tail[joined..]);
-            // The words' bytes as they lie in memory.
-            let got: Vec<u8> = words.iter().flat_map(|w| w.to_le().to_le_bytes()).collect();
-            prop_assert!(got == want, "{:?} joins differently", k);
+            match width {
+                2 => join_head_from::<2>(joined, &symbols, &rest, None, out),
+                _ => join_head_from::<4>(joined, &symbols, &rest, None, out),
+            }
+            prop_assert!(*out == want[..], "{:?} joins differently", k);
         }
     }
 }
