@@ -10,13 +10,13 @@
 
 use libfuzzer_sys::fuzz_target;
 use strata_store::decode_manifest;
-use xxhash_rust::xxh3::xxh3_64;
+use twox_hash::XxHash3_64;
 
 fuzz_target!(|data: &[u8]| {
     let _ = decode_manifest(data);
     let body = data.get(..data.len().saturating_sub(8)).unwrap_or_default();
     let mut sealed = body.to_vec();
-    sealed.extend_from_slice(&xxh3_64(body).to_le_bytes());
+    sealed.extend_from_slice(&XxHash3_64::oneshot(body).to_le_bytes());
     if let Ok(n) = decode_manifest(&sealed) {
         // A manifest that decodes lists at least as many versions as the bytes can hold.
         assert!(n <= sealed.len());

@@ -49,11 +49,12 @@ const MEMBERS: TableDefinition<'static, &[u8], &[u8]> = TableDefinition::new("st
 const CHECKSUM_LEN: usize = 8;
 
 fn checksum(key: &[u8], value: &[u8]) -> u64 {
-    let mut h = xxhash_rust::xxh3::Xxh3::new();
-    h.update(&(key.len() as u64).to_le_bytes());
-    h.update(key);
-    h.update(value);
-    h.digest()
+    use std::hash::Hasher;
+    let mut h = twox_hash::XxHash3_64::new();
+    h.write(&(key.len() as u64).to_le_bytes());
+    h.write(key);
+    h.write(value);
+    h.finish()
 }
 
 fn seal(key: &[u8], body: &[u8]) -> Vec<u8> {

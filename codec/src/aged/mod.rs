@@ -62,7 +62,7 @@ mod search;
 #[cfg(test)]
 mod tests;
 
-use xxhash_rust::xxh3::xxh3_64;
+use twox_hash::XxHash3_64;
 
 use crate::lossless::{self, LosslessError, LosslessOptions};
 use crate::DType;
@@ -354,7 +354,7 @@ impl Head<'_> {
         out.extend_from_slice(&self.step.to_le_bytes());
         out.extend_from_slice(&self.rel_error.to_le_bytes());
         out.extend_from_slice(&self.max_abs_error.to_le_bytes());
-        out.extend_from_slice(&self.base.map_or(0, xxh3_64).to_le_bytes());
+        out.extend_from_slice(&self.base.map_or(0, XxHash3_64::oneshot).to_le_bytes());
         out.extend_from_slice(&[0; 4]);
         if escapes.is_some() {
             out.extend_from_slice(&[0; 4]);
@@ -368,7 +368,7 @@ impl Head<'_> {
         }
         let payload = (out.len() - HEADER_LEN) as u32;
         out[36..40].copy_from_slice(&payload.to_le_bytes());
-        let sum = xxh3_64(&out);
+        let sum = XxHash3_64::oneshot(&out);
         out.extend_from_slice(&sum.to_le_bytes());
         Ok(out)
     }
@@ -498,7 +498,7 @@ impl<'a> AgedView<'a> {
                 "bytes after the checksum",
             ));
         }
-        let computed = xxh3_64(&bytes[..end]);
+        let computed = XxHash3_64::oneshot(&bytes[..end]);
         if computed != stored {
             return Err(AgedError::Checksum {
                 offset: end,
@@ -579,7 +579,7 @@ impl<'a> AgedView<'a> {
         }
         match (self.has_base, base) {
             (true, Some(b)) if b.len() == out.len() => {
-                let actual = xxh3_64(b);
+                let actual = XxHash3_64::oneshot(b);
                 if actual != self.base_hash {
                     return Err(AgedError::BaseMismatch {
                         expected: self.base_hash,

@@ -30,8 +30,9 @@ use crate::lossless::{self, LosslessError, LosslessOptions};
 use crate::quant::{self, QuantBits, QuantError, QuantParams, QuantShape};
 use crate::DType;
 use header::CHECKSUM_OFS;
+use std::hash::Hasher;
 use thiserror::Error;
-use xxhash_rust::xxh3::{xxh3_64, Xxh3};
+use twox_hash::XxHash3_64;
 
 /// Errors of encoding, parsing and decoding segments.
 #[derive(Debug, Clone, PartialEq, Error)]
@@ -216,7 +217,7 @@ fn encode_lossless(
         elements: (data.len() / dtype.size()) as u64,
         group_size: 0,
         payload_len: 0,
-        base_hash: base.map_or(0, xxh3_64),
+        base_hash: base.map_or(0, XxHash3_64::oneshot),
         checksum: 0,
     };
     header.write_unsealed(&mut out);
@@ -268,10 +269,10 @@ pub(crate) fn seal(out: &mut [u8]) {
 }
 
 fn checksum(segment: &[u8]) -> u64 {
-    let mut h = Xxh3::new();
-    h.update(&segment[..CHECKSUM_OFS]);
-    h.update(&segment[HEADER_LEN..]);
-    h.digest()
+    let mut h = XxHash3_64::new();
+    h.write(&segment[..CHECKSUM_OFS]);
+    h.write(&segment[HEADER_LEN..]);
+    h.finish()
 }
 
 /// A parsed segment: a validated header and its checksummed payload.
@@ -347,7 +348,7 @@ impl<'a> Segment<'a> {
     ) -> Result<(), SegmentError> {
         self.check_lossless(base.is_some())?;
         if let Some(b) = base {
-            let actual = xxh3_64(b);
+            let actual = XxHash3_64::oneshot(b);
             if actual != self.header.base_hash {
                 return Err(SegmentError::BaseMismatch {
                     expected: self.header.base_hash,

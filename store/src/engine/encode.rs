@@ -740,7 +740,7 @@ fn encode_task(
             source,
         });
     }
-    let raw_hash = Some(xxhash_rust::xxh3::xxh3_64(&task.data));
+    let raw_hash = Some(twox_hash::XxHash3_64::oneshot(&task.data));
     let reference = |r: BlockRecord| Encoded {
         record: BlockRecord {
             reference: true,

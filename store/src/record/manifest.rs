@@ -23,7 +23,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use xxhash_rust::xxh3::xxh3_64;
+use twox_hash::XxHash3_64;
 
 use super::{Reader, RecordError, VersionRecord};
 
@@ -89,7 +89,7 @@ impl Manifest {
             out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
             out.extend_from_slice(&bytes);
         }
-        let sum = xxh3_64(&out);
+        let sum = XxHash3_64::oneshot(&out);
         out.extend_from_slice(&sum.to_le_bytes());
         out
     }
@@ -126,7 +126,7 @@ impl Manifest {
             }));
         }
         let stored = u64::from_le_bytes(sum.try_into().unwrap_or([0; 8]));
-        let computed = xxh3_64(body);
+        let computed = XxHash3_64::oneshot(body);
         if stored != computed {
             return Err(ManifestError::Record(RecordError::Checksum {
                 stored,

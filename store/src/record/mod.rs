@@ -96,11 +96,12 @@ pub enum RecordError {
 pub(crate) const CHECKSUM_LEN: usize = 8;
 
 fn record_checksum(key: &[u8], value: &[u8]) -> u64 {
-    let mut h = xxhash_rust::xxh3::Xxh3::new();
-    h.update(&(key.len() as u64).to_le_bytes());
-    h.update(key);
-    h.update(value);
-    h.digest()
+    use std::hash::Hasher;
+    let mut h = twox_hash::XxHash3_64::new();
+    h.write(&(key.len() as u64).to_le_bytes());
+    h.write(key);
+    h.write(value);
+    h.finish()
 }
 
 /// A record value as stored: `value` followed by the xxh3-64 of the key and the value, so

@@ -286,7 +286,7 @@ pub(crate) fn content_hash(block_hashes: &[u64]) -> u64 {
     for h in block_hashes {
         bytes.extend_from_slice(&h.to_le_bytes());
     }
-    xxhash_rust::xxh3::xxh3_64(&bytes)
+    twox_hash::XxHash3_64::oneshot(&bytes)
 }
 
 impl VersionRecord {

@@ -59,8 +59,9 @@ impl GcLease {
             .duration_since(SystemTime::UNIX_EPOCH)
             .unwrap_or_default()
             .as_millis();
-        let nonce =
-            xxhash_rust::xxh3::xxh3_64(format!("{ms}-{}-{taken:?}", std::process::id()).as_bytes());
+        let nonce = twox_hash::XxHash3_64::oneshot(
+            format!("{ms}-{}-{taken:?}", std::process::id()).as_bytes(),
+        );
         let id = format!("{ms:013}-{nonce:016x}");
         let body = format!(
             "{{\"gc\": {{\"pid\": {}, \"unix_ms\": {ms}}}}}\n",

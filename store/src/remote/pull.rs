@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
-use xxhash_rust::xxh3::xxh3_128;
+use twox_hash::XxHash3_128;
 
 use super::manifest::of_checkpoint;
 use super::object::{unhex, Remote, RANGE_BYTES};
@@ -275,7 +275,7 @@ pub(crate) async fn fetch_segment(
             bytes.len()
         )));
     }
-    let found = xxh3_128(&bytes);
+    let found = XxHash3_128::oneshot(&bytes);
     if found != address {
         return Err(bad(format!("its bytes hash to {found:032x}")));
     }

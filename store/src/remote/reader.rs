@@ -7,7 +7,7 @@ use std::ops::{Range, RangeBounds};
 use std::path::Path;
 
 use parking_lot::Mutex;
-use xxhash_rust::xxh3::xxh3_64;
+use twox_hash::XxHash3_64;
 
 use super::object::{Remote, RequestCounts};
 use super::pull::{apply, remote_tags};
@@ -74,8 +74,10 @@ impl RemoteStore {
             Ok::<_, RemoteError>(())
         })?;
         let tags = remote_tags(&remote)?;
-        let cache =
-            Store::open(dir.join(format!("{:016x}.strata", xxh3_64(remote.url().as_bytes()))))?;
+        let cache = Store::open(dir.join(format!(
+            "{:016x}.strata",
+            XxHash3_64::oneshot(remote.url().as_bytes())
+        )))?;
         let mut index = BTreeMap::new();
         for (step, m) in &state.checkpoints {
             for key in m.versions.keys() {

@@ -361,7 +361,7 @@ impl Intent {
     /// gc that may not have listed it (its lease is as old as the intent) to finish: from
     /// then on no gc deletes a segment the intent names.
     pub(crate) async fn declare(remote: &Remote, needed: &Manifest) -> Result<Intent, RemoteError> {
-        let nonce = xxhash_rust::xxh3::xxh3_64(
+        let nonce = twox_hash::XxHash3_64::oneshot(
             format!(
                 "{}-{:?}-{:?}",
                 std::process::id(),
