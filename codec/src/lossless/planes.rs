@@ -368,6 +368,35 @@ pub(crate) fn split_head<const W: usize>(
     head: &mut [u16],
     rest: &mut [u8],
 ) {
+    match Simd::detect() {
+        // SAFETY: `Simd::Avx2` is only chosen when the CPU has AVX2 (`Simd::detect`), the
+        // one requirement of the call.
+        #[cfg(target_arch = "x86_64")]
+        Simd::Avx2 => unsafe { split_head_avx2::<W>(data, base, head, rest) },
+        Simd::Scalar => split_head_words::<W>(data, base, head, rest),
+    }
+}
+
+/// [`split_head_words`] compiled for AVX2, which vectorizes its loops 32 bytes wide.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn split_head_avx2<const W: usize>(
+    data: &[u8],
+    base: Option<&[u8]>,
+    head: &mut [u16],
+    rest: &mut [u8],
+) {
+    split_head_words::<W>(data, base, head, rest);
+}
+
+/// The word loops of [`split_head`].
+#[inline(always)]
+fn split_head_words<const W: usize>(
+    data: &[u8],
+    base: Option<&[u8]>,
+    head: &mut [u16],
+    rest: &mut [u8],
+) {
     let n = head.len();
     match W {
         2 => {
