@@ -28,6 +28,25 @@ pub(crate) fn split<const W: usize>(
     rotate: bool,
     planes: &mut [u8],
 ) {
+    match Simd::detect() {
+        // SAFETY: `Simd::Avx2` is only chosen when the CPU has AVX2 (`Simd::detect`), the
+        // one requirement of the call.
+        #[cfg(target_arch = "x86_64")]
+        Simd::Avx2 => unsafe { split_avx2::<W>(data, base, rotate, planes) },
+        Simd::Scalar => split_words::<W>(data, base, rotate, planes),
+    }
+}
+
+/// [`split_words`] compiled for AVX2, which vectorizes its loops 32 bytes wide.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn split_avx2<const W: usize>(data: &[u8], base: Option<&[u8]>, rotate: bool, planes: &mut [u8]) {
+    split_words::<W>(data, base, rotate, planes);
+}
+
+/// The word loops of [`split`].
+#[inline(always)]
+fn split_words<const W: usize>(data: &[u8], base: Option<&[u8]>, rotate: bool, planes: &mut [u8]) {
     let n = data.len() / W;
     let (p0, rest) = planes.split_at_mut(n);
     match W {
@@ -45,6 +64,7 @@ pub(crate) fn split<const W: usize>(
     }
 }
 
+#[inline(always)]
 fn split2(data: &[u8], base: Option<&[u8]>, rotate: bool, p0: &mut [u8], p1: &mut [u8]) {
     let r = u32::from(rotate);
     // Fixed-size chunks (`as_chunks`) rather than `chunks_exact`: the loops vectorize.
@@ -66,6 +86,7 @@ fn split2(data: &[u8], base: Option<&[u8]>, rotate: bool, p0: &mut [u8], p1: &mu
     }
 }
 
+#[inline(always)]
 fn split4(data: &[u8], base: Option<&[u8]>, rotate: bool, p0: &mut [u8], rest: &mut [u8]) {
     let r = u32::from(rotate);
     let words = data
@@ -88,6 +109,7 @@ fn split4(data: &[u8], base: Option<&[u8]>, rotate: bool, p0: &mut [u8], rest: &
 
 /// Cuts 4-byte `words` into planes: byte `k` of word `i` goes to `p0[i]` for `k == 0`, and
 /// to `rest[(k - 1) * n + i]` after (`n == p0.len()`, `rest` three planes of `n`).
+#[inline(always)]
 fn cut4(p0: &mut [u8], rest: &mut [u8], words: impl Iterator<Item = u32>) {
     let n = p0.len();
     let (p1, rest) = rest.split_at_mut(n);
@@ -101,6 +123,7 @@ fn cut4(p0: &mut [u8], rest: &mut [u8], words: impl Iterator<Item = u32>) {
     }
 }
 
+#[inline(always)]
 fn split_generic<const W: usize>(
     data: &[u8],
     base: Option<&[u8]>,
@@ -234,6 +257,25 @@ fn xor_in_place(out: &mut [u8], base: &[u8]) {
 /// (`planes.len() == data.len() == base.len()`): plane `k` holds byte `k` of
 /// `zigzag(data_word - base_word)`, the words as wrapping `i32`s.
 pub(crate) fn split_difference(data: &[u8], base: &[u8], planes: &mut [u8]) {
+    match Simd::detect() {
+        // SAFETY: `Simd::Avx2` is only chosen when the CPU has AVX2 (`Simd::detect`), the
+        // one requirement of the call.
+        #[cfg(target_arch = "x86_64")]
+        Simd::Avx2 => unsafe { split_difference_avx2(data, base, planes) },
+        Simd::Scalar => split_difference_words(data, base, planes),
+    }
+}
+
+/// [`split_difference_words`] compiled for AVX2, which vectorizes its loop 32 bytes wide.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn split_difference_avx2(data: &[u8], base: &[u8], planes: &mut [u8]) {
+    split_difference_words(data, base, planes);
+}
+
+/// The word loop of [`split_difference`].
+#[inline(always)]
+fn split_difference_words(data: &[u8], base: &[u8], planes: &mut [u8]) {
     let (p0, rest) = planes.split_at_mut(data.len() / 4);
     let words = data.as_chunks::<4>().0.iter().zip(base.as_chunks::<4>().0);
     cut4(
