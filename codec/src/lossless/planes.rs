@@ -529,10 +529,7 @@ pub(crate) fn join_head<const W: usize>(
     };
     let filled = constant_fills(rest, n);
     let p = plane_slices(rest, &filled);
-    join_head_words_with(Simd::detect(), h, &p, out);
-    if let Some(b) = base {
-        xor_in_place(out, b);
-    }
+    join_head_from::<W>(0, h, &p, base, out);
 }
 
 /// The end of a head decoded by `rans::decode_joined`: joins the words of elements
