@@ -501,22 +501,31 @@ impl BaseContexts {
 }
 
 /// Buckets exponent bytes into at most [`rans::MAX_CONTEXTS`] contexts: `clamp(e - lo, 0,
-/// count - 1)`, with the window placed over the most common exponents.
+/// count - 1)`. The window's top is the exponent at or below which 99.9 % of the values lie;
+/// its bottom the exponent below which lies under 1 % of them (or 15 below the top, if that is
+/// higher). The values under the bottom share its context: a context of its own would cost
+/// a table for a few values. Measured on the shared series and a training state, this codes
+/// every one as small as the 16 contexts below the top did or smaller, with fewer tables to
+/// build (ADR 0043, addendum of 2026-12-03). Stores written with the 16 decode as before.
 fn bucket_window(exps: &[u8]) -> (u8, usize) {
     let hist = rans::histogram(exps);
     let total: u64 = hist.iter().map(|&c| u64::from(c)).sum();
-    // Top of the window: the exponent at or below which 99.9 % of the values lie.
+    let (mut lo, mut hi) = (None, 0usize);
     let mut acc = 0u64;
-    let mut hi = 0usize;
     for (e, &c) in hist.iter().enumerate() {
         acc += u64::from(c);
+        if lo.is_none() && acc * 100 > total {
+            lo = Some(e);
+        }
         if acc * 1000 >= total * 999 {
             hi = e;
             break;
         }
     }
-    let lowest = hist.iter().position(|&c| c > 0).unwrap_or(0);
-    let lo = hi.saturating_sub(rans::MAX_CONTEXTS - 1).max(lowest);
+    let lo = lo
+        .unwrap_or(0)
+        .min(hi)
+        .max(hi.saturating_sub(rans::MAX_CONTEXTS - 1));
     (lo as u8, hi - lo + 1)
 }
 
