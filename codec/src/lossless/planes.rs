@@ -291,7 +291,32 @@ pub(crate) fn join_difference(planes: &[Plane<'_>; 4], base: &[u8], out: &mut [u
     let n = out.len() / 4;
     let filled = constant_fills(planes, n);
     let p = plane_slices(planes, &filled);
-    let (p0, p1, p2, p3) = (&p[0][..n], &p[1][..n], &p[2][..n], &p[3][..n]);
+    let p = [&p[0][..n], &p[1][..n], &p[2][..n], &p[3][..n]];
+    join_difference_with(Simd::detect(), p, base, out);
+}
+
+/// [`join_difference`]'s word loop in the variant `simd`.
+fn join_difference_with(simd: Simd, planes: [&[u8]; 4], base: &[u8], out: &mut [u8]) {
+    match simd {
+        // SAFETY: `Simd::Avx2` is only chosen when the CPU has AVX2 (`Simd::detect`), the
+        // one requirement of the call.
+        #[cfg(target_arch = "x86_64")]
+        Simd::Avx2 => unsafe { join_difference_avx2(planes, base, out) },
+        Simd::Scalar => join_difference_words(planes, base, out),
+    }
+}
+
+/// [`join_difference_words`] compiled for AVX2, which vectorizes its loop.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn join_difference_avx2(planes: [&[u8]; 4], base: &[u8], out: &mut [u8]) {
+    join_difference_words(planes, base, out);
+}
+
+/// The word loop of [`join_difference`], over planes of at least `out.len() / 4` bytes.
+#[inline(always)]
+fn join_difference_words(planes: [&[u8]; 4], base: &[u8], out: &mut [u8]) {
+    let [p0, p1, p2, p3] = planes;
     let planes = p0.iter().zip(p1).zip(p2.iter().zip(p3));
     let words = out
         .as_chunks_mut::<4>()
@@ -791,6 +816,28 @@ mod tests {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn difference_joins_are_the_same_with_and_without_simd() {
+        let mut rng = SplitMix64::new(0x0D1F_F00D);
+        for n in [0usize, 1, 7, 8, 9, 31, 32, 33, 1000] {
+            let data: Vec<u8> = (0..4 * n).map(|_| rng.next_u64() as u8).collect();
+            let base: Vec<u8> = (0..4 * n).map(|_| rng.next_u64() as u8).collect();
+            let mut planes = vec![0u8; 4 * n];
+            split_difference(&data, &base, &mut planes);
+            let p: Vec<&[u8]> = planes.chunks(n.max(1)).collect();
+            let p = if n == 0 {
+                [&[][..]; 4]
+            } else {
+                [p[0], p[1], p[2], p[3]]
+            };
+            for simd in [Simd::Scalar, Simd::detect()] {
+                let mut out = vec![0xA5u8; 4 * n];
+                join_difference_with(simd, p, &base, &mut out);
+                assert_eq!(out, data, "{n} words, {simd:?}");
             }
         }
     }
