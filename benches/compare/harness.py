@@ -9,13 +9,17 @@ Run through benches/compare/run.sh, which makes the venv and builds strata-bench
   thread and on all cores, for Strata (strata-bench codec), ZipNN, blosc2 and zstd (peers.py codec);
 - checkpoint series (every series of ../shared/data/series): bytes on disk, write MB/s, time to read
   one tensor and to load one checkpoint at the middle step, peak memory, for Strata (strata-bench)
-  and safetensors files, ZipNN, ZipNN XOR-delta, icechunk, TileDB (peers.py).
+  and safetensors files, ZipNN, ZipNN XOR-delta, icechunk, TileDB (peers.py);
+- deltas on one thread (every series): each step's tensors coded against the step before, codec calls
+  only: ratio, encode and decode GB/s, for Strata (strata-bench delta: segment::encode_delta per block)
+  and ZipNN's XOR delta (peers.py delta zipnn).
 
 Every tool runs in its own processes; every output is compared with the input and a tool whose
 round trip fails is reported as failing. Writes target/compare/results.{json,md} and the section
 between <!-- compare:start --> and <!-- compare:end --> in docs/benchmarks.md (not with
 --no-readme; benches/readme_tables.py --only compare also writes the README's headline table).
 --quick: MiniLM's bf16 cast and the dev_ft/bf16 series only, fewer repetitions.
+--from-json of a results.json written before the deltas were measured renders without their table.
 """
 import argparse
 import datetime
@@ -217,6 +221,50 @@ def single_models(models, plan, threads, log):
             for label, path in models]
 
 
+DELTA_TOOLS = {"Strata": "strata-bench delta: segment::encode_delta per 1 MiB block against the block at the step "
+                          "before, one thread, blocks one after another",
+               "ZipNN XOR-delta": "peers.py delta zipnn: ZipNN(delta_compressed_type='byte', threads=1) per tensor"}
+
+
+def delta_round(folder, plan):
+    """One round on one series: Strata's delta encode, then ZipNN's XOR delta, once each. {tool name: row}
+    (a row may hold "error"), shaped as codec_round's rows with one run on one thread."""
+    reps = ["--reps", str(plan["reps"]), "--min-time", str(plan["min_time"])]
+    cmds = {"Strata": [STRATA_BENCH, "delta", folder, *reps],
+            "ZipNN XOR-delta": [sys.executable, PEERS, "delta", "zipnn", folder, *reps]}
+    rows = {}
+    for tool, cmd in cmds.items():
+        try:
+            r = run_json(cmd)
+            rows[tool] = {"tool": tool, "config": r.get("config", DELTA_TOOLS[tool]),
+                          **{k: r[k] for k in ("raw_bytes", "stored_bytes", "skipped_bytes", "pairs")},
+                          "runs": [{"threads": 1, **{k: r[k] for k in ("encode_s", "decode_s", "encode_reps",
+                                                                        "decode_reps")}}]}
+        except ToolFailed as e:
+            rows[tool] = {"tool": tool, "error": str(e)}
+    return rows
+
+
+def deltas(names, plan, log):
+    """Strata's delta encode against ZipNN's XOR delta on every series, in rounds as for single models (each
+    round runs both tools once per series); a timing is the median of the rounds' medians."""
+    rounds = {name: [] for name in names}
+    for i in range(plan["rounds"]):
+        for name in names:
+            log(f"deltas, round {i + 1}/{plan['rounds']}: {name}")
+            rounds[name].append(delta_round(os.path.join(DATA, "series", name), plan))
+    out = []
+    for name in names:
+        rows = merge_rounds(rounds[name])
+        for row in rows:
+            if "error" not in row:
+                first = rounds[name][0][row["tool"]]
+                row.update({k: first[k] for k in ("pairs", "skipped_bytes")})
+        pairs = next((r["pairs"] for r in rows if "pairs" in r), None)
+        out.append({"series": name, "pairs": pairs, "rows": rows})
+    return out
+
+
 def series_commands(tool, folder, store, step, tensor, expect, reps):
     """The command of each operation (write, verify, read, load) for one tool."""
     r = ["--reps", str(reps)]
@@ -357,6 +405,11 @@ REASONS = {
     "store-peer": "icechunk and TileDB keep every step whole (nothing to walk on reads) and decode it with "
                   "byte shuffle + zstd, a faster decoder than Strata's rANS; their files are several times "
                   "larger.",
+    "ratio-delta": "ZipNN's XOR delta codes this series' step-to-step changes in fewer bytes than Strata's delta "
+                   "segments: the entropy stage (ADR 0004) needs a look.",
+    "speed-delta": "both tools XOR each tensor with its predecessor; ZipNN then Huffman-codes the XOR's byte "
+                   "groups, while Strata rANS-codes it per block (ADR 0004), hashes the base (xxh3, checked again "
+                   "on decode) and checksums each segment.",
     "memory": "Strata decodes the chain of versions below the one asked for and keeps decoded blocks in its "
               "block cache (up to 256 MiB by default; redb caches single pages only, ADR 0042); a write holds "
               "its encoders' buffers (about 10 MB on 2 threads) and a malloc arena per thread; a tool that "
@@ -443,7 +496,31 @@ def series_tables(series_results):
     return lines + [""] + mem + [""]
 
 
-def behind_notes(single, series_results, cores):
+def delta_tables(delta_results, rounds):
+    lines = ["**Deltas on one thread** (every step against the one before it, each tensor with a predecessor of "
+             "the same name, dtype and size; codec calls only, no store): GB/s of raw input, medians over "
+             f"{rounds} rounds; × = Strata / ZipNN XOR-delta (above 1: Strata ahead).", "",
+             "| series | tool | ratio | × | encode GB/s | × | decode GB/s | × |",
+             "|---|---|---|---|---|---|---|---|"]
+    for s in delta_results:
+        strata = next((r for r in s["rows"] if r["tool"] == "Strata" and "error" not in r), None)
+        label = s["series"] if s.get("pairs") is None else f"{s['series']} ({s['pairs']} pairs)"
+        for row in s["rows"]:
+            if "error" in row:
+                lines.append(f"| {label} | {row['tool']} | fails: {row['error'][:120]} |" + " – |" * 5)
+                continue
+            me = row is strata
+            cells = [label, row["tool"], f"{row['ratio']:.4f}",
+                     "" if me else x_cell(strata and strata["ratio"], row["ratio"], digits=3)]
+            mine, theirs = run_of(row, 1), strata and run_of(strata, 1)
+            for k in ("encode_gbps", "decode_gbps"):
+                cells.append(f"{mine[k]:.3f}" if mine else "–")
+                cells.append("" if me else x_cell(theirs and theirs[k], mine and mine[k]))
+            lines.append("| " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+def behind_notes(single, series_results, cores, delta_results=()):
     groups, reasons = {}, []
 
     def note(where, what, x, reason, digits=2):
@@ -491,6 +568,22 @@ def behind_notes(single, series_results, cores):
                 x = behind(a, b, hib, digits)
                 if x:
                     note(where, what, x, fam, digits)
+    for s in delta_results:
+        strata = next((r for r in s["rows"] if r["tool"] == "Strata" and "error" not in r), None)
+        if not strata:
+            continue
+        for row in s["rows"]:
+            if row is strata or "error" in row:
+                continue
+            where = f"{row['tool']} on {s['series']}"
+            x = behind(strata["ratio"], row["ratio"], digits=3)
+            if x:
+                note(where, "delta ratio", x, "ratio-delta", 3)
+            a, b = run_of(strata, 1), run_of(row, 1)
+            for k, word in (("encode_gbps", "delta encode 1T"), ("decode_gbps", "delta decode 1T")):
+                x = behind(a and a[k], b and b[k])
+                if x:
+                    note(where, word, x, "speed-delta")
     if not groups:
         return ["Strata is ahead of every peer on every figure above."]
     return (["Where Strata is behind (Strata's figure over the peer's, nT = n threads):", ""]
@@ -511,7 +604,11 @@ def report(res):
              "[benches/compare/README.md](benches/compare/README.md).", ""]
     lines += single_tables(res["single"], m["cores"], res["single_plan"]["rounds"])
     lines += series_tables(res["series"])
-    lines += behind_notes(res["single"], res["series"], m["cores"])
+    # Results written before the deltas were measured have no "deltas": no table then.
+    delta_results = res.get("deltas") or []
+    if delta_results:
+        lines += delta_tables(delta_results, res["delta_plan"]["rounds"])
+    lines += behind_notes(res["single"], res["series"], m["cores"], delta_results)
     return "\n".join(lines) + "\n"
 
 
@@ -562,7 +659,11 @@ def main():
     single = single_models(models, plan, threads, log)
     stores = os.path.join(args.out, "stores")
     shutil.rmtree(stores, ignore_errors=True)
-    series_results = [series(name, series_plan, stores, log) for name in (QUICK_SERIES if args.quick else SERIES)]
+    names = QUICK_SERIES if args.quick else SERIES
+    series_results = [series(name, series_plan, stores, log) for name in names]
+    # Deltas: as single models, rounds x (at least `reps` repetitions, more until `min_time` seconds).
+    delta_plan = dict(plan)
+    delta_results = deltas(names, delta_plan, log)
     res = {
         "command": "benches/compare/run.sh" + (" --quick" if args.quick else ""),
         "machine": machine(),
@@ -572,6 +673,8 @@ def main():
         "series_plan": series_plan,
         "single": single,
         "series": series_results,
+        "delta_plan": delta_plan,
+        "deltas": delta_results,
     }
     res["runtime_s"] = time.perf_counter() - t0
     os.makedirs(args.out, exist_ok=True)

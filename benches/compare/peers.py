@@ -4,12 +4,14 @@
 Run by harness.py inside the harness's venv; each invocation prints one JSON object on stdout.
 
     peers.py codec  TOOL FILE.safetensors --threads 1,2 --reps N [--min-time SECONDS]
+    peers.py delta  TOOL DIR --reps N [--min-time SECONDS]
     peers.py write  TOOL STORE DIR --reps N
     peers.py verify TOOL STORE DIR
     peers.py read   TOOL STORE DIR --step S --tensor NAME --reps N
     peers.py load   TOOL STORE DIR --step S --reps N
 
-codec tools: zipnn, blosc2, zstd. Series tools: safetensors, zipnn, zipnn-delta, icechunk, tiledb.
+codec tools: zipnn, blosc2, zstd. delta tools: zipnn (its XOR delta of every tensor against the same
+tensor at the step before, one thread). Series tools: safetensors, zipnn, zipnn-delta, icechunk, tiledb.
 Every decoded output is compared with the input byte for byte; a difference is an error (exit 1),
 which the harness reports as a failing round trip. benches/compare/README.md describes how each
 tool is configured and what each figure means.
@@ -299,6 +301,62 @@ def cmd_codec(args):
             except Exception as e:  # any failure of a peer is reported, not measured
                 entry["error"] = f"{type(e).__name__}: {e}"
     return {"tool": args.tool, "file": args.file, "variants": list(results.values())}
+
+
+# ---------------------------------------------------------------------------------------------
+# Deltas: ZipNN's XOR delta between consecutive steps, codec calls only (no store).
+
+
+def delta_items(folder):
+    """The step pairs of a series, [(step, tensor, base)] for every tensor of a step after the first whose
+    step before has a tensor of the same name, dtype and byte length (its base), and the bytes of the
+    tensors left out (no such base), as strata-bench delta takes them."""
+    series = load_series(folder)
+    items, skipped = [], 0
+    for (_, before), (step, tensors) in zip(series, series[1:]):
+        bases = {t.name: t for t in before}
+        for t in tensors:
+            b = bases.get(t.name)
+            if b is not None and b.dtype == t.dtype and len(b.data) == len(t.data):
+                items.append((step, t, b))
+            else:
+                skipped += len(t.data)
+    return len(series) - 1, items, skipped
+
+
+def cmd_delta(args):
+    if args.tool != "zipnn":
+        raise SystemExit(f"unknown delta tool {args.tool}")
+    from zipnn import ZipNN
+
+    pairs, items, skipped = delta_items(args.dir)
+    if pairs < 1:
+        raise SystemExit(f"delta needs two steps or more in {args.dir}")
+    zpn = {dt: ZipNN(input_format="byte", bytearray_dtype=dt, delta_compressed_type="byte", threads=1)
+           for dt in ("float32", "bfloat16", "float16")}
+    z = [zpn[ZipNNStore._dt(t.dtype)] for _, t, _ in items]
+    copies = []
+
+    def fresh():
+        # ZipNN rewrites its input buffer in place: it gets copies made outside the timed region.
+        copies[:] = [bytearray(t.data) for _, t, _ in items]
+
+    def encode():
+        return [bytes(zi.compress(c, delta_second_data=b.data)) for zi, c, (_, _, b) in zip(z, copies, items)]
+
+    def decode():
+        return [zi.decompress(blob, delta_second_data=b.data) for zi, blob, (_, _, b) in zip(z, blobs, items)]
+
+    enc_s, enc_n, blobs = timed_reps(encode, args.reps, args.min_time, before=fresh)
+    dec_s, dec_n, outs = timed_reps(decode, args.reps, args.min_time)
+    for (step, t, _), o in zip(items, outs):
+        check_same(f"tensor {t.name} at step {step}", o, t.data)
+    return {"tool": args.tool, "dir": args.dir, "pairs": pairs, "tensors": len(items),
+            "config": "ZipNN(input_format='byte', bytearray_dtype per tensor, delta_compressed_type='byte', "
+                      "threads=1): compress(copy, delta_second_data=base) / decompress(blob, delta_second_data=base)",
+            "raw_bytes": sum(len(t.data) for _, t, _ in items), "stored_bytes": sum(len(b) for b in blobs),
+            "skipped_bytes": skipped, "threads": 1, "encode_s": enc_s, "decode_s": dec_s,
+            "encode_reps": enc_n, "decode_reps": dec_n}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -635,6 +693,11 @@ def main():
     c.add_argument("--threads", default="1")
     c.add_argument("--reps", type=int, default=5)
     c.add_argument("--min-time", type=float, default=1.0, help="repeat past --reps until this many seconds")
+    d = sub.add_parser("delta")
+    d.add_argument("tool")
+    d.add_argument("dir")
+    d.add_argument("--reps", type=int, default=5)
+    d.add_argument("--min-time", type=float, default=1.0, help="repeat past --reps until this many seconds")
     for name in ("write", "verify", "read", "load"):
         s = sub.add_parser(name)
         s.add_argument("tool")
@@ -647,7 +710,7 @@ def main():
         if name == "read":
             s.add_argument("--tensor", required=True)
     args = p.parse_args()
-    fn = {"codec": cmd_codec, "write": cmd_write, "verify": cmd_verify, "read": cmd_read, "load": cmd_load}[args.cmd]
+    fn = {"codec": cmd_codec, "delta": cmd_delta, "write": cmd_write, "verify": cmd_verify, "read": cmd_read, "load": cmd_load}[args.cmd]
     try:
         result = fn(args)
     except RoundTripError as e:

@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! strata-bench codec  FILE.safetensors [--threads 1,2] [--reps N] [--min-time SECONDS]
+//! strata-bench delta  DIR [--reps N] [--min-time SECONDS]
 //! strata-bench write  STORE DIR [--reps N]
 //! strata-bench read   STORE --step S --tensor NAME --expect FILE.safetensors [--reps N]
 //! strata-bench load   STORE --step S --expect FILE.safetensors [--reps N]
@@ -19,6 +20,14 @@
 //!   block, as the store does). Decoding parses every segment (checksum included) and
 //!   decodes it; the output is compared with the input, outside the timed region.
 //!   `stored_bytes` is the sum of the segment lengths, headers included.
+//! - **delta**: for each pair of consecutive `step_N.safetensors` files of DIR, every tensor
+//!   of the later step that has a tensor of the same name, dtype and byte length at the
+//!   earlier step is cut into blocks as `codec` cuts it, and so is its predecessor; each
+//!   block is encoded with [`segment::encode_delta`] against the predecessor's block (the
+//!   store's default lossless options) on one thread, one block after another (no pool).
+//!   Decoding parses every segment (checksum included) and decodes it against its base; the
+//!   output is compared with the input, outside the timed region. `raw_bytes` counts the
+//!   encoded blocks; `skipped_bytes` the tensors left out for want of a predecessor.
 //! - **write**: every `step_N.safetensors` of DIR is read into memory first; each timed
 //!   repetition opens a new store (deleting the previous repetition's), imports each file as a checkpoint
 //!   ([`Store::import_safetensors_bytes`], what `strata import` does), compacts the file
@@ -61,6 +70,7 @@ const MAX_REPS: usize = 100;
 
 const USAGE: &str = "usage:
   strata-bench codec  FILE.safetensors [--threads 1,2] [--reps N] [--min-time SECONDS]
+  strata-bench delta  DIR [--reps N] [--min-time SECONDS]
   strata-bench write  STORE DIR [--reps N]
   strata-bench read   STORE --step S --tensor NAME --expect FILE.safetensors [--reps N]
   strata-bench load   STORE --step S --expect FILE.safetensors [--reps N]
@@ -173,6 +183,10 @@ fn run(raw: &[String]) -> Result<Value, BoxError> {
             args.expect(1, &["threads", "reps", "min-time"])?;
             let threads = parse_threads(args.option("threads").unwrap_or("1"))?;
             codec(Path::new(pos(1)), &threads, args.reps()?, args.min_time()?)
+        }
+        "delta" => {
+            args.expect(1, &["reps", "min-time"])?;
+            delta(Path::new(pos(1)), args.reps()?, args.min_time()?)
         }
         "write" => {
             args.expect(2, &["reps"])?;
@@ -446,6 +460,112 @@ fn codec(
         "blocks": blocks.len(),
         "block_bytes": opts.block_bytes,
         "runs": runs,
+    }))
+}
+
+/// One block of a tensor at a step and the same block of the tensor at the step before.
+#[derive(Debug)]
+struct DeltaBlock<'a> {
+    step: u64,
+    block: Block<'a>,
+    base: &'a [u8],
+}
+
+fn delta(dir: &Path, reps: usize, min_time: Duration) -> Result<Value, BoxError> {
+    let files = series(dir)?;
+    if files.len() < 2 {
+        return Err(format!("delta needs two steps or more in {}", dir.display()).into());
+    }
+    let steps: Vec<(u64, Vec<InputTensor>)> = files
+        .iter()
+        .map(|(step, p)| Ok((*step, tensors_of(p)?)))
+        .collect::<Result<_, BoxError>>()?;
+    let opts = Options::default();
+    let mut blocks: Vec<DeltaBlock<'_>> = Vec::new();
+    let mut skipped_bytes = 0usize;
+    for pair in steps.windows(2) {
+        let ((_, before), (step, tensors)) = (&pair[0], &pair[1]);
+        for t in tensors {
+            let Some(base) = before
+                .iter()
+                .find(|b| b.name == t.name && b.dtype == t.dtype && b.data.len() == t.data.len())
+            else {
+                skipped_bytes += t.data.len();
+                continue;
+            };
+            let size = t.dtype.size();
+            let per_block = (opts.block_bytes / size as u64).max(1) as usize * size;
+            blocks.extend(
+                t.data
+                    .chunks(per_block)
+                    .zip(base.data.chunks(per_block))
+                    .map(|(data, base)| DeltaBlock {
+                        step: *step,
+                        block: Block {
+                            name: &t.name,
+                            dtype: t.dtype,
+                            data,
+                        },
+                        base,
+                    }),
+            );
+        }
+    }
+    let raw_bytes: usize = blocks.iter().map(|b| b.block.data.len()).sum();
+    let mut enc = Timer::new(reps, min_time);
+    let mut segments: Vec<Vec<u8>> = Vec::new();
+    while enc.more() {
+        segments = enc.time(|| {
+            blocks
+                .iter()
+                .map(|d| {
+                    let b = &d.block;
+                    segment::encode_delta(b.dtype, b.data, d.base, &opts.lossless)
+                        .map_err(|e| format!("encoding {} at step {}: {e}", b.name, d.step))
+                })
+                .collect::<Result<Vec<_>, String>>()
+        })?;
+    }
+    let stored_bytes: usize = segments.iter().map(Vec::len).sum();
+    let mut outs: Vec<Vec<u8>> = blocks
+        .iter()
+        .map(|d| vec![0u8; d.block.data.len()])
+        .collect();
+    let mut dec = Timer::new(reps, min_time);
+    while dec.more() {
+        outs.iter_mut().for_each(|o| o.fill(0xA5));
+        dec.time(|| {
+            segments
+                .iter()
+                .zip(&blocks)
+                .zip(outs.iter_mut())
+                .try_for_each(|((s, d), o)| {
+                    Segment::parse(s)?.decode_lossless_into(Some(d.base), o)
+                })
+        })?;
+        for (d, o) in blocks.iter().zip(&outs) {
+            if d.block.data != o.as_slice() {
+                return Err(format!(
+                    "round trip differs in tensor {} at step {}",
+                    d.block.name, d.step
+                )
+                .into());
+            }
+        }
+    }
+    Ok(json!({
+        "dir": dir.display().to_string(),
+        "pairs": steps.len() - 1,
+        "raw_bytes": raw_bytes,
+        "stored_bytes": stored_bytes,
+        "skipped_bytes": skipped_bytes,
+        "blocks": blocks.len(),
+        "block_bytes": opts.block_bytes,
+        "threads": 1,
+        "encode_s": enc.median(),
+        "decode_s": dec.median(),
+        "encode_reps": enc.times.len(),
+        "decode_reps": dec.times.len(),
     }))
 }
 
