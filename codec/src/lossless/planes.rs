@@ -28,20 +28,10 @@ pub(crate) fn split<const W: usize>(
     rotate: bool,
     planes: &mut [u8],
 ) {
-    match Simd::detect() {
-        // SAFETY: `Simd::Avx2` is only chosen when the CPU has AVX2 (`Simd::detect`), the
-        // one requirement of the call.
-        #[cfg(target_arch = "x86_64")]
-        Simd::Avx2 => unsafe { split_avx2::<W>(data, base, rotate, planes) },
-        Simd::Scalar => split_words::<W>(data, base, rotate, planes),
-    }
-}
-
-/// [`split_words`] compiled for AVX2, which vectorizes its loops 32 bytes wide.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn split_avx2<const W: usize>(data: &[u8], base: Option<&[u8]>, rotate: bool, planes: &mut [u8]) {
-    split_words::<W>(data, base, rotate, planes);
+    Simd::detect().run(
+        #[inline(always)]
+        || split_words::<W>(data, base, rotate, planes),
+    );
 }
 
 /// The word loops of [`split`].
@@ -257,20 +247,10 @@ fn xor_in_place(out: &mut [u8], base: &[u8]) {
 /// (`planes.len() == data.len() == base.len()`): plane `k` holds byte `k` of
 /// `zigzag(data_word - base_word)`, the words as wrapping `i32`s.
 pub(crate) fn split_difference(data: &[u8], base: &[u8], planes: &mut [u8]) {
-    match Simd::detect() {
-        // SAFETY: `Simd::Avx2` is only chosen when the CPU has AVX2 (`Simd::detect`), the
-        // one requirement of the call.
-        #[cfg(target_arch = "x86_64")]
-        Simd::Avx2 => unsafe { split_difference_avx2(data, base, planes) },
-        Simd::Scalar => split_difference_words(data, base, planes),
-    }
-}
-
-/// [`split_difference_words`] compiled for AVX2, which vectorizes its loop 32 bytes wide.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn split_difference_avx2(data: &[u8], base: &[u8], planes: &mut [u8]) {
-    split_difference_words(data, base, planes);
+    Simd::detect().run(
+        #[inline(always)]
+        || split_difference_words(data, base, planes),
+    );
 }
 
 /// The word loop of [`split_difference`].
@@ -297,20 +277,10 @@ pub(crate) fn join_difference(planes: &[Plane<'_>; 4], base: &[u8], out: &mut [u
 
 /// [`join_difference`]'s word loop in the variant `simd`.
 fn join_difference_with(simd: Simd, planes: [&[u8]; 4], base: &[u8], out: &mut [u8]) {
-    match simd {
-        // SAFETY: `Simd::Avx2` is only chosen when the CPU has AVX2 (`Simd::detect`), the
-        // one requirement of the call.
-        #[cfg(target_arch = "x86_64")]
-        Simd::Avx2 => unsafe { join_difference_avx2(planes, base, out) },
-        Simd::Scalar => join_difference_words(planes, base, out),
-    }
-}
-
-/// [`join_difference_words`] compiled for AVX2, which vectorizes its loop.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn join_difference_avx2(planes: [&[u8]; 4], base: &[u8], out: &mut [u8]) {
-    join_difference_words(planes, base, out);
+    simd.run(
+        #[inline(always)]
+        || join_difference_words(planes, base, out),
+    );
 }
 
 /// The word loop of [`join_difference`], over planes of at least `out.len() / 4` bytes.
@@ -435,25 +405,10 @@ pub(crate) fn split_head<const W: usize>(
     head: &mut [u16],
     rest: &mut [u8],
 ) {
-    match Simd::detect() {
-        // SAFETY: `Simd::Avx2` is only chosen when the CPU has AVX2 (`Simd::detect`), the
-        // one requirement of the call.
-        #[cfg(target_arch = "x86_64")]
-        Simd::Avx2 => unsafe { split_head_avx2::<W>(data, base, head, rest) },
-        Simd::Scalar => split_head_words::<W>(data, base, head, rest),
-    }
-}
-
-/// [`split_head_words`] compiled for AVX2, which vectorizes its loops 32 bytes wide.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn split_head_avx2<const W: usize>(
-    data: &[u8],
-    base: Option<&[u8]>,
-    head: &mut [u16],
-    rest: &mut [u8],
-) {
-    split_head_words::<W>(data, base, head, rest);
+    Simd::detect().run(
+        #[inline(always)]
+        || split_head_words::<W>(data, base, head, rest),
+    );
 }
 
 /// The word loops of [`split_head`].
@@ -580,20 +535,10 @@ pub(crate) fn join_head_from<const W: usize>(
 
 /// [`join_head_words`] with the instruction set `simd`.
 fn join_head_words_with(simd: Simd, h: &[u16], p: &[&[u8]], out: &mut [u8]) {
-    match simd {
-        // SAFETY: `Simd::Avx2` is only chosen when the CPU has AVX2 (`Simd::detect`), the
-        // one requirement of the call.
-        #[cfg(target_arch = "x86_64")]
-        Simd::Avx2 => unsafe { join_head_words_avx2(h, p, out) },
-        Simd::Scalar => join_head_words(h, p, out),
-    }
-}
-
-/// [`join_head_words`] compiled for AVX2, which vectorizes its loops 32 bytes wide.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn join_head_words_avx2(h: &[u16], p: &[&[u8]], out: &mut [u8]) {
-    join_head_words(h, p, out);
+    simd.run(
+        #[inline(always)]
+        || join_head_words(h, p, out),
+    );
 }
 
 /// The word loops of [`join_head`]: head symbols `h` and the other planes `p` into words.

@@ -33,22 +33,13 @@ fn max_abs_bits(values: &[f32]) -> u32 {
 /// [`max_abs_bits`] with the given kernel: callers that take many maxima detect once.
 #[inline]
 pub(crate) fn max_abs_bits_with(simd: Simd, values: &[f32]) -> u32 {
-    match simd {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `Simd::Avx2` is only chosen when the CPU has AVX2 (`Simd::detect`), the
-        // one requirement of the call.
-        Simd::Avx2 => unsafe { max_abs_bits_avx2(values) },
-        Simd::Scalar => max_abs_bits_portable(values),
-    }
+    simd.run(
+        #[inline(always)]
+        || max_abs_bits_portable(values),
+    )
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn max_abs_bits_avx2(values: &[f32]) -> u32 {
-    max_abs_bits_portable(values)
-}
-
-/// Portable kernel; inlined into the AVX2 wrapper so it is compiled twice.
+/// Portable kernel; inlined into [`Simd::run`]'s AVX2 function, so it is compiled twice.
 #[inline(always)]
 pub(crate) fn max_abs_bits_portable(values: &[f32]) -> u32 {
     const LANES: usize = 16;

@@ -254,25 +254,10 @@ fn quantize_kernel_with(
     codes: &mut [i8],
     two: &mut TwoLevelParts,
 ) -> Result<(), QuantError> {
-    match simd {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `Simd::Avx2` is only chosen when the CPU has AVX2 (`Simd::detect`), the
-        // one requirement of the call.
-        Simd::Avx2 => unsafe { quantize_kernel_avx2(values, params, scales, codes, two) },
-        Simd::Scalar => quantize_kernel_portable(values, params, scales, codes, two),
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn quantize_kernel_avx2(
-    values: &[f32],
-    params: &QuantParams,
-    scales: &mut Vec<f32>,
-    codes: &mut [i8],
-    two: &mut TwoLevelParts,
-) -> Result<(), QuantError> {
-    quantize_kernel_portable(values, params, scales, codes, two)
+    simd.run(
+        #[inline(always)]
+        || quantize_kernel_portable(values, params, scales, codes, two),
+    )
 }
 
 #[inline(always)]
