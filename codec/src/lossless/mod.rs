@@ -781,10 +781,7 @@ impl PlaneEncoder<'_> {
         }
         let n = plane.len() as f64;
         let collide: f64 = hist.iter().map(|&c| (f64::from(c) / n).powi(2)).sum();
-        let equal_in = |run: &[u8]| -> usize {
-            let next = run.get(1..).unwrap_or_default();
-            next.iter().zip(run).map(|(a, b)| usize::from(a == b)).sum()
-        };
+        let equal_in = equal_neighbours;
         let (equal, pairs) = if plane.len() <= RUNS * RUN {
             (equal_in(plane), plane.len().saturating_sub(1))
         } else {
@@ -796,6 +793,25 @@ impl PlaneEncoder<'_> {
         };
         equal as f64 >= (collide + min) * pairs.max(1) as f64
     }
+}
+
+/// How many bytes of `run` equal the byte before them.
+fn equal_neighbours(run: &[u8]) -> usize {
+    let Some(next) = run.get(1..) else {
+        return 0;
+    };
+    // A byte sum of at most 255 compares per piece: LLVM vectorizes it into byte lanes, where
+    // a sum of usizes, widened every byte, did not.
+    next.chunks(255)
+        .zip(run.chunks(255))
+        .map(|(a, b)| {
+            let same = a
+                .iter()
+                .zip(b)
+                .fold(0u8, |n, (x, y)| n.wrapping_add(u8::from(x == y)));
+            usize::from(same)
+        })
+        .sum()
 }
 
 /// Bytes of a constant plane's symbol.

@@ -825,3 +825,17 @@ proptest! {
         sparse_top_payload(n, seed);
     }
 }
+
+#[test]
+fn equal_neighbours_counts_every_repeat() {
+    let mut rng = SplitMix64::new(0xE9A1);
+    for len in [0usize, 1, 2, 254, 255, 256, 257, 511, 1024, 70_000] {
+        for alphabet in [1u64, 2, 7, 256] {
+            let run: Vec<u8> = (0..len)
+                .map(|_| (rng.next_u64() % alphabet) as u8)
+                .collect();
+            let expect = run.windows(2).filter(|w| w[0] == w[1]).count();
+            assert_eq!(equal_neighbours(&run), expect, "{len} bytes of {alphabet}");
+        }
+    }
+}
