@@ -484,6 +484,8 @@ struct BaseContexts {
     lo: u8,
     count: usize,
     map: rans::ContextMap,
+    /// How many elements each context has, counted when a sparse plane first needs them.
+    elements: std::cell::OnceCell<Vec<u32>>,
 }
 
 impl BaseContexts {
@@ -496,6 +498,16 @@ impl BaseContexts {
             lo,
             count,
             map: rans::ContextMap::bucketized(&exps, lo, count),
+            elements: std::cell::OnceCell::new(),
+        })
+    }
+
+    /// How many elements each context has.
+    fn elements(&self) -> &[u32] {
+        self.elements.get_or_init(|| {
+            let mut h = rans::histogram(self.map.ctx());
+            h.truncate(self.count);
+            h
         })
     }
 }
@@ -593,6 +605,7 @@ impl PlaneEncoder<'_> {
                 lo: bc.lo,
                 count: bc.count,
                 map: rans::ContextMap::new(marked::gather(&at_marks, bc.map.ctx())),
+                elements: std::cell::OnceCell::new(),
             });
             let opts = LosslessOptions {
                 zstd_level: None,
@@ -663,12 +676,18 @@ impl PlaneEncoder<'_> {
         // smaller estimate.
         // With base contexts, the order-0 histogram is the sum of the contexts' ones. The
         // better of the two by a quick estimate is then normalized.
-        let hists = self
-            .contexts
-            .map(|bc| rans::histograms(plane, bc.map.ctx(), bc.count));
-        let hist = match &hists {
-            Some(h) => rans::merge(h),
-            None => rans::histogram(plane),
+        // A plane with a list (few non-zero bytes) is counted from its non-zero bytes.
+        let sparse = S::as_bytes(plane).filter(|_| list.is_some());
+        let hists = self.contexts.map(|bc| match sparse {
+            Some(bytes) if bytes.len() == bc.map.ctx().len() => {
+                sparse::histograms(bytes, Some((bc.map.ctx(), bc.count, bc.elements())))
+            }
+            _ => rans::histograms(plane, bc.map.ctx(), bc.count),
+        });
+        let hist = match (&hists, sparse) {
+            (Some(h), _) => rans::merge(h),
+            (None, Some(bytes)) => sparse::histograms(bytes, None).swap_remove(0),
+            (None, None) => rans::histogram(plane),
         };
         let order0 = std::slice::from_ref(&hist);
         let best = match &hists {

@@ -109,13 +109,18 @@ impl<'a> ListReader<'a> {
 pub(super) fn put(plane: &[u8], nonzero: usize, out: &mut Vec<u8>) {
     put_varint(out, nonzero as u64);
     let mut list = ListWriter::default();
-    // Eight elements at a time: most words are zero.
+    for_each_nonzero(plane, |i, b| list.push(out, i, b));
+}
+
+/// Calls `f` with the position and byte of each non-zero byte of `plane`, in order, eight
+/// bytes at a time: in a plane this sparse most words are zero.
+pub(super) fn for_each_nonzero(plane: &[u8], mut f: impl FnMut(usize, u8)) {
     let (words, rest) = plane.as_chunks::<8>();
     for (k, w) in words.iter().enumerate() {
         if u64::from_le_bytes(*w) != 0 {
             for (j, &b) in w.iter().enumerate() {
                 if b != 0 {
-                    list.push(out, 8 * k + j, b);
+                    f(8 * k + j, b);
                 }
             }
         }
@@ -123,9 +128,30 @@ pub(super) fn put(plane: &[u8], nonzero: usize, out: &mut Vec<u8>) {
     let full = words.len() * 8;
     for (j, &b) in rest.iter().enumerate() {
         if b != 0 {
-            list.push(out, full + j, b);
+            f(full + j, b);
         }
     }
+}
+
+/// The histograms [`super::rans::histograms`] counts (with `ctx`, `n` contexts; without,
+/// one), of a byte plane with few non-zero bytes, from those bytes alone: each context's
+/// zeros are its elements (`per_context[k]` of context `k` over the plane, which `ctx`
+/// covers exactly) less its non-zero bytes. The same counts, without a pass of table
+/// increments over the zeros.
+pub(super) fn histograms(plane: &[u8], contexts: Option<(&[u8], usize, &[u32])>) -> Vec<Vec<u32>> {
+    let n = contexts.map_or(1, |c| c.1);
+    let mut hists = vec![vec![0u32; 256]; n];
+    match contexts {
+        Some((ctx, _, _)) => for_each_nonzero(plane, |i, b| {
+            hists[usize::from(ctx[i])][usize::from(b)] += 1;
+        }),
+        None => for_each_nonzero(plane, |_, b| hists[0][usize::from(b)] += 1),
+    }
+    for (k, h) in hists.iter_mut().enumerate() {
+        let elements = contexts.map_or(plane.len() as u32, |c| c.2[k]);
+        h[0] = elements - h[1..].iter().sum::<u32>();
+    }
+    hists
 }
 
 /// Decodes the first `dst.len()` elements of plane `plane` of `n` elements from its body.
@@ -203,6 +229,22 @@ mod tests {
             let mut prefix = vec![0x55u8; m];
             decode(&body, 3, plane.len(), &mut prefix).unwrap();
             prop_assert_eq!(&prefix[..], &plane[..m]);
+        }
+
+        #[test]
+        fn histograms_match_a_full_count(plane in sparse_plane(), seed in any::<u64>(), n in 1usize..17) {
+            let mut rng = crate::testing::SplitMix64::new(seed);
+            let ctx: Vec<u8> = plane.iter().map(|_| (rng.next_u64() % n as u64) as u8).collect();
+            let mut elements = super::super::rans::histogram(&ctx);
+            elements.truncate(n);
+            prop_assert_eq!(
+                histograms(&plane, Some((&ctx, n, &elements))),
+                super::super::rans::histograms(&plane, &ctx, n)
+            );
+            prop_assert_eq!(
+                histograms(&plane, None),
+                vec![super::super::rans::histogram(&plane)]
+            );
         }
 
         #[test]
